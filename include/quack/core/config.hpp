@@ -1,0 +1,70 @@
+// Row-kernel launch configuration: how one (M, N) problem is cut into teams,
+// CTAs and clusters, and how much of a row is staged on chip.
+//
+// Host-only and pure (no CUDA calls): unit-tested for every N on a CPU.
+//
+// Vocabulary (one row of N elements, in "vectors" of `vec` elements = 16 B of x):
+//   team      threads of one CTA that cooperate on one row (power of two,
+//             1..1024); a CTA holds `threads / team` teams.
+//   cluster   CTAs that split one row between them (1..16), reduced through
+//             distributed shared memory.
+//   vpt       vectors staged per thread per row (per chunk).
+//   rows_per_team  rows a team stages at once (more bytes in flight for small N).
+//   chunks    1 when the CTA's share of the row fits its shared memory (the row
+//             is read from HBM once); > 1 otherwise (two passes over the row).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quack {
+
+struct DeviceLimits {
+  int num_sms = 132;                    // H100 SXM / H200
+  size_t max_smem_per_block = 232448;   // opt-in dynamic smem per CTA (227 KB)
+  size_t smem_per_sm = 233472;          // 228 KB
+  int max_cluster = 16;                 // 16 needs the non-portable attribute
+  int compute_capability = 90;          // major * 10 + minor
+};
+
+struct RowConfig {
+  int vec = 1;            // elements per vector
+  int team = 1;           // threads per row inside one CTA
+  int threads = 1;        // threads per CTA (multiple of team)
+  int cluster = 1;        // CTAs per row
+  int vpt = 1;            // vectors per thread per row per chunk
+  int rows_per_team = 1;  // rows staged at once by one team
+  int chunks = 1;         // passes of the CTA's segment through shared memory
+  int64_t seg_vecs = 0;   // vectors of a row owned by one CTA of the cluster
+  size_t smem_bytes = 0;  // dynamic shared memory per CTA
+  int64_t grid = 0;       // CTAs in the launch (cluster * row blocks)
+
+  int teams_per_cta() const { return threads / team; }
+  int64_t rows_per_cta() const { return int64_t(teams_per_cta()) * rows_per_team; }
+  // Vectors one CTA stages per chunk of one row.
+  int64_t chunk_vecs() const { return int64_t(team) * vpt; }
+};
+
+// Describes what a row kernel stages per element (bytes of every tensor held
+// in shared memory for one element of the row: x, plus residual, plus dy...).
+struct RowProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int x_elem_bytes = 2;        // decides the vector width: 16 B of x
+  int staged_elem_bytes = 2;   // sum over staged tensors of their element bytes
+  // Extra per-CTA shared memory the kernel needs besides the staged rows
+  // (reduction scratch), in bytes.
+  size_t scratch_bytes = 0;
+};
+
+// Chooses the configuration. Never fails for cols >= 1 and rows >= 0; a row
+// too long for the on-chip capacity of a 16-CTA cluster gets chunks > 1.
+RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim);
+
+// Checks the invariants every kernel relies on; returns nullptr when the
+// config is valid for the problem, otherwise a static description of the
+// first broken invariant. Used by the tests and as a debug assertion.
+const char* check_row_config(const RowConfig& cfg, const RowProblem& prob,
+                             const DeviceLimits& lim);
+
+}  // namespace quack

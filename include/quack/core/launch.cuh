@@ -1,0 +1,70 @@
+// One launch helper for every row kernel: grid, CTA, dynamic shared memory
+// and cluster size come from a RowConfig. Raises the kernel's shared-memory
+// limit and the non-portable-cluster attribute when needed (once per kernel
+// and device), checks that the cluster can be scheduled, and reports errors
+// as a Status instead of printing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace core {
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::success();
+  return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorString(e)};
+}
+
+// Per-device limits read once.
+Status device_limits(DeviceLimits* out, int* device);
+
+// Per-kernel, per-device attribute cache: bit d set once device d's
+// attributes for this kernel were raised.
+struct KernelAttrCache {
+  std::atomic<uint64_t> done{0};
+};
+
+template <typename... KArgs, typename... Args>
+Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int device,
+                         const RowConfig& cfg, cudaStream_t stream, Args&&... args) {
+  if (cfg.grid == 0) return Status::success();
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (!(cache.done.load(std::memory_order_acquire) & bit)) {
+    // Raise to the device maximum once, so that every config reuses it.
+    DeviceLimits lim;
+    int dev = device;
+    Status st = device_limits(&lim, &dev);
+    if (!st.ok()) return st;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(lim.max_smem_per_block));
+    if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic smem)");
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(non-portable cluster)");
+    cache.done.fetch_or(bit, std::memory_order_release);
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(cfg.grid), 1, 1);
+  lc.blockDim = dim3(unsigned(cfg.threads), 1, 1);
+  lc.dynamicSmemBytes = cfg.smem_bytes;
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (cfg.cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(cfg.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+  }
+  cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
+  return cuda_status(e, "kernel launch");
+}
+
+}  // namespace core
+}  // namespace quack

@@ -1,0 +1,144 @@
+// The one reduction stack: warp (or sub-warp team) -> CTA -> cluster.
+//
+// Every level is a butterfly or a fixed-order combine, so every thread of a
+// row ends with the same, bit-reproducible value (the ops are commutative, so
+// both partners of a butterfly step compute the identical result).
+//
+// Ops: Sum, Max, and MaxSum (online softmax: a (max, sum-of-exp2) pair, so
+// softmax and cross-entropy need a single reduction round).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace quack {
+namespace core {
+
+struct SumOp {
+  using T = float;
+  __device__ __forceinline__ static float identity() { return 0.0f; }
+  __device__ __forceinline__ static float combine(float a, float b) { return a + b; }
+};
+
+struct MaxOp {
+  using T = float;
+  __device__ __forceinline__ static float identity() { return -INFINITY; }
+  __device__ __forceinline__ static float combine(float a, float b) { return fmaxf(a, b); }
+};
+
+// Online-softmax partial: max m and s = sum(exp2(x - m)) over the elements
+// seen (x already in log2 units). Empty partial: (-inf, 0).
+struct MaxSum {
+  float m;
+  float s;
+};
+
+struct MaxSumOp {
+  using T = MaxSum;
+  __device__ __forceinline__ static MaxSum identity() { return {-INFINITY, 0.0f}; }
+  __device__ __forceinline__ static MaxSum combine(MaxSum a, MaxSum b) {
+    const float m = fmaxf(a.m, b.m);
+    // A side that saw nothing (m = -inf) contributes 0; guards -inf - -inf.
+    const float sa = a.m == -INFINITY ? 0.0f : a.s * exp2f(a.m - m);
+    const float sb = b.m == -INFINITY ? 0.0f : b.s * exp2f(b.m - m);
+    return {m, sa + sb};
+  }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+__device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int mask) {
+  return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};
+}
+
+// Butterfly over aligned groups of `width` lanes (power of two <= 32). Every
+// lane of the warp must call it. All lanes of a group end with the result.
+template <class Op>
+__device__ __forceinline__ typename Op::T warp_reduce(typename Op::T v, int width = 32) {
+#pragma unroll
+  for (int mask = 16; mask >= 1; mask >>= 1)
+    if (mask < width) v = Op::combine(v, shfl_xor(v, mask));
+  return v;
+}
+
+// Whole-CTA reduction (the CTA is one team of `blockDim.x` threads, a multiple
+// of 32). `scratch` holds 32 values in shared memory. Contains one
+// __syncthreads. Two consecutive calls must use different scratch buffers
+// (ping-pong); the barrier inside the second call then protects the first.
+template <class Op>
+__device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typename Op::T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_reduce<Op>(v);
+  if (nwarps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  // Every warp reads all warp partials in the same order: same result everywhere.
+  v = lane < nwarps ? scratch[lane] : Op::identity();
+  return warp_reduce<Op>(v);
+}
+
+// Cluster barrier halves (all threads of every CTA of the cluster).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Cluster reduction of one value per CTA (`v` equal in all threads of a CTA)
+// through distributed shared memory. `slot` is one value in this CTA's shared
+// memory; consecutive calls must alternate between two slots. After the last
+// call, the kernel must call cluster_arrive() then cluster_wait() before it
+// exits, so that no CTA leaves while a peer still reads its slot.
+template <class Op>
+__device__ __forceinline__ typename Op::T cluster_reduce(typename Op::T v, typename Op::T* slot,
+                                                         int cluster_size) {
+  if (threadIdx.x == 0) *slot = v;
+  cluster_arrive();
+  cluster_wait();
+  namespace cg = cooperative_groups;
+  const int lane = threadIdx.x & 31;
+  // Lane r reads rank r's slot; the butterfly combines them in a fixed order.
+  typename Op::T p = Op::identity();
+  if (lane < cluster_size) p = *cg::this_cluster().map_shared_rank(slot, lane);
+  return warp_reduce<Op>(p);
+}
+
+// A row reducer for one team: sub-warp, whole CTA, or whole cluster.
+// Shared scratch layout (caller provides `scratch_bytes()` of it):
+//   [2][32] warp partials (ping-pong), [2] cluster slots (ping-pong).
+template <class Op>
+struct RowReducer {
+  using T = typename Op::T;
+  T* warp_scratch;   // [2][32]
+  T* cluster_slot;   // [2]
+  int team;          // threads per row inside the CTA
+  int cluster;       // CTAs per row
+  int parity = 0;
+
+  static constexpr size_t scratch_bytes() { return sizeof(T) * (2 * 32 + 2); }
+
+  __device__ __forceinline__ RowReducer(void* scratch, int team_, int cluster_)
+      : warp_scratch(static_cast<T*>(scratch)),
+        cluster_slot(static_cast<T*>(scratch) + 64),
+        team(team_),
+        cluster(cluster_) {}
+
+  // Every thread of the CTA must call this (teams > 32 own the CTA).
+  __device__ __forceinline__ T reduce(T v) {
+    if (team <= 32) {
+      v = warp_reduce<Op>(v, team);
+    } else {
+      v = block_reduce<Op>(v, warp_scratch + 32 * parity);
+    }
+    if (cluster > 1) v = cluster_reduce<Op>(v, cluster_slot + parity, cluster);
+    parity ^= 1;
+    return v;
+  }
+};
+
+}  // namespace core
+}  // namespace quack

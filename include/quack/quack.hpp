@@ -1,0 +1,88 @@
+// quack-cpp public host API.
+//
+// One named-field Args struct and one function per op and direction. Pointers
+// are raw device pointers; sizes and strides are int64 element counts; every
+// call is asynchronous on the given stream. A call first validates its
+// arguments (can_implement) and returns a Status naming the offending argument;
+// nothing is launched then. The library never prints and never exits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+namespace quack {
+
+// Element types of tensors crossing the API.
+enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+inline constexpr int dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+const char* dtype_name(DType t);
+
+enum class Code : int32_t {
+  kSuccess = 0,
+  kInvalidArgument,   // a shape, stride, pointer or value is outside the contract
+  kUnsupported,       // a valid request this build or device cannot serve
+  kCudaError,         // the CUDA runtime reported an error at launch
+};
+
+// Result of every call. `message` names the argument and what was expected.
+struct [[nodiscard]] Status {
+  Code code = Code::kSuccess;
+  std::string message;
+
+  bool ok() const { return code == Code::kSuccess; }
+  static Status success() { return {}; }
+};
+
+// A row-major matrix view: row r, column c lives at ptr + r * row_stride + c.
+// Columns are always contiguous (unit stride); row_stride >= cols.
+struct MatrixRef {
+  const void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t row_stride = 0;  // in elements
+};
+struct MutMatrixRef {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t row_stride = 0;  // in elements
+};
+// A contiguous vector of length N (weights, biases).
+struct VectorRef {
+  const void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+};
+
+// ---------------------------------------------------------------------------
+// RMSNorm forward
+//   h   = x + residual                       (fp32; residual optional)
+//   rstd = 1 / sqrt(mean(h^2) + eps)
+//   out = h * rstd * (weight + weight_offset) + bias
+// weight and bias are optional; an absent weight is a scale of exactly 1
+// (weight_offset then has no effect: it offsets a weight, Gemma's (1 + w)).
+// residual_out (optional) receives h in its own dtype (pre-norm residual
+// stream). rstd (optional) receives one fp32 per row.
+struct RMSNormFwdArgs {
+  int64_t rows = 0;  // M (0 is allowed: nothing is launched)
+  int64_t cols = 0;  // N >= 1
+  MatrixRef x;
+  MatrixRef residual;        // ptr == nullptr: none
+  VectorRef weight;          // ptr == nullptr: none
+  VectorRef bias;            // ptr == nullptr: none
+  MutMatrixRef out;
+  MutMatrixRef residual_out; // ptr == nullptr: not written
+  float* rstd = nullptr;     // [rows] fp32, optional
+  float eps = 1e-6f;
+  float weight_offset = 0.0f;
+};
+
+// Checks everything that can be checked without touching device memory.
+Status can_implement(const RMSNormFwdArgs& args);
+// Validates, then launches on `stream`.
+Status rmsnorm_fwd(const RMSNormFwdArgs& args, cudaStream_t stream);
+
+// Library version, "major.minor.patch".
+const char* version();
+
+}  // namespace quack

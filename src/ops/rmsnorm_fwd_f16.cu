@@ -1,0 +1,10 @@
+// RMSNorm forward kernels for x in Float16: one translation unit per dtype
+// keeps a clean build parallel and each TU small.
+#define QUACK_RMSNORM_FWD_TU
+#include "quack/ops/rmsnorm.cuh"
+
+namespace quack {
+namespace ops {
+QUACK_RMSNORM_FWD_INSTANTIATION(, DType::kFloat16)
+}  // namespace ops
+}  // namespace quack

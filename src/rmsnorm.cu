@@ -1,0 +1,103 @@
+// RMSNorm host entry points: validation, configuration, and the one
+// run-time -> template dispatch (x's dtype, vector I/O) for the op.
+#include "quack/ops/rmsnorm.cuh"
+#include "quack/quack.hpp"
+#include "validate.hpp"
+
+namespace quack {
+
+using detail::invalid;
+
+Status can_implement(const RMSNormFwdArgs& a) {
+  if (a.rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(a.rows));
+  if (a.cols < 1) return invalid("cols: the normalised dimension N must be >= 1, got " + std::to_string(a.cols));
+  Status st;
+  if (!(st = detail::check_matrix("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("residual", a.residual.ptr, a.residual.dtype, a.residual.row_stride, a.rows, a.cols, false)).ok()) return st;
+  if (!(st = detail::check_vector("weight", a.weight.ptr, a.weight.dtype)).ok()) return st;
+  if (!(st = detail::check_vector("bias", a.bias.ptr, a.bias.dtype)).ok()) return st;
+  if (!(st = detail::check_matrix("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("residual_out", a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, a.rows, a.cols, false)).ok()) return st;
+  if (a.rstd != nullptr && uintptr_t(a.rstd) % 4 != 0) return invalid("rstd: pointer is not 4-byte aligned");
+  if (!(st = detail::check_finite("eps", a.eps, true)).ok()) return st;
+  if (!(st = detail::check_finite("weight_offset", a.weight_offset, false)).ok()) return st;
+  return Status::success();
+}
+
+namespace {
+
+RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
+  RowProblem prob;
+  prob.rows = a.rows;
+  prob.cols = a.cols;
+  prob.x_elem_bytes = dtype_size(a.x.dtype);
+  prob.staged_elem_bytes = dtype_size(a.x.dtype) + (a.residual.ptr ? dtype_size(a.residual.dtype) : 0);
+  prob.scratch_bytes = ops::rmsnorm_fwd_scratch_bytes();
+  return prob;
+}
+
+}  // namespace
+
+Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok()) return st;
+  if (a.rows == 0) return Status::success();
+
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::device_limits(&lim, &device)).ok()) return st;
+  if (lim.compute_capability != 90)
+    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
+                                    std::to_string(lim.compute_capability)};
+
+  const RowProblem prob = rmsnorm_fwd_problem(a);
+  const RowConfig cfg = choose_row_config(prob, lim);
+  if (const char* why = check_row_config(cfg, prob, lim))
+    return {Code::kUnsupported, std::string("no launch configuration for rows = ") + std::to_string(a.rows) +
+                                    ", N = " + std::to_string(a.cols) + ": " + why};
+
+  ops::RMSNormFwdParams p;
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.x = a.x.ptr;
+  p.x_stride = a.x.row_stride;
+  p.res = a.residual.ptr;
+  p.res_stride = a.residual.row_stride;
+  p.res_dtype = a.residual.dtype;
+  p.w = a.weight.ptr;
+  p.w_dtype = a.weight.dtype;
+  p.b = a.bias.ptr;
+  p.b_dtype = a.bias.dtype;
+  p.out = a.out.ptr;
+  p.out_stride = a.out.row_stride;
+  p.out_dtype = a.out.dtype;
+  p.res_out = a.residual_out.ptr;
+  p.res_out_stride = a.residual_out.row_stride;
+  p.res_out_dtype = a.residual_out.dtype;
+  p.rstd = a.rstd;
+  p.eps = a.eps;
+  p.weight_offset = a.weight_offset;
+  p.team = cfg.team;
+  p.cluster = cfg.cluster;
+  p.vpt = cfg.vpt;
+  p.rows_per_team = cfg.rows_per_team;
+  p.chunks = cfg.chunks;
+  p.seg_vecs = cfg.seg_vecs;
+
+  const int vec = cfg.vec;
+  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+                      detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
+                      detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
+                      detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
+                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
+                      detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
+
+  switch (a.x.dtype) {
+    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32>(p, cfg, vec_io, device, stream);
+    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16>(p, cfg, vec_io, device, stream);
+    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16>(p, cfg, vec_io, device, stream);
+  }
+  return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
+}
+
+}  // namespace quack

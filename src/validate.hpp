@@ -1,0 +1,79 @@
+// Argument checks shared by every op's can_implement. Each check names the
+// argument (the C++ field name, which the Python front shares) and what was
+// expected, so a caller can tell exactly what to fix.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace detail {
+
+inline Status invalid(const std::string& msg) { return {Code::kInvalidArgument, msg}; }
+
+inline bool valid_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+inline Status check_dtype(const char* name, DType t) {
+  if (!valid_dtype(t))
+    return invalid(std::string(name) + ": unsupported dtype code " + std::to_string(int(t)) +
+                   " (expected float32, float16 or bfloat16)");
+  return Status::success();
+}
+
+// A (rows, cols) matrix operand. `required` operands must have a pointer when
+// rows > 0; optional ones (ptr == nullptr) are skipped.
+inline Status check_matrix(const char* name, const void* ptr, DType dtype, int64_t stride,
+                           int64_t rows, int64_t cols, bool required) {
+  if (ptr == nullptr) {
+    if (required && rows > 0) return invalid(std::string(name) + ": null pointer");
+    return Status::success();
+  }
+  Status st = check_dtype(name, dtype);
+  if (!st.ok()) return st;
+  if (stride < cols)
+    return invalid(std::string(name) + ": row stride " + std::to_string(stride) +
+                   " is smaller than the row length N = " + std::to_string(cols) +
+                   " (rows would overlap)");
+  if (uintptr_t(ptr) % dtype_size(dtype) != 0)
+    return invalid(std::string(name) + ": pointer is not aligned to its element size (" +
+                   std::to_string(dtype_size(dtype)) + " bytes)");
+  return Status::success();
+}
+
+inline Status check_vector(const char* name, const void* ptr, DType dtype) {
+  if (ptr == nullptr) return Status::success();
+  Status st = check_dtype(name, dtype);
+  if (!st.ok()) return st;
+  if (uintptr_t(ptr) % dtype_size(dtype) != 0)
+    return invalid(std::string(name) + ": pointer is not aligned to its element size (" +
+                   std::to_string(dtype_size(dtype)) + " bytes)");
+  return Status::success();
+}
+
+inline Status check_finite(const char* name, float v, bool non_negative) {
+  if (!std::isfinite(v)) return invalid(std::string(name) + ": must be finite, got " + std::to_string(v));
+  if (non_negative && v < 0) return invalid(std::string(name) + ": must be >= 0, got " + std::to_string(v));
+  return Status::success();
+}
+
+// Alignment a vector access of `vec` elements of `dtype` needs: the vector's
+// size up to 16 bytes (32-byte vectors are two 16-byte accesses).
+inline int vec_align(DType dtype, int vec) {
+  const int b = dtype_size(dtype) * vec;
+  return b < 16 ? b : 16;
+}
+// True when a matrix operand (absent ones pass) allows vector accesses on
+// every row: base pointer and row pitch both aligned.
+inline bool vec_ok(const void* ptr, DType dtype, int64_t stride, int vec) {
+  if (ptr == nullptr) return true;
+  const int a = vec_align(dtype, vec);
+  return uintptr_t(ptr) % a == 0 && (stride * dtype_size(dtype)) % a == 0;
+}
+
+}  // namespace detail
+}  // namespace quack
