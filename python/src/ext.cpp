@@ -1,0 +1,113 @@
+// quack_cpp._C: the host API of quack/quack.hpp for Python.
+//
+// Tensors cross as raw device pointers (Python ints), element strides and
+// dtype codes (0 float32, 1 float16, 2 bfloat16: quack::DType's values), so
+// this module knows nothing of torch. The Python layer (quack_cpp/) allocates
+// through torch, picks the stream and checks shapes; this layer only packs an
+// Args struct, calls the library, and turns a failed Status into an exception:
+//
+//   Code::kInvalidArgument -> ValueError          (a value outside the contract)
+//   Code::kUnsupported     -> NotImplementedError (valid, but this build or GPU
+//                                                  cannot serve it; a subclass
+//                                                  of RuntimeError)
+//   Code::kCudaError       -> RuntimeError        (the CUDA runtime failed)
+//
+// Every message starts with the Python-facing op name, then the library's
+// message, which names the offending argument.
+#include <nanobind/nanobind.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "quack/quack.hpp"
+
+namespace nb = nanobind;
+
+namespace {
+
+[[noreturn]] void raise_status(const quack::Status& st, const char* op) {
+  const std::string msg = std::string(op) + ": " + st.message;
+  switch (st.code) {
+    case quack::Code::kInvalidArgument:
+      throw nb::value_error(msg.c_str());
+    case quack::Code::kUnsupported:
+      PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+      throw nb::python_error();
+    default:
+      throw std::runtime_error(msg);
+  }
+}
+
+// Scalars arrive as Python floats (double). Taking double and narrowing here
+// keeps nanobind's overload resolution to one pass (a float parameter would
+// reject 1e-6 in the exact pass and convert it only in a second one), and a
+// value outside float's range is rejected instead of being converted with
+// undefined behaviour.
+float to_float(double v, const char* op, const char* name) {
+  if (!(std::fabs(v) <= double(FLT_MAX))) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    throw nb::value_error((std::string(op) + ": " + name + " must be finite and within float32's range, got " +
+                           buf).c_str());
+  }
+  return float(v);
+}
+
+template <typename T>
+const T* cptr(uintptr_t p) { return reinterpret_cast<const T*>(p); }
+
+void rmsnorm_fwd(int64_t rows, int64_t cols,
+                 uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                 uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                 uintptr_t w_ptr, int32_t w_dtype,
+                 uintptr_t b_ptr, int32_t b_dtype,
+                 uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                 uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                 uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t stream) {
+  constexpr const char* kOp = "quack_cpp.rmsnorm";
+  // DType has a fixed int32 underlying type, so any code converts; the
+  // library rejects unknown codes by name.
+  quack::RMSNormFwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = {cptr<void>(x_ptr), quack::DType(x_dtype), x_stride};
+  a.residual = {cptr<void>(res_ptr), quack::DType(res_dtype), res_stride};
+  a.weight = {cptr<void>(w_ptr), quack::DType(w_dtype)};
+  a.bias = {cptr<void>(b_ptr), quack::DType(b_dtype)};
+  a.out = {reinterpret_cast<void*>(out_ptr), quack::DType(out_dtype), out_stride};
+  a.residual_out = {reinterpret_cast<void*>(res_out_ptr), quack::DType(res_out_dtype), res_out_stride};
+  a.rstd = reinterpret_cast<float*>(rstd_ptr);
+  a.eps = to_float(eps, kOp, "eps");
+  a.weight_offset = to_float(weight_offset, kOp, "weight_offset");
+  const quack::Status st = quack::rmsnorm_fwd(a, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kOp);
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "quack-cpp kernels over raw device pointers (use the quack_cpp package, not this module)";
+
+  m.def("version", &quack::version, "The C++ library's version, \"major.minor.patch\".");
+
+  m.def("rmsnorm_fwd", &rmsnorm_fwd,
+        nb::arg("rows"), nb::arg("cols"),
+        nb::arg("x_ptr"), nb::arg("x_dtype"), nb::arg("x_stride"),
+        nb::arg("res_ptr"), nb::arg("res_dtype"), nb::arg("res_stride"),
+        nb::arg("w_ptr"), nb::arg("w_dtype"),
+        nb::arg("b_ptr"), nb::arg("b_dtype"),
+        nb::arg("out_ptr"), nb::arg("out_dtype"), nb::arg("out_stride"),
+        nb::arg("res_out_ptr"), nb::arg("res_out_dtype"), nb::arg("res_out_stride"),
+        nb::arg("rstd_ptr"), nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"),
+        "RMSNorm forward over (rows, cols) row-major matrices given as raw device pointers.\n\n"
+        "Fills quack::RMSNormFwdArgs and launches asynchronously on `stream` (a cudaStream_t as\n"
+        "an int; 0 is the legacy default stream) on the current CUDA device. A pointer of 0\n"
+        "means the operand is absent (residual, weight, bias, residual_out, rstd); dtype codes\n"
+        "are 0 float32, 1 float16, 2 bfloat16; strides are row strides in elements.\n"
+        "Raises ValueError (invalid argument), NotImplementedError (unsupported here) or\n"
+        "RuntimeError (CUDA error).");
+}
