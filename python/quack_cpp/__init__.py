@@ -1,0 +1,27 @@
+"""quack_cpp: speed-of-light memory-bound row kernels for NVIDIA Hopper.
+
+    import quack_cpp
+    y = quack_cpp.rmsnorm(x, weight, eps=1e-6)
+    y, h = quack_cpp.rmsnorm(x, weight, residual=h, prenorm=True)
+    norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
+
+Ops are registered with torch.library (``torch.ops.quack_cpp.*``), so
+torch.compile(fullgraph=True) treats each as one opaque op; eager calls go
+straight to the kernel. Kernels run on the current CUDA stream and allocate
+through torch's caching allocator (CUDA-graph capturable).
+"""
+import torch  # first: loads the CUDA runtime (libcudart) that _C links against
+
+from . import _C
+from ._rmsnorm import rmsnorm
+from .nn import RMSNorm
+
+__version__ = _C.version()
+
+
+def version() -> str:
+    """The version of the C++ library this package was built with."""
+    return _C.version()
+
+
+__all__ = ["RMSNorm", "rmsnorm", "version", "__version__"]

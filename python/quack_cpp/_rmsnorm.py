@@ -1,0 +1,373 @@
+"""RMSNorm forward for PyTorch: argument checks, the eager launch, and the
+``quack_cpp::rmsnorm_fwd`` torch.library op that torch.compile sees.
+
+Two paths reach the kernel:
+
+* eager fast path: ``rmsnorm`` checks its arguments, allocates the outputs
+  with torch's caching allocator and calls ``_C.rmsnorm_fwd`` on the current
+  stream, without the dispatcher. Taken when not compiling, x is a plain CUDA
+  ``torch.Tensor`` and no input needs a gradient.
+* dispatcher path: everything else (torch.compile / export tracing, fake and
+  meta tensors, tensor subclasses, inputs that require grad) goes through
+  ``torch.ops.quack_cpp.rmsnorm_fwd``, whose CUDA implementation is the same
+  launch and whose fake implementation gives the output shapes.
+
+The op always returns three tensors, ``(out, residual_out, rstd)``;
+torch.library has no optional returns, so an output that was not asked for
+is an empty placeholder of shape (0,).
+"""
+import math
+import numbers
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _C
+
+_NAME = "quack_cpp.rmsnorm"
+
+# torch dtype -> quack::DType code (quack/quack.hpp).
+_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_DTYPES = "float32, float16 or bfloat16"
+
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_current_device = torch._C._cuda_getDevice
+_raw_stream = torch._C._cuda_getCurrentRawStream
+_rmsnorm_fwd = _C.rmsnorm_fwd
+_empty_like = torch.empty_like
+_contiguous = torch.contiguous_format
+
+
+_INF = math.inf
+
+
+def _shape(t: Tensor) -> Tuple[int, ...]:
+    return tuple(t.shape)
+
+
+# ---------------------------------------------------------------------------
+# Argument checks. Each error names the argument and what was expected. Shape,
+# dtype and value checks come before the device checks, so that all of them
+# can be exercised with CPU tensors. The common case runs inline (this is on
+# every eager call's path); the helpers only run for unusual arguments.
+
+def _check_tensor(name: str, t) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{_NAME}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if t.dtype not in _DTYPE_CODE:
+        raise TypeError(f"{_NAME}: {name} must be {_DTYPES}, got {t.dtype}")
+
+
+def _check_vector(name: str, t, n: int) -> None:
+    _check_tensor(name, t)
+    shape = t.shape
+    if len(shape) != 1 or shape[0] != n:
+        raise ValueError(f"{_NAME}: {name} must have shape ({n},), got {tuple(shape)}")
+
+
+def _check_dtype_arg(name: str, dt) -> None:
+    if dt not in _DTYPE_CODE:
+        raise TypeError(f"{_NAME}: {name} must be None, torch.float32, torch.float16 or torch.bfloat16, "
+                        f"got {dt!r}")
+
+
+def _check_scalar(name: str, v, non_negative: bool) -> None:
+    if type(v) is not float and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+        raise TypeError(f"{_NAME}: {name} must be a real number, got {type(v).__name__}")
+    if not math.isfinite(v):
+        raise ValueError(f"{_NAME}: {name} must be finite, got {v}")
+    if non_negative and v < 0:
+        raise ValueError(f"{_NAME}: {name} must be >= 0, got {v}")
+
+
+def _check_same_device(x: Tensor, weight, bias, residual) -> None:
+    dev = x.device
+    for name, t in (("weight", weight), ("bias", bias), ("residual", residual)):
+        if t is not None and t.device != dev:
+            raise ValueError(f"{_NAME}: {name} must be on x's device {dev}, got {t.device}")
+
+
+def _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm) -> None:
+    """Raises TypeError (wrong type or dtype) or ValueError (wrong shape, value
+    or device) naming the argument; returns None when the call is valid."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{_NAME}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _DTYPE_CODE:
+        raise TypeError(f"{_NAME}: x must be {_DTYPES}, got {x.dtype}")
+    shape = x.shape
+    if len(shape) == 0:
+        raise ValueError(f"{_NAME}: x must have at least one dimension (the normalised one), got a 0-d tensor")
+    n = shape[-1]
+    if n < 1:
+        raise ValueError(f"{_NAME}: x's last (normalised) dimension N must be >= 1, got x of shape {tuple(shape)}")
+    if weight is not None and (not isinstance(weight, Tensor) or weight.dtype not in _DTYPE_CODE
+                               or weight.shape != (n,)):
+        _check_vector("weight", weight, n)
+    if bias is not None and (not isinstance(bias, Tensor) or bias.dtype not in _DTYPE_CODE
+                             or bias.shape != (n,)):
+        _check_vector("bias", bias, n)
+    if residual is not None:
+        _check_tensor("residual", residual)
+        if residual.shape != shape:
+            raise ValueError(f"{_NAME}: residual must have x's shape {tuple(shape)}, got {_shape(residual)}")
+    if out_dtype is not None:
+        _check_dtype_arg("out_dtype", out_dtype)
+    if residual_dtype is not None:
+        _check_dtype_arg("residual_dtype", residual_dtype)
+        if not prenorm:
+            raise ValueError(f"{_NAME}: residual_dtype is the dtype of residual_out, which is returned only "
+                             "with prenorm=True; pass prenorm=True or drop residual_dtype")
+    if type(eps) is not float or not 0.0 <= eps < _INF:
+        _check_scalar("eps", eps, True)
+    if type(weight_offset) is not float or not -_INF < weight_offset < _INF:
+        _check_scalar("weight_offset", weight_offset, False)
+
+    # Devices last. meta tensors are accepted: they go to the fake (shape-only)
+    # implementation, which makes shape inference and compile tracing
+    # testable without a GPU.
+    if x.is_cuda:
+        dev = x.get_device()
+        if ((weight is not None and not (weight.is_cuda and weight.get_device() == dev))
+                or (bias is not None and not (bias.is_cuda and bias.get_device() == dev))
+                or (residual is not None and not (residual.is_cuda and residual.get_device() == dev))):
+            _check_same_device(x, weight, bias, residual)
+    elif x.device.type == "meta":
+        _check_same_device(x, weight, bias, residual)
+    else:
+        raise ValueError(f"{_NAME}: x must be a CUDA tensor, got a tensor on {x.device}")
+
+
+def _resolve_dtypes(x: Tensor, residual: Optional[Tensor], out_dtype, residual_dtype):
+    if out_dtype is None:
+        out_dtype = x.dtype
+    if residual_dtype is None:
+        residual_dtype = x.dtype if residual is None else residual.dtype
+    return out_dtype, residual_dtype
+
+
+# ---------------------------------------------------------------------------
+# The launch.
+
+def _row_stride(t: Tensor, n: int) -> int:
+    """Row stride (elements) of ``t`` seen as a (rows, n) row-major matrix
+    without a copy: the last dimension contiguous and the leading dimensions
+    collapsible into one row stride >= n. -1 when that needs a copy."""
+    if t.is_contiguous():
+        return n
+    stride = t.stride()
+    if n > 1 and stride[-1] != 1:
+        return -1
+    shape = t.shape
+    row_stride = -1
+    span = 0  # elements spanned by the dims already walked, from the inside out
+    for i in range(t.dim() - 2, -1, -1):
+        size = shape[i]
+        if size == 1:
+            continue
+        if size == 0:
+            return n  # no rows: any stride will do
+        if row_stride < 0:
+            row_stride = stride[i]
+        elif stride[i] != span:
+            return -1
+        span = stride[i] * size
+    if row_stride < 0:
+        return n  # at most one row
+    return row_stride if row_stride >= n else -1  # overlapping rows (expand): copy
+
+
+def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+            prenorm: bool, return_rstd: bool):
+    """Allocates the outputs and launches on x's device and current stream.
+    Arguments are checked, dtypes resolved, x is on a CUDA device.
+    Returns (out, residual_out or None, rstd or None)."""
+    shape = x.shape
+    n = shape[-1]
+    # Rows of x (and residual) may be strided; other layouts are copied to
+    # contiguous first, which costs one extra read and write of the tensor.
+    xs = n if x.is_contiguous() else _row_stride(x, n)
+    if xs < 0:
+        x = x.contiguous()
+        xs = n
+    # (empty_like parses its arguments faster than new_empty / empty.)
+    out = _empty_like(x, dtype=out_dtype, memory_format=_contiguous)
+    res_out = _empty_like(x, dtype=residual_dtype, memory_format=_contiguous) if prenorm else None
+    rstd = x.new_empty(shape[:-1], dtype=torch.float32) if return_rstd else None
+    rows = x.numel() // n
+    if rows == 0:
+        return out, res_out, rstd
+
+    if residual is not None:
+        rs = _row_stride(residual, n)
+        if rs < 0:
+            residual = residual.contiguous()
+            rs = n
+        r_ptr, r_code = residual.data_ptr(), _DTYPE_CODE[residual.dtype]
+    else:
+        r_ptr, r_code, rs = 0, 0, 0
+    if weight is not None:
+        if not weight.is_contiguous():
+            weight = weight.contiguous()
+        w_ptr, w_code = weight.data_ptr(), _DTYPE_CODE[weight.dtype]
+    else:
+        w_ptr, w_code = 0, 0
+    if bias is not None:
+        if not bias.is_contiguous():
+            bias = bias.contiguous()
+        b_ptr, b_code = bias.data_ptr(), _DTYPE_CODE[bias.dtype]
+    else:
+        b_ptr, b_code = 0, 0
+
+    dev = x.get_device()
+    args = (rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, r_ptr, r_code, rs, w_ptr, w_code,
+            b_ptr, b_code, out.data_ptr(), _DTYPE_CODE[out_dtype], n,
+            0 if res_out is None else res_out.data_ptr(), _DTYPE_CODE[residual_dtype], n,
+            0 if rstd is None else rstd.data_ptr(), eps, weight_offset, _raw_stream(dev))
+    if _current_device() == dev:
+        _rmsnorm_fwd(*args)
+    else:
+        with torch.cuda.device(dev):
+            _rmsnorm_fwd(*args)
+    return out, res_out, rstd
+
+
+# ---------------------------------------------------------------------------
+# torch.library op: what torch.compile, fake tensors and autograd see.
+
+@torch.library.custom_op("quack_cpp::rmsnorm_fwd", mutates_args=())
+def _rmsnorm_fwd_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                    residual: Optional[Tensor], out_dtype: Optional[torch.dtype],
+                    residual_dtype: Optional[torch.dtype], eps: float, weight_offset: float,
+                    prenorm: bool, return_rstd: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """quack_cpp.rmsnorm as one op. Returns (out, residual_out, rstd); an
+    output not asked for (prenorm / return_rstd False) is an empty (0,) tensor."""
+    _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
+    out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
+    out, res_out, rstd = _launch(x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                                 weight_offset, prenorm, return_rstd)
+    if res_out is None:
+        res_out = x.new_empty((0,), dtype=residual_dtype)
+    if rstd is None:
+        rstd = x.new_empty((0,), dtype=torch.float32)
+    return out, res_out, rstd
+
+
+@_rmsnorm_fwd_op.register_fake
+def _rmsnorm_fwd_fake(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+                      prenorm, return_rstd):
+    _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
+    out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
+    shape = x.shape
+    out = x.new_empty(shape, dtype=out_dtype)
+    res_out = x.new_empty(shape if prenorm else (0,), dtype=residual_dtype)
+    rstd = x.new_empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32)
+    return out, res_out, rstd
+
+
+# Backward is not implemented yet. It is registered as an op that fails when
+# it runs rather than a Python function that raises, so that torch.compile can
+# still trace the joint forward/backward graph of a model whose parameters
+# require grad: only an actual .backward() raises.
+_BACKWARD_MESSAGE = "quack_cpp.rmsnorm backward is not implemented yet"
+
+
+@torch.library.custom_op("quack_cpp::rmsnorm_bwd_unimplemented", mutates_args=())
+def _rmsnorm_bwd_unimplemented(grad_out: Tensor, x_dtype: torch.dtype) -> Tensor:
+    """Placeholder for RMSNorm backward: always raises NotImplementedError."""
+    raise NotImplementedError(_BACKWARD_MESSAGE)
+
+
+@_rmsnorm_bwd_unimplemented.register_fake
+def _rmsnorm_bwd_unimplemented_fake(grad_out, x_dtype):
+    return grad_out.new_empty(grad_out.shape, dtype=x_dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, residual = inputs[:4]
+    ctx.x_dtype = x.dtype
+    ctx.vec_meta = tuple(None if t is None else t.dtype for t in (weight, bias))
+    ctx.residual_dtype = None if residual is None else residual.dtype
+
+
+def _backward(ctx, grad_out, grad_res_out, grad_rstd):
+    dx = torch.ops.quack_cpp.rmsnorm_bwd_unimplemented(grad_out, ctx.x_dtype)
+    # Never reached at run time (the op above raises); shapes for tracing.
+    n = grad_out.shape[-1]
+    dw, db = (None if dt is None else dx.new_empty((n,), dtype=dt) for dt in ctx.vec_meta)
+    dres = None if ctx.residual_dtype is None else dx.to(ctx.residual_dtype)
+    return dx, dw, db, dres, None, None, None, None, None, None
+
+
+_rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------
+# Public function.
+
+def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+            residual: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None,
+            residual_dtype: Optional[torch.dtype] = None, eps: float = 1e-6,
+            prenorm: bool = False, weight_offset: float = 0.0, return_rstd: bool = False):
+    """RMSNorm over the last dimension of ``x``, with optional residual add.
+
+    With N = x.shape[-1] and fp32 arithmetic throughout::
+
+        h    = x + residual                       (x alone without residual)
+        rstd = 1 / sqrt(mean(h ** 2, dim=-1) + eps)
+        y    = h * rstd * (weight + weight_offset) + bias
+
+    An absent weight is a scale of exactly 1 (weight_offset then has no
+    effect); an absent bias adds nothing.
+
+    Args:
+        x: (..., N) CUDA tensor, float32/float16/bfloat16, N >= 1. Leading
+            dimensions are flattened into rows (0 rows is fine). Rows may be
+            strided (e.g. ``buf[:, :N]``) when the last dimension is
+            contiguous and the leading ones collapse into one row stride;
+            any other layout is first copied to contiguous (one extra read
+            and write of x).
+        weight, bias: (N,) tensors of any of the three dtypes, independent
+            of x's (a non-contiguous one is copied; it is small).
+        residual: tensor of x's shape, any of the three dtypes, same layout
+            rules as x.
+        out_dtype: dtype of y (default: x.dtype).
+        residual_dtype: dtype of residual_out (default: residual's dtype,
+            or x's without residual); only with ``prenorm=True``.
+        eps: >= 0, added to the mean square.
+        prenorm: also return ``residual_out = h`` (the pre-norm residual
+            stream for the next layer).
+        weight_offset: added to weight (1.0 gives Gemma's ``1 + w``).
+        return_rstd: also return rstd, fp32 of shape x.shape[:-1].
+
+    Returns:
+        ``y``; ``(y, residual_out)`` with prenorm; rstd appended last with
+        return_rstd. Outputs are new contiguous tensors on x's device,
+        computed on the current CUDA stream.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype.
+        ValueError: a wrong shape, value or device (CPU tensors are rejected).
+        NotImplementedError: the GPU or build cannot run it (not sm_90).
+        RuntimeError: the CUDA runtime reported an error.
+
+    Autograd: forward works with inputs that require grad; backward is not
+    implemented yet and raises NotImplementedError.
+    """
+    _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
+    if (_is_compiling() or type(x) is not Tensor or not x.is_cuda
+            or (_grad_enabled() and (x.requires_grad
+                                     or (weight is not None and weight.requires_grad)
+                                     or (bias is not None and bias.requires_grad)
+                                     or (residual is not None and residual.requires_grad)))):
+        out, res_out, rstd = torch.ops.quack_cpp.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype,
+                                                         float(eps), float(weight_offset), bool(prenorm),
+                                                         bool(return_rstd))
+    else:
+        out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
+        out, res_out, rstd = _launch(x, weight, bias, residual, out_dtype, residual_dtype,
+                                     float(eps), float(weight_offset), prenorm, return_rstd)
+    if prenorm:
+        return (out, res_out, rstd) if return_rstd else (out, res_out)
+    return (out, rstd) if return_rstd else out
