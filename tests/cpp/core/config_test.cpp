@@ -1,0 +1,248 @@
+// Host tests of the row-kernel configuration heuristic (quack/core/config.hpp).
+//
+// The sweep asks for a configuration at every N in [1, 2^21], for x of 4 and
+// 2 bytes, staging x alone or x plus a residual of 2 or 4 bytes, at several
+// row counts, and checks each one twice: through check_row_config, and
+// through the invariants restated here independently (so a bug shared by the
+// heuristic and its checker still shows). 2^21 reaches past the on-chip
+// capacity of a 16-CTA cluster for every staging (the largest, 16-bit x
+// alone, holds 1,638,400 elements), so the sweep crosses from one pass over
+// HBM to chunked rows.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+
+namespace quack {
+namespace {
+
+constexpr int64_t kSweepMaxN = int64_t(1) << 21;
+constexpr int64_t kRowCounts[] = {0, 1, 7, 8192};
+// What RMSNorm reserves for its reducer; any op's scratch is of this order.
+constexpr size_t kScratch = 512;
+// A CTA's staged share of a row is at most 200 KiB (config.cpp), so one row
+// is read from HBM once up to 16 x 200 KiB staged.
+constexpr int64_t kCtaCapBytes = 200 * 1024;
+constexpr int kMaxCluster = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+RowProblem problem(int64_t rows, int64_t cols, int x_bytes, int res_bytes) {
+  RowProblem p;
+  p.rows = rows;
+  p.cols = cols;
+  p.x_elem_bytes = x_bytes;
+  p.staged_elem_bytes = x_bytes + res_bytes;
+  p.scratch_bytes = kScratch;
+  return p;
+}
+
+std::string describe(const RowConfig& c, const RowProblem& p) {
+  std::ostringstream s;
+  s << "rows=" << p.rows << " N=" << p.cols << " x_bytes=" << p.x_elem_bytes
+    << " staged_bytes=" << p.staged_elem_bytes << " -> vec=" << c.vec << " team=" << c.team
+    << " threads=" << c.threads << " cluster=" << c.cluster << " vpt=" << c.vpt
+    << " rows_per_team=" << c.rows_per_team << " chunks=" << c.chunks << " seg_vecs=" << c.seg_vecs
+    << " smem=" << c.smem_bytes << " grid=" << c.grid;
+  return s.str();
+}
+
+// The invariants every row kernel relies on, restated without reference to
+// config.cpp. Returns nullptr or the first broken one.
+const char* broken_invariant(const RowConfig& c, const RowProblem& p, const DeviceLimits& lim) {
+  const int64_t nvec = ceil_div(p.cols, 16 / p.x_elem_bytes);
+  const int64_t vec_bytes = int64_t(c.vec) * p.staged_elem_bytes;
+  if (c.vec * p.x_elem_bytes != 16) return "a vector is not 16 bytes of x";
+  if (!is_pow2(c.team) || c.team > 1024) return "team is not a power of two <= 1024";
+  if (c.threads < 32 || c.threads > 1024 || c.threads % 32 != 0) return "threads not whole warps in [32, 1024]";
+  if (c.threads % c.team != 0) return "threads not a multiple of team";
+  if (c.team > 32 && c.threads != c.team) return "a team wider than a warp does not own its CTA";
+  if (c.cluster < 1 || c.cluster > kMaxCluster || c.cluster > lim.max_cluster) return "cluster outside [1, 16]";
+  if (c.cluster > 1 && c.threads != c.team) return "a clustered row does not own whole CTAs";
+  if (c.chunks < 1) return "chunks < 1";
+  if (c.chunks > 1 && c.threads != c.team) return "a chunked row does not own whole CTAs";
+  if (c.vpt < 1 || c.rows_per_team < 1) return "vpt or rows_per_team < 1";
+  if (c.rows_per_team > 1 && c.team > 32) return "several rows per team with a team wider than a warp";
+  // Segments: the cluster's CTAs cover the row, and none is empty.
+  if (c.seg_vecs * c.cluster < nvec) return "cluster segments do not cover N";
+  if (c.seg_vecs * (c.cluster - 1) >= nvec) return "a CTA of the cluster owns no part of the row";
+  // Chunks: they cover a CTA's segment.
+  if (c.chunk_vecs() * c.chunks < c.seg_vecs) return "chunks do not cover the segment";
+  // Shared memory: one staging buffer holds every staged slot; one buffer
+  // when chunked, at most two (double buffering) otherwise; plus scratch.
+  const size_t slots = size_t(c.threads) * c.rows_per_team * c.vpt * vec_bytes;
+  if (c.stage_bytes < slots) return "staging buffer smaller than the staged slots";
+  if (c.buffers < 1 || c.buffers > 2 || (c.chunks > 1 && c.buffers != 1)) return "buffers not 1 or 2 (1 when chunked)";
+  if (c.smem_bytes < c.buffers * c.stage_bytes + p.scratch_bytes) return "shared memory smaller than buffers + scratch";
+  if (c.smem_bytes > lim.max_smem_per_block) return "shared memory above the per-CTA limit";
+  if (c.smem_bytes > lim.smem_per_sm) return "shared memory above one SM";
+  // Rows: blocks of rows_per_cta rows cover every row, none is empty; the
+  // (persistent) grid is whole clusters, at most one per row block.
+  if (c.row_blocks * c.rows_per_cta() < p.rows) return "row blocks do not cover the rows";
+  if (p.rows > 0 && (c.row_blocks - 1) * c.rows_per_cta() >= p.rows) return "a row block with no row";
+  if (p.rows == 0 && (c.row_blocks != 0 || c.grid != 0)) return "rows = 0 with a non-empty grid";
+  if (p.rows > 0 && c.grid == 0) return "empty grid for rows > 0";
+  if (c.grid % c.cluster != 0) return "grid not a whole number of clusters";
+  if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
+  if (c.grid > int64_t(0x7fffffff)) return "grid above gridDim.x";
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// The sweep: every N in [1, 2^21].
+
+struct Staging {
+  int x_bytes;
+  int res_bytes;  // 0: x alone
+};
+
+std::string staging_label(const Staging& s) {
+  return "x" + std::to_string(s.x_bytes * 8) + (s.res_bytes ? "_res" + std::to_string(s.res_bytes * 8) : "_only");
+}
+std::string staging_name(const testing::TestParamInfo<Staging>& info) { return staging_label(info.param); }
+void PrintTo(const Staging& s, std::ostream* os) { *os << staging_label(s); }
+
+// Sweeps N in [1, max_n] with the given N step; returns the failures found
+// (reporting at most a few of them).
+void sweep(const Staging& s, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+  int failures = 0;
+  RowConfig prev;  // N-monotonicity at a fixed row count
+  for (int64_t n = 1; n <= max_n; n += step) {
+    for (const int64_t rows : kRowCounts) {
+      const RowProblem p = problem(rows, n, s.x_bytes, s.res_bytes);
+      const RowConfig c = choose_row_config(p, lim);
+      const char* why = check_row_config(c, p, lim);
+      if (why == nullptr) why = broken_invariant(c, p, lim);
+      // The on-chip guarantee: a single pass exactly when the row's staged
+      // bytes fit a cluster of max_cluster CTAs holding 200 KiB each.
+      const int64_t vec_bytes = int64_t(c.vec) * p.staged_elem_bytes;
+      const bool fits = ceil_div(ceil_div(n, c.vec), lim.max_cluster) * vec_bytes <= kCtaCapBytes;
+      if (why == nullptr && fits != (c.chunks == 1)) why = "chunks > 1 although the row fits on chip, or the reverse";
+      if (why == nullptr && c.chunks > 1 && c.cluster != lim.max_cluster) why = "chunked before the cluster is full";
+      if (why == nullptr && rows == 1 && n > 1 &&
+          (c.cluster < prev.cluster || c.chunks < prev.chunks))
+        why = "cluster or chunks decreased as N grew";
+      if (rows == 1) prev = c;
+      if (why != nullptr) {
+        ADD_FAILURE() << why << ": " << describe(c, p);
+        if (++failures >= 10) return;
+      }
+    }
+  }
+}
+
+class ConfigSweep : public testing::TestWithParam<Staging> {};
+
+TEST_P(ConfigSweep, EveryNUpTo2Pow21IsValidOnH200) { sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 1); }
+
+// Devices that allow less: a portable cluster (8) and no cluster at all. Every
+// 7th N, so that the three sweeps together stay a few seconds.
+TEST_P(ConfigSweep, ValidWithPortableClusterOf8) {
+  DeviceLimits lim;
+  lim.max_cluster = 8;
+  sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+TEST_P(ConfigSweep, ValidWithoutClusters) {
+  DeviceLimits lim;
+  lim.max_cluster = 1;
+  sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Staging, ConfigSweep,
+                         testing::Values(Staging{4, 0}, Staging{4, 2}, Staging{4, 4}, Staging{2, 0},
+                                         Staging{2, 2}, Staging{2, 4}),
+                         staging_name);
+
+// ---------------------------------------------------------------------------
+// Specific shapes: which regime a given N lands in.
+
+RowConfig config_for(int64_t rows, int64_t n, int x_bytes, int res_bytes = 0) {
+  const RowProblem p = problem(rows, n, x_bytes, res_bytes);
+  const RowConfig c = choose_row_config(p, DeviceLimits{});
+  EXPECT_EQ(check_row_config(c, p, DeviceLimits{}), nullptr) << describe(c, p);
+  EXPECT_EQ(broken_invariant(c, p, DeviceLimits{}), nullptr) << describe(c, p);
+  return c;
+}
+
+TEST(ConfigShapes, SmallRowsUseSubWarpTeamsSeveralPerCta) {
+  for (const int64_t n : {1, 2, 7, 8, 64, 100, 128}) {
+    const RowConfig c = config_for(8192, n, 2);
+    EXPECT_LT(c.team, 32) << "N=" << n;
+    EXPECT_GT(c.teams_per_cta(), 1) << "N=" << n;
+    EXPECT_EQ(c.cluster, 1) << "N=" << n;
+    EXPECT_EQ(c.chunks, 1) << "N=" << n;
+  }
+  // One vector per row: a team of one thread, staging several rows at once.
+  const RowConfig tiny = config_for(8192, 8, 2);
+  EXPECT_EQ(tiny.team, 1);
+  EXPECT_GT(tiny.rows_per_team, 1);
+  EXPECT_EQ(config_for(8192, 1, 4).team, 1);
+}
+
+TEST(ConfigShapes, MidRowsUseWholeCtaTeams) {
+  for (const int64_t n : {4096, 8192, 16384}) {
+    const RowConfig c = config_for(8192, n, 2);
+    EXPECT_GT(c.team, 32) << "N=" << n;
+    EXPECT_EQ(c.threads, c.team) << "N=" << n;
+    EXPECT_EQ(c.cluster, 1) << "N=" << n;
+    EXPECT_EQ(c.chunks, 1) << "N=" << n;
+  }
+}
+
+TEST(ConfigShapes, LargeRowsUseClusters) {
+  const RowConfig c64k = config_for(8192, 65536, 2);
+  const RowConfig c256k = config_for(8192, 262144, 2);
+  EXPECT_GT(c64k.cluster, 1);
+  EXPECT_GT(c256k.cluster, c64k.cluster);
+  EXPECT_EQ(c256k.chunks, 1);
+  // fp32 x of 262144 elements is 1 MiB: needs the whole 16-CTA cluster.
+  EXPECT_EQ(config_for(8192, 262144, 4).cluster, 16);
+  // Staging a residual too doubles the bytes: at least as wide a cluster.
+  EXPECT_GE(config_for(8192, 65536, 2, 2).cluster, c64k.cluster);
+}
+
+TEST(ConfigShapes, ChunksBeyondTheCapacityOfA16CtaCluster) {
+  // 16-bit x alone: 16 CTAs x 200 KiB = 204800 vectors of 8 elements.
+  const int64_t cap_bf16 = 16 * kCtaCapBytes / 16 * 8;  // 1,638,400
+  EXPECT_EQ(config_for(2, cap_bf16, 2).chunks, 1);
+  EXPECT_EQ(config_for(2, cap_bf16, 2).cluster, 16);
+  EXPECT_EQ(config_for(2, cap_bf16 + 1, 2).chunks, 2);
+  // fp32 x alone: 819,200 elements.
+  EXPECT_EQ(config_for(2, 819200, 4).chunks, 1);
+  EXPECT_GT(config_for(2, 819201, 4).chunks, 1);
+  // With a 16-bit residual staged too, the capacity halves for 16-bit x.
+  EXPECT_EQ(config_for(2, cap_bf16 / 2, 2, 2).chunks, 1);
+  EXPECT_GT(config_for(2, cap_bf16 / 2 + 1, 2, 2).chunks, 1);
+  // The benchmark's largest rows.
+  const RowConfig big = config_for(4, 4194304, 4);
+  EXPECT_EQ(big.cluster, 16);
+  EXPECT_GT(big.chunks, 1);
+  const RowConfig huge = config_for(1, int64_t(1) << 30, 2, 4);  // 6 GiB of row
+  EXPECT_EQ(huge.cluster, 16);
+  EXPECT_GT(huge.chunks, 1000);
+}
+
+TEST(ConfigShapes, NoRowsMeansAnEmptyGrid) {
+  for (const int64_t n : {1, 4096, 262144, 4194304}) {
+    EXPECT_EQ(config_for(0, n, 2).grid, 0) << "N=" << n;
+    EXPECT_EQ(config_for(0, n, 2).row_blocks, 0) << "N=" << n;
+  }
+}
+
+TEST(ConfigShapes, RowBlocksCoverRowsAtEveryRegime) {
+  for (const int64_t n : {3, 100, 4096, 262144, 4194304}) {
+    for (const int64_t rows : {1, 7, 8192, 100003}) {
+      const RowConfig c = config_for(rows, n, 2);
+      EXPECT_GE(c.row_blocks * c.rows_per_cta(), rows) << "N=" << n << " rows=" << rows;
+      EXPECT_GT(c.grid, 0) << "N=" << n << " rows=" << rows;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace quack

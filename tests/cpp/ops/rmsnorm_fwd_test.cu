@@ -1,0 +1,414 @@
+// GPU tests of RMSNorm forward through the public C++ API (quack::rmsnorm_fwd).
+//
+// Each case lays every operand out in its own cudaMalloc'ed buffer:
+//   [guard][offset elements][row 0][gap][row 1][gap] ... [row M-1][guard]
+// where gap = row_stride - N. Every byte that is not an element of a row is
+// poison (0xFF: NaN in all three dtypes) in inputs and outputs alike: a kernel
+// that reads an input's gap or guard turns its row into NaN, one that writes
+// an output's is caught byte by byte. Inputs must come back unchanged.
+// Outputs are compared with a float64 reference; the call is then repeated on
+// freshly poisoned outputs and must give bit-identical results.
+//
+// Cases cover every regime of the configuration (core/config.hpp): sub-warp
+// teams with several rows per team, whole-CTA teams, clusters (N = 65536 and
+// 262144 in bf16), chunked rows past a 16-CTA cluster's capacity (N = 4194304
+// fp32), plus residual / residual_out / rstd / weight / bias / weight_offset,
+// pointers off by one element (the element-wise path), row strides > N, and
+// mixed dtypes. Rows are scaled differently so that a row mixed up with
+// another shows. A separate test puts a row beyond 2^31 elements.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/quack.hpp"
+#include "support/cuda_test.hpp"
+
+namespace quack {
+namespace {
+
+using test::load_elem;
+using test::round_to;
+using test::store_elem;
+
+constexpr size_t kGuard = 256;                 // poison bytes before and after every operand
+constexpr size_t kMaxHostImage = size_t(256) << 20;  // larger buffers are checked row by row
+constexpr unsigned char kPoison = 0xFF;
+
+// ---------------------------------------------------------------------------
+// One operand in its own guarded, poisoned allocation.
+
+struct Layout {
+  DType dtype = DType::kFloat32;
+  int64_t rows = 0, cols = 0;
+  int64_t stride = 0;  // elements between row starts (>= cols)
+  int64_t offset = 0;  // elements between the guard and row 0
+};
+
+class GuardedTensor {
+ public:
+  explicit GuardedTensor(const Layout& l) : l_(l), es_(dtype_size(l.dtype)) {
+    const int64_t span = l.rows == 0 ? 0 : (l.offset + (l.rows - 1) * l.stride + l.cols) * es_;
+    total_ = kGuard + size_t(span) + kGuard;
+    buf_ = test::DeviceBuffer(total_);
+  }
+  bool ok() const { return buf_.ok(); }
+  void* ptr() const { return buf_.data() + kGuard + l_.offset * es_; }
+  const Layout& layout() const { return l_; }
+
+  // Sets every byte to poison.
+  cudaError_t poison() const { return cudaMemset(buf_.data(), kPoison, total_); }
+
+  // Poison everywhere, then `v[r * cols + c]` (representable in the dtype) at
+  // the elements.
+  cudaError_t upload(const std::vector<float>& v) const {
+    if (total_ <= kMaxHostImage) {
+      std::vector<unsigned char> img(total_, kPoison);
+      for (int64_t r = 0; r < l_.rows; ++r)
+        for (int64_t c = 0; c < l_.cols; ++c) store_elem(&img[row_begin(r) + c * es_], l_.dtype, v[r * l_.cols + c]);
+      return cudaMemcpy(buf_.data(), img.data(), total_, cudaMemcpyHostToDevice);
+    }
+    cudaError_t e = poison();
+    std::vector<unsigned char> row(size_t(l_.cols * es_));
+    for (int64_t r = 0; r < l_.rows && e == cudaSuccess; ++r) {
+      for (int64_t c = 0; c < l_.cols; ++c) store_elem(&row[c * es_], l_.dtype, v[r * l_.cols + c]);
+      e = cudaMemcpy(buf_.data() + row_begin(r), row.data(), row.size(), cudaMemcpyHostToDevice);
+    }
+    return e;
+  }
+
+  // Reads every element back into `v` (as float64) and counts the bytes
+  // outside the rows that are no longer poison. Small buffers are read whole;
+  // large ones as one window per row reaching up to kGuard bytes past either
+  // end (never into a neighbouring row).
+  cudaError_t download(std::vector<double>* v, int64_t* dirty) const {
+    v->assign(size_t(l_.rows * l_.cols), std::nan(""));
+    *dirty = 0;
+    if (total_ <= kMaxHostImage) return scan(0, total_, 0, l_.rows, v, dirty);
+    for (int64_t r = 0; r < l_.rows; ++r) {
+      const size_t prev_end = r == 0 ? 0 : row_end(r - 1);
+      const size_t next_begin = r + 1 == l_.rows ? total_ : row_begin(r + 1);
+      const size_t lo = std::max(prev_end, row_begin(r) - std::min(row_begin(r), kGuard));
+      const size_t hi = std::min(next_begin, row_end(r) + kGuard);
+      const cudaError_t e = scan(lo, hi, r, r + 1, v, dirty);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+
+ private:
+  size_t row_begin(int64_t r) const { return kGuard + size_t((l_.offset + r * l_.stride) * es_); }
+  size_t row_end(int64_t r) const { return row_begin(r) + size_t(l_.cols * es_); }
+
+  // Reads bytes [lo, hi), which hold rows [r0, r1) whole.
+  cudaError_t scan(size_t lo, size_t hi, int64_t r0, int64_t r1, std::vector<double>* v, int64_t* dirty) const {
+    std::vector<unsigned char> img(hi - lo);
+    const cudaError_t e = cudaMemcpy(img.data(), buf_.data() + lo, hi - lo, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return e;
+    size_t pos = lo;
+    auto count_dirty = [&](size_t end) {
+      for (; pos < end; ++pos) *dirty += img[pos - lo] != kPoison;
+    };
+    for (int64_t r = r0; r < r1; ++r) {
+      count_dirty(row_begin(r));
+      for (int64_t c = 0; c < l_.cols; ++c) (*v)[r * l_.cols + c] = load_elem(&img[row_begin(r) - lo + c * es_], l_.dtype);
+      pos = row_end(r);
+    }
+    count_dirty(hi);
+    return cudaSuccess;
+  }
+
+  Layout l_;
+  int64_t es_;
+  size_t total_ = 0;
+  test::DeviceBuffer buf_;
+};
+
+// ---------------------------------------------------------------------------
+// Cases.
+
+enum Operand { kX, kRes, kW, kB, kOut, kResOut, kRstd, kNumOperands };
+const char* const kOperandName[kNumOperands] = {"x", "residual", "weight", "bias", "out", "residual_out", "rstd"};
+
+struct OperandSpec {
+  bool present = false;
+  DType dtype = DType::kFloat32;
+  int64_t pad = 0;     // row_stride = N + pad (matrices only)
+  int64_t offset = 0;  // elements past a 256-byte boundary
+};
+
+struct FwdCase {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  OperandSpec op[kNumOperands];
+  float eps = 1e-6f;
+  float weight_offset = 0.0f;
+
+  FwdCase(std::string n, int64_t m, int64_t cols_, DType x) : name(std::move(n)), rows(m), cols(cols_) {
+    op[kX] = {true, x};
+    op[kOut] = {true, x};
+  }
+  FwdCase& with(Operand o, DType t) {
+    op[o].present = true;
+    op[o].dtype = t;
+    return *this;
+  }
+  FwdCase& with_rstd() { return with(kRstd, DType::kFloat32); }
+  FwdCase& out_as(DType t) { return with(kOut, t); }
+  FwdCase& with_eps(float e) {
+    eps = e;
+    return *this;
+  }
+  FwdCase& with_weight_offset(float w) {
+    weight_offset = w;
+    return *this;
+  }
+  // Every present operand one element past alignment (the element-wise path).
+  FwdCase& misaligned() {
+    for (auto& s : op) s.offset = 1;
+    return *this;
+  }
+  FwdCase& offset(Operand o, int64_t elems) {
+    op[o].offset = elems;
+    return *this;
+  }
+  FwdCase& pad(Operand o, int64_t elems) {
+    op[o].pad = elems;
+    return *this;
+  }
+  FwdCase& pad_all(int64_t elems) {
+    for (const Operand o : {kX, kRes, kOut, kResOut}) op[o].pad = elems;
+    return *this;
+  }
+};
+
+void PrintTo(const FwdCase& c, std::ostream* os) { *os << c.name; }
+
+constexpr DType kF32 = DType::kFloat32;
+constexpr DType kF16 = DType::kFloat16;
+constexpr DType kBF16 = DType::kBFloat16;
+
+std::vector<FwdCase> fwd_cases() {
+  return {
+      // Sub-warp teams, several teams (and rows per team) per CTA.
+      FwdCase("N1_f32_w_rstd", 5, 1, kF32).with(kW, kF32).with_rstd(),
+      FwdCase("N1_bf16_M8192_w", 8192, 1, kBF16).with(kW, kBF16),
+      FwdCase("N3_bf16_w", 37, 3, kBF16).with(kW, kBF16),
+      FwdCase("N7_f16_res_resout_f32_out_bf16", 300, 7, kF16).with(kRes, kF16).with(kResOut, kF32).out_as(kBF16),
+      FwdCase("N8_f16_M67", 67, 8, kF16),
+      FwdCase("N48_bf16_M1000_w", 1000, 48, kBF16).with(kW, kBF16),
+      FwdCase("N100_bf16_res_w_b_resout_rstd", 37, 100, kBF16)
+          .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd(),
+      FwdCase("N256_f32_gemma_offset_large_eps", 33, 256, kF32).with(kW, kF32).with_weight_offset(1.0f).with_eps(0.5f),
+      // Whole-CTA teams.
+      FwdCase("N1000_mixed_dtypes", 11, 1000, kF16)
+          .with(kRes, kF32).with(kW, kBF16).with(kB, kF16).out_as(kF32).with(kResOut, kBF16).with_rstd(),
+      FwdCase("N4096_bf16_w_rstd", 16, 4096, kBF16).with(kW, kBF16).with_rstd(),
+      FwdCase("N8191_f32_res_w_b_resout", 9, 8191, kF32).with(kRes, kF32).with(kW, kF32).with(kB, kF32).with(kResOut, kF32),
+      FwdCase("N32768_bf16_w_f32_out_f32", 4, 32768, kBF16).with(kW, kF32).out_as(kF32),
+      // Clusters.
+      FwdCase("N65536_bf16_w_rstd", 5, 65536, kBF16).with(kW, kBF16).with_rstd(),
+      FwdCase("N131071_f32_res_resout", 3, 131071, kF32).with(kRes, kF32).with(kW, kF32).with(kResOut, kF32),
+      FwdCase("N262144_bf16_res_w_b_resout_rstd", 3, 262144, kBF16)
+          .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd().with_weight_offset(0.5f),
+      FwdCase("N65537_bf16_cluster_misaligned_strided", 4, 65537, kBF16)
+          .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).misaligned().pad_all(3),
+      // Chunked: beyond a 16-CTA cluster's on-chip capacity.
+      FwdCase("N1638401_bf16_w", 2, 1638401, kBF16).with(kW, kBF16),
+      FwdCase("N2097157_bf16_res_resout_misaligned", 3, 2097157, kBF16)
+          .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).misaligned(),
+      FwdCase("N4194304_f32_w_rstd", 2, 4194304, kF32).with(kW, kF32).with_rstd(),
+      // Misaligned pointers and row strides > N.
+      FwdCase("N200_bf16_all_misaligned", 37, 200, kBF16)
+          .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd().misaligned(),
+      FwdCase("N4096_f16_x_misaligned", 8, 4096, kF16).with(kW, kF16).offset(kX, 1),
+      FwdCase("N4096_bf16_out_misaligned", 8, 4096, kBF16).with(kW, kBF16).offset(kOut, 1),
+      FwdCase("N512_f32_strided_aligned", 13, 512, kF32)
+          .with(kRes, kF32).with(kResOut, kF32).pad(kX, 4).pad(kOut, 12).pad(kRes, 8).pad(kResOut, 4),
+      FwdCase("N512_bf16_odd_strides", 13, 512, kBF16).with(kRes, kBF16).with(kResOut, kBF16).pad_all(1),
+      FwdCase("N3000_bf16_wide_strides", 6, 3000, kBF16).with(kW, kBF16).pad(kX, 5000).pad(kOut, 808),
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Reference and comparison.
+
+// |got - want| <= atol + rtol * |want|, by the dtype the result is stored in
+// (its rounding, plus fp32 accumulation over up to 4M elements).
+bool close(double got, double want, DType t) {
+  const double rtol = t == DType::kFloat32 ? 1e-4 : t == DType::kFloat16 ? 1e-3 : 8e-3;
+  return std::fabs(got - want) <= 1e-4 + rtol * std::fabs(want);
+}
+
+struct Inputs {
+  std::vector<float> x, res, w, b;  // values representable in their dtypes
+};
+
+Inputs make_inputs(const FwdCase& c) {
+  std::mt19937 gen(uint32_t(c.rows * 7919 + c.cols));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Inputs in;
+  auto fill = [&](std::vector<float>& v, Operand o, int64_t rows, auto value) {
+    if (!c.op[o].present) return;
+    v.resize(size_t(rows * c.cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c.cols; ++j) v[r * c.cols + j] = float(round_to(c.op[o].dtype, value(r)));
+  };
+  // Row scales from 0.25 to 4: a row normalised with another's rstd shows.
+  fill(in.x, kX, c.rows, [&](int64_t r) { return std::ldexp(2.0f * u(gen), int(r % 5) - 2); });
+  fill(in.res, kRes, c.rows, [&](int64_t) { return u(gen); });
+  fill(in.w, kW, 1, [&](int64_t) { return 1.0f + 0.5f * u(gen); });
+  fill(in.b, kB, 1, [&](int64_t) { return 0.5f * u(gen); });
+  return in;
+}
+
+Layout layout_of(const FwdCase& c, Operand o) {
+  const OperandSpec& s = c.op[o];
+  if (o == kW || o == kB) return {s.dtype, 1, c.cols, c.cols, s.offset};
+  if (o == kRstd) return {s.dtype, c.rows, 1, 1, s.offset};
+  return {s.dtype, c.rows, c.cols, c.cols + s.pad, s.offset};
+}
+
+// Runs one case end to end; reports every kind of mismatch.
+void run_case(const FwdCase& c) {
+  const Inputs in = make_inputs(c);
+  std::vector<GuardedTensor> t;
+  t.reserve(kNumOperands);
+  for (int o = 0; o < kNumOperands; ++o) {
+    t.emplace_back(c.op[o].present ? layout_of(c, Operand(o)) : Layout{});
+    ASSERT_TRUE(t.back().ok()) << "cudaMalloc failed for " << kOperandName[o];
+  }
+  const std::vector<float>* input_values[kNumOperands] = {&in.x, &in.res, &in.w, &in.b, nullptr, nullptr, nullptr};
+  for (const Operand o : {kX, kRes, kW, kB})
+    if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].upload(*input_values[o]));
+
+  RMSNormFwdArgs a;
+  a.rows = c.rows;
+  a.cols = c.cols;
+  auto matrix = [&](Operand o) {
+    return MatrixRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype, t[o].layout().stride};
+  };
+  auto mut_matrix = [&](Operand o) {
+    return MutMatrixRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype, t[o].layout().stride};
+  };
+  auto vector = [&](Operand o) { return VectorRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype}; };
+  a.x = matrix(kX);
+  a.residual = matrix(kRes);
+  a.weight = vector(kW);
+  a.bias = vector(kB);
+  a.out = mut_matrix(kOut);
+  a.residual_out = mut_matrix(kResOut);
+  a.rstd = c.op[kRstd].present ? static_cast<float*>(t[kRstd].ptr()) : nullptr;
+  a.eps = c.eps;
+  a.weight_offset = c.weight_offset;
+  {
+    const Status st = can_implement(a);
+    ASSERT_TRUE(st.ok()) << st.message;
+  }
+
+  // Float64 reference.
+  std::vector<double> want_out(size_t(c.rows * c.cols)), want_h(want_out.size()), want_rstd(size_t(c.rows));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double ss = 0.0;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const size_t i = size_t(r * c.cols + j);
+      const double h = double(in.x[i]) + (in.res.empty() ? 0.0 : double(in.res[i]));
+      want_h[i] = h;
+      ss += h * h;
+    }
+    const double rstd = 1.0 / std::sqrt(ss / double(c.cols) + double(c.eps));
+    want_rstd[size_t(r)] = rstd;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const size_t i = size_t(r * c.cols + j);
+      double y = want_h[i] * rstd;
+      if (!in.w.empty()) y *= double(in.w[size_t(j)]) + double(c.weight_offset);
+      if (!in.b.empty()) y += double(in.b[size_t(j)]);
+      want_out[i] = y;
+    }
+  }
+  const std::vector<double>* want[kNumOperands] = {nullptr, nullptr, nullptr, nullptr, &want_out, &want_h, &want_rstd};
+
+  cudaStream_t stream;
+  QUACK_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<double> first[kNumOperands];
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "first call" : "second call (must repeat the first bit for bit)");
+    for (const Operand o : {kOut, kResOut, kRstd})
+      if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].poison());
+    const Status st = rmsnorm_fwd(a, stream);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    QUACK_ASSERT_CUDA(cudaGetLastError());
+
+    for (int o = 0; o < kNumOperands; ++o) {
+      if (!c.op[o].present) continue;
+      std::vector<double> got;
+      int64_t dirty = 0;
+      QUACK_ASSERT_CUDA(t[o].download(&got, &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes around " << kOperandName[o] << "'s rows are no longer poison";
+      int64_t bad = 0;
+      const int64_t cols = t[o].layout().cols;
+      for (size_t i = 0; i < got.size(); ++i) {
+        bool ok;
+        double expect;
+        if (want[o] == nullptr) {  // an input: unchanged
+          expect = (*input_values[o])[i];
+          ok = got[i] == expect;
+        } else if (run == 0) {
+          expect = (*want[o])[i];
+          ok = close(got[i], expect, c.op[o].dtype);
+        } else {
+          expect = first[o][i];
+          ok = got[i] == expect;
+        }
+        if (!ok && ++bad <= 5)
+          ADD_FAILURE() << kOperandName[o] << "[" << int64_t(i) / cols << ", " << int64_t(i) % cols << "] = " << got[i]
+                        << ", expected " << expect;
+      }
+      EXPECT_EQ(bad, 0) << kOperandName[o] << ": " << bad << " of " << got.size() << " elements wrong";
+      if (run == 0) first[o] = std::move(got);
+    }
+  }
+  QUACK_ASSERT_CUDA(cudaStreamDestroy(stream));
+}
+
+class RMSNormFwdGpu : public testing::TestWithParam<FwdCase> {};
+
+TEST_P(RMSNormFwdGpu, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// A row that starts past 2^31 elements (and 2^32 bytes): offsets must be
+// 64-bit. Once with every stride a whole number of vectors (the vector path),
+// once with x one element off (the element-wise path). Four operands of
+// 4.3 GB each: about 17 GB of device memory.
+TEST(RMSNormFwdGpuLarge, RowOffsetsBeyond2Pow31Elements) {
+  QUACK_REQUIRE_SM90();
+  size_t free_bytes = 0, total_bytes = 0;
+  QUACK_ASSERT_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < (size_t(20) << 30)) GTEST_SKIP() << "needs 20 GB of free device memory";
+  const int64_t n = 1024, gap = (int64_t(1) << 31) + 64 - n;
+  const FwdCase base = FwdCase("N1024_bf16_stride_2pow31", 2, n, kBF16)
+                           .with(kW, kBF16).with(kRes, kBF16).with(kResOut, kBF16).with_rstd()
+                           .pad(kX, gap).pad(kOut, gap).pad(kRes, gap + 8).pad(kResOut, gap + 16);
+  {
+    SCOPED_TRACE("vector path");
+    run_case(base);
+  }
+  {
+    SCOPED_TRACE("element-wise path");
+    run_case(FwdCase(base).offset(kX, 1));
+  }
+}
+
+}  // namespace
+}  // namespace quack
