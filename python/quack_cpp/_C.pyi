@@ -11,3 +11,13 @@ def rmsnorm_fwd(
     res_out_ptr: int, res_out_dtype: int, res_out_stride: int,
     rstd_ptr: int, eps: float, weight_offset: float, stream: int,
 ) -> None: ...
+def rmsnorm_fwd_check(
+    rows: int, cols: int,
+    x_ptr: int, x_dtype: int, x_stride: int,
+    res_ptr: int, res_dtype: int, res_stride: int,
+    w_ptr: int, w_dtype: int,
+    b_ptr: int, b_dtype: int,
+    out_ptr: int, out_dtype: int, out_stride: int,
+    res_out_ptr: int, res_out_dtype: int, res_out_stride: int,
+    rstd_ptr: int, eps: float, weight_offset: float, stream: int,
+) -> None: ...

@@ -269,35 +269,36 @@ def _rmsnorm_fwd_fake(x, weight, bias, residual, out_dtype, residual_dtype, eps,
 # Backward is not implemented yet. It is registered as an op that fails when
 # it runs rather than a Python function that raises, so that torch.compile can
 # still trace the joint forward/backward graph of a model whose parameters
-# require grad: only an actual .backward() raises.
+# require grad: only an actual .backward() raises. Every gradient the backward
+# returns is an output of that op, so no graph optimisation can drop the op
+# and hand back uninitialised gradients instead.
 _BACKWARD_MESSAGE = "quack_cpp.rmsnorm backward is not implemented yet"
 
 
 @torch.library.custom_op("quack_cpp::rmsnorm_bwd_unimplemented", mutates_args=())
-def _rmsnorm_bwd_unimplemented(grad_out: Tensor, x_dtype: torch.dtype) -> Tensor:
+def _rmsnorm_bwd_unimplemented(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                               residual: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Placeholder for RMSNorm backward: always raises NotImplementedError."""
     raise NotImplementedError(_BACKWARD_MESSAGE)
 
 
 @_rmsnorm_bwd_unimplemented.register_fake
-def _rmsnorm_bwd_unimplemented_fake(grad_out, x_dtype):
-    return grad_out.new_empty(grad_out.shape, dtype=x_dtype)
+def _rmsnorm_bwd_unimplemented_fake(grad_out, x, weight, bias, residual):
+    # (dx, dweight, dbias, dresidual); (0,) placeholders for absent inputs.
+    return tuple(x.new_empty((0,)) if t is None else torch.empty_like(t, memory_format=_contiguous)
+                 for t in (x, weight, bias, residual))
 
 
 def _setup_context(ctx, inputs, output):
     x, weight, bias, residual = inputs[:4]
-    ctx.x_dtype = x.dtype
-    ctx.vec_meta = tuple(None if t is None else t.dtype for t in (weight, bias))
-    ctx.residual_dtype = None if residual is None else residual.dtype
+    ctx.save_for_backward(x, weight, bias, residual)
 
 
-def _backward(ctx, grad_out, grad_res_out, grad_rstd):
-    dx = torch.ops.quack_cpp.rmsnorm_bwd_unimplemented(grad_out, ctx.x_dtype)
-    # Never reached at run time (the op above raises); shapes for tracing.
-    n = grad_out.shape[-1]
-    dw, db = (None if dt is None else dx.new_empty((n,), dtype=dt) for dt in ctx.vec_meta)
-    dres = None if ctx.residual_dtype is None else dx.to(ctx.residual_dtype)
-    return dx, dw, db, dres, None, None, None, None, None, None
+def _backward(ctx, grad_out, grad_residual_out, grad_rstd):
+    x, weight, bias, residual = ctx.saved_tensors
+    dx, dw, db, dres = torch.ops.quack_cpp.rmsnorm_bwd_unimplemented(grad_out, x, weight, bias, residual)
+    return (dx, None if weight is None else dw, None if bias is None else db,
+            None if residual is None else dres, None, None, None, None, None, None)
 
 
 _rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)

@@ -57,18 +57,19 @@ float to_float(double v, const char* op, const char* name) {
   return float(v);
 }
 
+constexpr const char* kRMSNorm = "quack_cpp.rmsnorm";
+
 template <typename T>
 const T* cptr(uintptr_t p) { return reinterpret_cast<const T*>(p); }
 
-void rmsnorm_fwd(int64_t rows, int64_t cols,
-                 uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
-                 uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
-                 uintptr_t w_ptr, int32_t w_dtype,
-                 uintptr_t b_ptr, int32_t b_dtype,
-                 uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
-                 uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
-                 uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t stream) {
-  constexpr const char* kOp = "quack_cpp.rmsnorm";
+quack::RMSNormFwdArgs rmsnorm_fwd_args(int64_t rows, int64_t cols,
+                                       uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                                       uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                                       uintptr_t w_ptr, int32_t w_dtype,
+                                       uintptr_t b_ptr, int32_t b_dtype,
+                                       uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                                       uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                                       uintptr_t rstd_ptr, double eps, double weight_offset) {
   // DType has a fixed int32 underlying type, so any code converts; the
   // library rejects unknown codes by name.
   quack::RMSNormFwdArgs a;
@@ -81,10 +82,50 @@ void rmsnorm_fwd(int64_t rows, int64_t cols,
   a.out = {reinterpret_cast<void*>(out_ptr), quack::DType(out_dtype), out_stride};
   a.residual_out = {reinterpret_cast<void*>(res_out_ptr), quack::DType(res_out_dtype), res_out_stride};
   a.rstd = reinterpret_cast<float*>(rstd_ptr);
-  a.eps = to_float(eps, kOp, "eps");
-  a.weight_offset = to_float(weight_offset, kOp, "weight_offset");
+  a.eps = to_float(eps, kRMSNorm, "eps");
+  a.weight_offset = to_float(weight_offset, kRMSNorm, "weight_offset");
+  return a;
+}
+
+void rmsnorm_fwd(int64_t rows, int64_t cols,
+                 uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                 uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                 uintptr_t w_ptr, int32_t w_dtype,
+                 uintptr_t b_ptr, int32_t b_dtype,
+                 uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                 uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                 uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t stream) {
+  const quack::RMSNormFwdArgs a = rmsnorm_fwd_args(
+      rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr, b_dtype,
+      out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps, weight_offset);
   const quack::Status st = quack::rmsnorm_fwd(a, reinterpret_cast<cudaStream_t>(stream));
-  if (!st.ok()) raise_status(st, kOp);
+  if (!st.ok()) raise_status(st, kRMSNorm);
+}
+
+// The same arguments through can_implement only: nothing touches a device.
+void rmsnorm_fwd_check(int64_t rows, int64_t cols,
+                       uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                       uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                       uintptr_t w_ptr, int32_t w_dtype,
+                       uintptr_t b_ptr, int32_t b_dtype,
+                       uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                       uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                       uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t /*stream*/) {
+  const quack::RMSNormFwdArgs a = rmsnorm_fwd_args(
+      rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr, b_dtype,
+      out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps, weight_offset);
+  const quack::Status st = quack::can_implement(a);
+  if (!st.ok()) raise_status(st, kRMSNorm);
+}
+
+// Both RMSNorm entry points take the same keyword-capable argument list.
+template <typename Fn>
+void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) {
+  m.def(name, fn, nb::arg("rows"), nb::arg("cols"), nb::arg("x_ptr"), nb::arg("x_dtype"), nb::arg("x_stride"),
+        nb::arg("res_ptr"), nb::arg("res_dtype"), nb::arg("res_stride"), nb::arg("w_ptr"), nb::arg("w_dtype"),
+        nb::arg("b_ptr"), nb::arg("b_dtype"), nb::arg("out_ptr"), nb::arg("out_dtype"), nb::arg("out_stride"),
+        nb::arg("res_out_ptr"), nb::arg("res_out_dtype"), nb::arg("res_out_stride"), nb::arg("rstd_ptr"),
+        nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"), doc);
 }
 
 }  // namespace
@@ -94,20 +135,15 @@ NB_MODULE(_C, m) {
 
   m.def("version", &quack::version, "The C++ library's version, \"major.minor.patch\".");
 
-  m.def("rmsnorm_fwd", &rmsnorm_fwd,
-        nb::arg("rows"), nb::arg("cols"),
-        nb::arg("x_ptr"), nb::arg("x_dtype"), nb::arg("x_stride"),
-        nb::arg("res_ptr"), nb::arg("res_dtype"), nb::arg("res_stride"),
-        nb::arg("w_ptr"), nb::arg("w_dtype"),
-        nb::arg("b_ptr"), nb::arg("b_dtype"),
-        nb::arg("out_ptr"), nb::arg("out_dtype"), nb::arg("out_stride"),
-        nb::arg("res_out_ptr"), nb::arg("res_out_dtype"), nb::arg("res_out_stride"),
-        nb::arg("rstd_ptr"), nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"),
-        "RMSNorm forward over (rows, cols) row-major matrices given as raw device pointers.\n\n"
-        "Fills quack::RMSNormFwdArgs and launches asynchronously on `stream` (a cudaStream_t as\n"
-        "an int; 0 is the legacy default stream) on the current CUDA device. A pointer of 0\n"
-        "means the operand is absent (residual, weight, bias, residual_out, rstd); dtype codes\n"
-        "are 0 float32, 1 float16, 2 bfloat16; strides are row strides in elements.\n"
-        "Raises ValueError (invalid argument), NotImplementedError (unsupported here) or\n"
-        "RuntimeError (CUDA error).");
+  def_rmsnorm_fwd(m, "rmsnorm_fwd", &rmsnorm_fwd,
+                  "RMSNorm forward over (rows, cols) row-major matrices given as raw device pointers.\n\n"
+                  "Fills quack::RMSNormFwdArgs and launches asynchronously on `stream` (a cudaStream_t\n"
+                  "as an int; 0 is the legacy default stream) on the current CUDA device. A pointer of 0\n"
+                  "means the operand is absent (residual, weight, bias, residual_out, rstd); dtype codes\n"
+                  "are 0 float32, 1 float16, 2 bfloat16; strides are row strides in elements.\n"
+                  "Raises ValueError (invalid argument), NotImplementedError (unsupported here) or\n"
+                  "RuntimeError (CUDA error).");
+  def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
+                  "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
+                  "as rmsnorm_fwd would; launches nothing and touches no device.");
 }

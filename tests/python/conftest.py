@@ -1,0 +1,59 @@
+"""pytest setup for quack_cpp.
+
+Markers (registered here):
+  requires_gpu  needs a CUDA GPU that runs the kernels (sm_90: H100/H200);
+                skipped with the reason "no CUDA GPU" (or which GPU) otherwise.
+  huge          allocates several GiB or sweeps very long rows; part of the
+                default run (a few seconds on an H200), deselect with
+                -m "not huge".
+  perf          host-overhead measurement against torch; deselect with
+                -m "not perf".
+Every test starts from a seed derived from its own name, so inputs are fresh
+per test but reproducible.
+"""
+import zlib
+
+import pytest
+import torch
+
+
+def _gpu_status():
+    """(runs_kernels, description)."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    major, minor = torch.cuda.get_device_capability()
+    name = torch.cuda.get_device_name()
+    if (major, minor) != (9, 0):
+        return False, f"{name} is sm_{major}{minor}; the kernels are built for sm_90a (H100/H200)"
+    return True, name
+
+
+GPU_OK, GPU_DESC = _gpu_status()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requires_gpu: needs an sm_90 CUDA GPU; skipped ('no CUDA GPU') otherwise")
+    config.addinivalue_line("markers", "huge: multi-GiB or very long-row GPU test (deselect with -m 'not huge')")
+    config.addinivalue_line("markers", "perf: host-overhead measurement (deselect with -m 'not perf')")
+
+
+def pytest_report_header(config):
+    import quack_cpp
+
+    gpu = GPU_DESC if GPU_OK else f"none usable ({GPU_DESC}): GPU tests will be skipped"
+    return [f"quack_cpp {quack_cpp.__version__} from {quack_cpp.__file__}", f"torch {torch.__version__}; GPU: {gpu}"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU_OK:
+        return
+    skip = pytest.mark.skip(reason=GPU_DESC)
+    for item in items:
+        if "requires_gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+    yield

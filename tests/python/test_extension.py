@@ -1,0 +1,66 @@
+"""quack_cpp._C directly: argument packing and the Status -> exception
+mapping, on the paths the library decides without touching a GPU."""
+import re
+
+import pytest
+
+import quack_cpp
+from quack_cpp import _C
+
+N = 8
+
+
+def call(**kw):
+    args = dict(rows=1, cols=N, x_ptr=256, x_dtype=0, x_stride=N, res_ptr=0, res_dtype=0, res_stride=0,
+                w_ptr=0, w_dtype=0, b_ptr=0, b_dtype=0, out_ptr=512, out_dtype=0, out_stride=N,
+                res_out_ptr=0, res_out_dtype=0, res_out_stride=0, rstd_ptr=0, eps=1e-6, weight_offset=0.0,
+                stream=0)
+    args.update(kw)
+    return _C.rmsnorm_fwd(**args)
+
+
+def test_version():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", _C.version())
+    assert quack_cpp.__version__ == quack_cpp.version() == _C.version()
+
+
+def test_zero_rows_is_a_no_op():
+    # Validated, nothing launched: no device needed.
+    assert call(rows=0, x_ptr=0, out_ptr=0) is None
+
+
+@pytest.mark.parametrize("kw, names", [
+    (dict(cols=0), ["cols", ">= 1"]),
+    (dict(rows=-1), ["rows"]),
+    (dict(x_ptr=0), ["x", "null"]),
+    (dict(out_ptr=0), ["out", "null"]),
+    (dict(x_dtype=7), ["x", "dtype code 7"]),
+    (dict(out_dtype=-1), ["out", "dtype code -1"]),
+    (dict(x_stride=N - 1), ["x", "row stride"]),
+    (dict(x_ptr=257), ["x", "aligned"]),
+    (dict(res_ptr=256, res_dtype=1, res_stride=N - 1), ["residual", "row stride"]),
+    (dict(w_ptr=258, w_dtype=0), ["weight", "aligned"]),
+    (dict(b_ptr=256, b_dtype=9), ["bias", "dtype code 9"]),
+    (dict(res_out_ptr=256, res_out_dtype=2, res_out_stride=0), ["residual_out", "row stride"]),
+    (dict(rstd_ptr=258), ["rstd", "aligned"]),
+    (dict(eps=-1.0), ["eps", ">= 0"]),
+    (dict(eps=float("nan")), ["eps", "finite"]),
+    (dict(eps=1e300), ["eps", "float32"]),
+    (dict(weight_offset=float("inf")), ["weight_offset", "finite"]),
+    (dict(weight_offset=-1e39), ["weight_offset", "float32"]),
+])
+def test_invalid_argument_is_value_error_naming_it(kw, names):
+    pattern = "^quack_cpp.rmsnorm: " + "".join(f"(?=.*{re.escape(n)})" for n in names)
+    with pytest.raises(ValueError, match=pattern):
+        call(**kw)
+
+
+def test_positional_call():
+    assert _C.rmsnorm_fwd(0, N, 0, 0, N, 0, 0, 0, 0, 0, 0, 0, 0, 0, N, 0, 0, 0, 0, 1e-6, 0.0, 0) is None
+
+
+def test_types_are_checked():
+    with pytest.raises(TypeError):
+        call(x_ptr=-1)  # pointers are unsigned
+    with pytest.raises(TypeError):
+        call(eps="1e-6")

@@ -1,0 +1,160 @@
+"""The eager launch path of quack_cpp.rmsnorm on a CPU, against an emulated kernel.
+
+What the Python layer hands the extension (row count, pointers, dtype codes,
+row strides, copies of layouts that need one, output allocation) is checked
+without a GPU: CPU tensors pose as CUDA tensors, and _C.rmsnorm_fwd is
+replaced by (1) the library's own argument validation, _C.rmsnorm_fwd_check,
+then (2) a fp32 emulation of the kernel that reads and writes memory only
+through the raw pointers and strides it was given. The results go through
+the same float64 comparison as the GPU tests.
+"""
+import ctypes
+
+import pytest
+import torch
+
+from quack_cpp import _C, _rmsnorm
+from rmsnorm_ref import run_and_check
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+DTYPES = [F32, F16, BF16]
+_CODE_DTYPE = {0: F32, 1: F16, 2: BF16}
+
+
+def _raw(ptr, numel, dtype):
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
+
+
+def _matrix(ptr, code, stride, rows, cols):
+    assert ptr != 0 and stride >= cols
+    return _raw(ptr, (rows - 1) * stride + cols, _CODE_DTYPE[code]).as_strided((rows, cols), (stride, 1))
+
+
+def _emulated_kernel(calls):
+    def kernel(rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr,
+               b_dtype, out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps,
+               weight_offset, stream):
+        args = locals().copy()
+        args.pop("calls", None)
+        _C.rmsnorm_fwd_check(**args)
+        calls.append(args)
+        assert rows > 0 and stream == 12345
+        h = _matrix(x_ptr, x_dtype, x_stride, rows, cols).float()
+        if res_ptr:
+            h = h + _matrix(res_ptr, res_dtype, res_stride, rows, cols).float()
+        rstd = torch.rsqrt((h * h).mean(dim=-1) + torch.tensor(eps, dtype=F32))
+        y = h * rstd[:, None]
+        if w_ptr:
+            y = y * (_raw(w_ptr, cols, _CODE_DTYPE[w_dtype]).float() + torch.tensor(weight_offset, dtype=F32))
+        if b_ptr:
+            y = y + _raw(b_ptr, cols, _CODE_DTYPE[b_dtype]).float()
+        _matrix(out_ptr, out_dtype, out_stride, rows, cols).copy_(y)
+        if res_out_ptr:
+            _matrix(res_out_ptr, res_out_dtype, res_out_stride, rows, cols).copy_(h)
+        if rstd_ptr:
+            _raw(rstd_ptr, rows, F32).copy_(rstd)
+    return kernel
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """CPU tensors pose as CUDA ones; returns the list of emulated launches."""
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
+    monkeypatch.setattr(_rmsnorm, "_rmsnorm_fwd", _emulated_kernel(calls))
+    monkeypatch.setattr(_rmsnorm, "_raw_stream", lambda device: 12345)
+    monkeypatch.setattr(_rmsnorm, "_current_device", lambda: -1)  # CPU tensors' get_device()
+    return calls
+
+
+def rand(*shape, dtype=BF16):
+    return torch.randn(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 100, 1000, 4097, 65537])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sizes(launches, dtype, n):
+    for m in (1, 7):
+        run_and_check(rand(m, n, dtype=dtype), rand(n, dtype=dtype), return_rstd=True)
+    assert [c["rows"] for c in launches] == [1, 7] and all(c["x_stride"] == n for c in launches)
+
+
+@pytest.mark.parametrize("b_dtype", [None, F32, BF16])
+@pytest.mark.parametrize("w_dtype", [None, F32, F16, BF16])
+@pytest.mark.parametrize("x_dtype", DTYPES)
+def test_weight_bias_dtypes(launches, x_dtype, w_dtype, b_dtype):
+    n = 100
+    w = None if w_dtype is None else rand(n, dtype=w_dtype)
+    b = None if b_dtype is None else rand(n, dtype=b_dtype)
+    run_and_check(rand(5, n, dtype=x_dtype), w, b, weight_offset=0.25)
+    (c,) = launches
+    assert (c["w_ptr"] != 0) == (w is not None) and (c["b_ptr"] != 0) == (b is not None)
+
+
+@pytest.mark.parametrize("residual_dtype", [None, F32, BF16])
+@pytest.mark.parametrize("r_dtype", DTYPES)
+@pytest.mark.parametrize("x_dtype", DTYPES)
+def test_residual_prenorm(launches, x_dtype, r_dtype, residual_dtype):
+    run_and_check(rand(6, 77, dtype=x_dtype), rand(77), residual=rand(6, 77, dtype=r_dtype),
+                  residual_dtype=residual_dtype, prenorm=True, return_rstd=True)
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES)
+def test_out_dtype_and_prenorm_without_residual(launches, out_dtype):
+    run_and_check(rand(6, 77), out_dtype=out_dtype, prenorm=True)
+    run_and_check(rand(6, 77), out_dtype=out_dtype, prenorm=True, residual_dtype=F32)
+
+
+def test_strided_and_misaligned(launches):
+    n = 50
+    x = rand(9, n + 3)[:, 1:n + 1]
+    r = rand(9, n + 5, dtype=F32)[:, 3:n + 3]
+    w, b = rand(n + 1)[1:], rand(n + 1, dtype=F16)[1:]
+    run_and_check(x, w, b, r, prenorm=True, return_rstd=True)
+    (c,) = launches
+    # Passed as they are: no copies.
+    assert (c["x_ptr"], c["x_stride"]) == (x.data_ptr(), n + 3)
+    assert (c["res_ptr"], c["res_stride"]) == (r.data_ptr(), n + 5)
+    assert (c["w_ptr"], c["b_ptr"]) == (w.data_ptr(), b.data_ptr())
+    assert c["out_stride"] == c["res_out_stride"] == n
+
+
+def test_3d_layouts(launches):
+    n = 40
+    x = rand(3, 5, n + 7)[:, :, :n]  # collapsible: no copy
+    run_and_check(x, rand(n), return_rstd=True)
+    assert (launches[-1]["rows"], launches[-1]["x_ptr"], launches[-1]["x_stride"]) == (15, x.data_ptr(), n + 7)
+    x = rand(3, 6, n)[:, :5]  # not collapsible: copied
+    r = rand(5, 3, n, dtype=F32).transpose(0, 1)
+    run_and_check(x, rand(n), residual=r, prenorm=True)
+    c = launches[-1]
+    assert c["rows"] == 15 and c["x_ptr"] != x.data_ptr() and c["x_stride"] == n and c["res_stride"] == n
+
+
+def test_layouts_that_need_a_copy(launches):
+    n = 30
+    for x in (rand(11, 2 * n)[:, ::2], rand(1, n).expand(11, n), rand(n, 11).t()):
+        run_and_check(x, rand(2 * n)[::2], rand(2 * n, dtype=F32)[1::2])
+        assert launches[-1]["x_stride"] == n
+
+
+def test_zero_rows_launch_nothing(launches):
+    for shape in [(0, 64), (2, 0, 64)]:
+        y, h, rstd = _rmsnorm.rmsnorm(torch.empty(shape), rand(64), prenorm=True, return_rstd=True)
+        assert y.shape == h.shape == shape and rstd.shape == shape[:-1]
+    assert launches == []
+
+
+def test_requires_grad_goes_through_the_op_and_backward_raises(launches):
+    x = rand(3, 8, dtype=F32).requires_grad_()
+    w = rand(8, dtype=F32)
+    y = _rmsnorm.rmsnorm(x, w)  # torch.ops.quack_cpp.rmsnorm_fwd, recorded by autograd
+    assert y.requires_grad and y.grad_fn is not None
+    with torch.no_grad():
+        y_fast = _rmsnorm.rmsnorm(x, w)  # direct launch
+    assert not y_fast.requires_grad and torch.equal(y.detach(), y_fast)
+    assert len(launches) == 2
+    assert {k for k in launches[0] if launches[0][k] != launches[1][k]} <= {"out_ptr"}
+    with pytest.raises(NotImplementedError, match="quack_cpp.rmsnorm backward is not implemented yet"):
+        y.sum().backward()
