@@ -22,7 +22,8 @@
 #   QUACK_BUILD_DIR          build directory (default: build)
 #   QUACK_JOBS               parallel build and test jobs (default: nproc)
 #   QUACK_GTEST_SOURCE_DIR   a GoogleTest source tree, where GoogleTest is not
-#                            installed and /usr/src/googletest does not exist
+#                            installed (also found without this variable: a
+#                            copy in .deps/googletest, or /usr/src/googletest)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
