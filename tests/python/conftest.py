@@ -38,10 +38,14 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    import quack_cpp
+    try:
+        import quack_cpp
 
+        pkg = f"quack_cpp {quack_cpp.__version__} from {quack_cpp.__file__}"
+    except ImportError as e:  # reported here; the tests then fail on import
+        pkg = f"quack_cpp NOT importable ({e}); build it with: pip install --no-build-isolation --no-deps ."
     gpu = GPU_DESC if GPU_OK else f"none usable ({GPU_DESC}): GPU tests will be skipped"
-    return [f"quack_cpp {quack_cpp.__version__} from {quack_cpp.__file__}", f"torch {torch.__version__}; GPU: {gpu}"]
+    return [pkg, f"torch {torch.__version__}; GPU: {gpu}"]
 
 
 def pytest_collection_modifyitems(config, items):
