@@ -340,6 +340,9 @@ void run_case(const FwdCase& c) {
     SCOPED_TRACE(run == 0 ? "first call" : "second call (must repeat the first bit for bit)");
     for (const Operand o : {kOut, kResOut, kRstd})
       if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].poison());
+    // The uploads and memsets ran on the legacy stream, which a non-blocking
+    // stream does not wait for.
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
     const Status st = rmsnorm_fwd(a, stream);
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
