@@ -3,6 +3,7 @@
 #include "quack/core/config.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 namespace quack {
 namespace {
@@ -14,27 +15,55 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
-// Staged bytes above which a row is split over a cluster. 64 KB keeps at
-// least three CTAs resident per SM (228 KB), so one CTA's loads overlap
-// another's reduction and stores.
-// Measured: bench/results/2026-11-30-rmsnorm-fwd.md (H200, N sweep).
-constexpr int64_t kCtaTargetBytes = 64 * 1024;
-// Staged bytes per CTA beyond which a row is chunked (two passes over HBM):
-// what is left of the opt-in 227 KB after scratch, capped at 200 KB so a
-// 16-CTA cluster still fits where the GPCs leave room.
-constexpr int64_t kCtaMaxBytes = 200 * 1024;
-// Vectors (16 B of x) per thread per row: 4 puts 64 B per thread in flight,
-// enough with >= 1024 threads per SM to cover HBM latency.
-constexpr int64_t kVptTarget = 4;
-// Threads per CTA when several sub-warp teams share a CTA.
-constexpr int kSmallTeamThreads = 256;
-// A sub-warp team stages this many rows at once so that a thread keeps at
-// least kVptTarget vectors in flight even when a row is only a few vectors.
-constexpr int kMaxRowsPerTeam = 4;
-
 }  // namespace
 
+// Measurements: bench/results/2026-11-30-rmsnorm-fwd-tuning.md (H200, M*N = 2^28,
+// bf16 and fp32, rmsnorm_sweep with QUACK_TUNE variants).
+RowTuning default_row_tuning() {
+  RowTuning t;
+  // Staged bytes per CTA above which a row is split over a cluster. 32 KB
+  // (two 256-thread CTAs per SM, each double-buffered) beat 16 KB and 64 KB:
+  // fp32 N = 8K went 85.5% (32 KB, one CTA per row) vs 69% (16 KB, cluster 2);
+  // 64 KB with vpt 16 lost 10-15 points everywhere (one CTA per SM).
+  t.cta_target_bytes = 32 * 1024;
+  // Staged bytes per CTA beyond which a row is chunked (two passes over HBM),
+  // capped so a 16-CTA cluster still fits where the GPCs leave room.
+  t.cta_max_bytes = 200 * 1024;
+  // Vectors (16 B of x) per thread per row: 8 beat 4 (fp32 N = 1K: 88% vs
+  // 80%; bf16 N = 1K: 70% vs 59%) and 16 (76% / 50%).
+  t.vpt_target = 8;
+  t.max_team = 256;
+  t.small_team_threads = 256;
+  t.max_rows_per_team = 4;
+  // The kernels are built with __launch_bounds__(256, 2): at most 128 registers.
+  t.regs_per_thread = 128;
+  return t;
+}
+
+namespace {
+std::atomic<const RowTuning*> g_tuning{nullptr};
+RowTuning g_tuning_storage;
+}  // namespace
+
+RowTuning current_row_tuning() {
+  const RowTuning* t = g_tuning.load(std::memory_order_acquire);
+  return t ? *t : default_row_tuning();
+}
+
+void set_row_tuning(const RowTuning* tune) {
+  if (tune == nullptr) {
+    g_tuning.store(nullptr, std::memory_order_release);
+    return;
+  }
+  g_tuning_storage = *tune;
+  g_tuning.store(&g_tuning_storage, std::memory_order_release);
+}
+
 RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim) {
+  return choose_row_config(prob, lim, current_row_tuning());
+}
+
+RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, const RowTuning& tune) {
   RowConfig c;
   const int64_t cols = std::max<int64_t>(prob.cols, 1);
   c.vec = 16 / prob.x_elem_bytes;
@@ -43,36 +72,48 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim) {
 
   // 1. Cluster: split the row while a CTA's share is above the target.
   int cluster = 1;
-  while (cluster < lim.max_cluster && ceil_div(nvec, cluster) * vec_bytes > kCtaTargetBytes)
+  while (cluster < lim.max_cluster && ceil_div(nvec, cluster) * vec_bytes > tune.cta_target_bytes)
     cluster *= 2;
-  cluster = std::min(cluster, lim.max_cluster);
+  cluster = std::min(cluster, std::max(lim.max_cluster, 1));
   c.cluster = cluster;
   c.seg_vecs = ceil_div(nvec, cluster);
 
-  // 2. Chunks: a share above the on-chip cap is staged in several passes.
-  const int64_t cap = std::min<int64_t>(
-      kCtaMaxBytes, int64_t(lim.max_smem_per_block) - int64_t(prob.scratch_bytes));
+  // 2. Chunks: a share above the on-chip cap is staged in several passes
+  //    (single-buffered: the whole cap serves one chunk).
+  const int64_t smem_cap = int64_t(lim.max_smem_per_block) - int64_t(prob.scratch_bytes);
+  const int64_t cap = std::min<int64_t>(tune.cta_max_bytes, smem_cap);
   c.chunks = int(ceil_div(c.seg_vecs * vec_bytes, cap));
   const int64_t chunk_need = ceil_div(c.seg_vecs, c.chunks);
 
-  // 3. Team size and vectors per thread.
-  int64_t team = pow2_ceil(ceil_div(chunk_need, kVptTarget));
-  team = std::min<int64_t>(team, 1024);
+  // 3. Team size and vectors per thread: grow the team up to max_team, then
+  //    the vectors per thread.
+  int64_t team = pow2_ceil(ceil_div(chunk_need, tune.vpt_target));
+  team = std::min<int64_t>(team, std::min(std::max(tune.max_team, 32), kRowKernelMaxThreads));
   if (cluster > 1 || c.chunks > 1) team = std::max<int64_t>(team, 32);
   c.team = int(team);
-  c.vpt = int(ceil_div(chunk_need, team));
+  c.vpt = int(ceil_div(ceil_div(chunk_need, team), kRowVecGroup) * kRowVecGroup);
 
   // 4. CTA shape: teams of up to one warp share a CTA; larger teams own it.
   if (c.team <= 32 && cluster == 1 && c.chunks == 1) {
-    c.threads = kSmallTeamThreads;
-    c.rows_per_team = int(std::min<int64_t>(kMaxRowsPerTeam, ceil_div(kVptTarget, c.vpt)));
+    c.threads = std::min(std::max(tune.small_team_threads, 32), kRowKernelMaxThreads);
+    c.rows_per_team = int(std::min<int64_t>(tune.max_rows_per_team, ceil_div(tune.vpt_target, c.vpt)));
   } else {
     c.threads = c.team;
     c.rows_per_team = 1;
   }
-  c.smem_bytes = size_t(c.threads) * c.rows_per_team * c.vpt * vec_bytes + prob.scratch_bytes;
-  const int64_t row_blocks = ceil_div(prob.rows, c.rows_per_cta());
-  c.grid = row_blocks * c.cluster;
+  c.stage_bytes = size_t(c.threads) * c.rows_per_team * c.vpt * vec_bytes;
+  c.buffers = (c.chunks == 1 && 2 * c.stage_bytes <= size_t(smem_cap)) ? 2 : 1;
+  c.smem_bytes = c.buffers * c.stage_bytes + prob.scratch_bytes;
+
+  // 5. Persistent grid: as many clusters as can be resident at once (each
+  //    then walks row blocks), never more than there are row blocks.
+  c.row_blocks = ceil_div(prob.rows, c.rows_per_cta());
+  const int64_t by_threads = 2048 / c.threads;
+  const int64_t by_regs = 65536 / (int64_t(c.threads) * tune.regs_per_thread);
+  const int64_t by_smem = int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024);  // 1 KB reserved per CTA
+  const int64_t per_sm = std::max<int64_t>(1, std::min({by_threads, by_regs, by_smem, int64_t(32)}));
+  const int64_t resident_clusters = std::max<int64_t>(1, per_sm * lim.num_sms / cluster);
+  c.grid = std::min(c.row_blocks, resident_clusters) * cluster;
   return c;
 }
 
@@ -81,20 +122,25 @@ const char* check_row_config(const RowConfig& c, const RowProblem& prob,
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
   if (c.team < 1 || c.team > 1024 || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
-  if (c.threads < c.team || c.threads > 1024 || c.threads % c.team) return "threads is not a multiple of team in [team, 1024]";
+  if (c.threads < c.team || c.threads > kRowKernelMaxThreads || c.threads % c.team)
+    return "threads is not a multiple of team in [team, kRowKernelMaxThreads]";
   if (c.threads % 32) return "threads is not a whole number of warps";
   if (c.cluster < 1 || c.cluster > lim.max_cluster) return "cluster outside [1, max_cluster]";
   if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
   if (c.chunks > 1 && c.threads != c.team) return "a chunked row must own whole CTAs";
   if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
   if (c.rows_per_team < 1 || (c.rows_per_team > 1 && c.team > 32)) return "rows_per_team > 1 needs a team of at most a warp";
-  if (c.vpt < 1) return "vpt < 1";
+  if (c.vpt < 1 || c.vpt % kRowVecGroup) return "vpt is not a positive multiple of kRowVecGroup";
   if (c.seg_vecs * c.cluster < nvec) return "cluster segments do not cover the row";
   if (c.chunk_vecs() * c.chunks < c.seg_vecs) return "chunks do not cover the segment";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory exceeds the per-CTA limit";
+  if (c.buffers < 1 || c.buffers > 2 || (c.buffers == 2 && c.chunks > 1)) return "buffers must be 1 or 2 (1 when chunked)";
+  if (c.smem_bytes < c.buffers * c.stage_bytes) return "shared memory smaller than the staging buffers";
+  if (c.row_blocks * c.rows_per_cta() < prob.rows) return "row blocks do not cover the rows";
   if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
-  if (c.grid / c.cluster * c.rows_per_cta() < prob.rows) return "grid does not cover the rows";
+  if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
+  if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
   return nullptr;
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm host entry points: validation, configuration, and the one
 // run-time -> template dispatch (x's dtype, vector I/O) for the op.
+#include "quack/core/config.hpp"
 #include "quack/ops/rmsnorm.cuh"
 #include "quack/quack.hpp"
 #include "validate.hpp"
@@ -11,6 +12,9 @@ using detail::invalid;
 Status can_implement(const RMSNormFwdArgs& a) {
   if (a.rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(a.rows));
   if (a.cols < 1) return invalid("cols: the normalised dimension N must be >= 1, got " + std::to_string(a.cols));
+  if (a.cols > kRowMaxCols)
+    return {Code::kUnsupported, "cols: N = " + std::to_string(a.cols) + " exceeds the longest supported row (" +
+                                    std::to_string(kRowMaxCols) + ")"};
   Status st;
   if (!(st = detail::check_matrix("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols, true)).ok()) return st;
   if (!(st = detail::check_matrix("residual", a.residual.ptr, a.residual.dtype, a.residual.row_stride, a.rows, a.cols, false)).ok()) return st;
@@ -82,7 +86,10 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   p.vpt = cfg.vpt;
   p.rows_per_team = cfg.rows_per_team;
   p.chunks = cfg.chunks;
+  p.buffers = cfg.buffers;
   p.seg_vecs = cfg.seg_vecs;
+  p.row_blocks = cfg.row_blocks;
+  p.stage_bytes = uint32_t(cfg.stage_bytes);
 
   const int vec = cfg.vec;
   const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
@@ -92,10 +99,16 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
                       detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
                       detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
 
+  // Every present tensor in x's dtype: the compile-time-typed kernel.
+  auto same = [&](const void* ptr, DType t) { return ptr == nullptr || t == a.x.dtype; };
+  const bool uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&
+                       same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
+                       same(a.residual_out.ptr, a.residual_out.dtype);
+
   switch (a.x.dtype) {
-    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32>(p, cfg, vec_io, device, stream);
-    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16>(p, cfg, vec_io, device, stream);
-    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16>(p, cfg, vec_io, device, stream);
+    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32>(p, cfg, vec_io, uniform, device, stream);
+    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16>(p, cfg, vec_io, uniform, device, stream);
+    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16>(p, cfg, vec_io, uniform, device, stream);
   }
   return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
 }

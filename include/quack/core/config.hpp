@@ -12,12 +12,22 @@
 //   rows_per_team  rows a team stages at once (more bytes in flight for small N).
 //   chunks    1 when the CTA's share of the row fits its shared memory (the row
 //             is read from HBM once); > 1 otherwise (two passes over the row).
+//   buffers   2: the CTA is persistent and stages its next rows while it
+//             reduces and writes the current ones (double buffering); 1 for
+//             chunked rows.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 namespace quack {
+
+// Largest CTA a row kernel is built for (__launch_bounds__).
+constexpr int kRowKernelMaxThreads = 256;
+// Vectors a thread handles as one straight-line group; vpt is a multiple.
+constexpr int kRowVecGroup = 4;
+// Longest row the 32-bit column arithmetic of the kernels allows.
+constexpr int64_t kRowMaxCols = (int64_t(1) << 31) - 1024;
 
 struct DeviceLimits {
   int num_sms = 132;                    // H100 SXM / H200
@@ -35,9 +45,12 @@ struct RowConfig {
   int vpt = 1;            // vectors per thread per row per chunk
   int rows_per_team = 1;  // rows staged at once by one team
   int chunks = 1;         // passes of the CTA's segment through shared memory
+  int buffers = 2;        // staging buffers (2: next rows load during this row's work)
   int64_t seg_vecs = 0;   // vectors of a row owned by one CTA of the cluster
-  size_t smem_bytes = 0;  // dynamic shared memory per CTA
-  int64_t grid = 0;       // CTAs in the launch (cluster * row blocks)
+  size_t stage_bytes = 0; // one staging buffer
+  size_t smem_bytes = 0;  // dynamic shared memory per CTA (scratch + buffers)
+  int64_t row_blocks = 0; // groups of rows_per_cta rows (a cluster works on one at a time)
+  int64_t grid = 0;       // CTAs in the launch: cluster * min(row_blocks, resident clusters)
 
   int teams_per_cta() const { return threads / team; }
   int64_t rows_per_cta() const { return int64_t(teams_per_cta()) * rows_per_team; }
@@ -57,9 +70,29 @@ struct RowProblem {
   size_t scratch_bytes = 0;
 };
 
+// The heuristic's tuning constants. The defaults are the measured choices
+// (each cites its measurement in config.cpp); tools may pass others to
+// explore.
+struct RowTuning {
+  int64_t cta_target_bytes;  // staged bytes per CTA above which a row is clustered
+  int64_t cta_max_bytes;     // staged bytes per CTA above which a row is chunked
+  int vpt_target;            // vectors per thread per row aimed for
+  int max_team;              // largest team (threads per row in one CTA)
+  int small_team_threads;    // CTA size when teams of <= 32 threads share a CTA
+  int max_rows_per_team;     // rows a small team stages at once
+  int regs_per_thread;       // register budget the kernels are built for (occupancy)
+};
+RowTuning default_row_tuning();
+// The tuning the ops use: the defaults, unless a tuning tool installed others
+// with set_row_tuning (nullptr restores the defaults). Not for concurrent use
+// with running ops: it exists for benchmarks that sweep the constants.
+RowTuning current_row_tuning();
+void set_row_tuning(const RowTuning* tune);
+
 // Chooses the configuration. Never fails for cols >= 1 and rows >= 0; a row
 // too long for the on-chip capacity of a 16-CTA cluster gets chunks > 1.
 RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim);
+RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, const RowTuning& tune);
 
 // Checks the invariants every kernel relies on; returns nullptr when the
 // config is valid for the problem, otherwise a static description of the

@@ -62,6 +62,17 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     lc.attrs = attr;
     lc.numAttrs = 1;
   }
+  if (cfg.cluster > 1) {
+    // A persistent grid must not ask for more clusters than can be resident
+    // at once: the GPCs, not the SM count, bound how many fit.
+    int max_clusters = 0;
+    cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc);
+    if (e != cudaSuccess) return cuda_status(e, "cudaOccupancyMaxActiveClusters");
+    if (max_clusters < 1)
+      return {Code::kUnsupported, "a cluster of " + std::to_string(cfg.cluster) + " CTAs with " +
+                                      std::to_string(cfg.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
+    if (int64_t(max_clusters) * cfg.cluster < cfg.grid) lc.gridDim.x = unsigned(max_clusters * cfg.cluster);
+  }
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
   return cuda_status(e, "kernel launch");
 }

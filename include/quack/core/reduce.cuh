@@ -119,7 +119,7 @@ struct RowReducer {
   int cluster;       // CTAs per row
   int parity = 0;
 
-  static constexpr size_t scratch_bytes() { return sizeof(T) * (2 * 32 + 2); }
+  __host__ __device__ static constexpr size_t scratch_bytes() { return sizeof(T) * (2 * 32 + 2); }
 
   __device__ __forceinline__ RowReducer(void* scratch, int team_, int cluster_)
       : warp_scratch(static_cast<T*>(scratch)),

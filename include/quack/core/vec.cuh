@@ -31,6 +31,8 @@ template <> struct TypeOf<DType::kFloat32> { using type = float; };
 template <> struct TypeOf<DType::kFloat16> { using type = __half; };
 template <> struct TypeOf<DType::kBFloat16> { using type = __nv_bfloat16; };
 
+__host__ __device__ __forceinline__ constexpr int elem_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -42,36 +44,60 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
-// Copies `bytes` (4, 8, 16 or 32) from aligned `src` to aligned `dst` as
-// 16-, 8- or 4-byte moves. Used for register <-> memory of whole vectors.
+// Global loads through the read-only path (ld.global.nc) and streaming
+// stores (st.global.cs: outputs are written once and not re-read).
 template <int kBytes>
-__device__ __forceinline__ void copy_aligned(void* dst, const void* src) {
+__device__ __forceinline__ void ldg_nc(void* dst, const void* src) {
   if constexpr (kBytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < kBytes / 16; ++i)
-      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-  } else if constexpr (kBytes == 8) {
-    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+      reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
   } else {
-    static_assert(kBytes == 4, "vector of 4, 8, 16 or 32 bytes");
-    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+    static_assert(kBytes == 8, "vector of 8, 16 or 32 bytes");
+    *reinterpret_cast<uint2*>(dst) = __ldg(reinterpret_cast<const uint2*>(src));
   }
+}
+template <int kBytes>
+__device__ __forceinline__ void stg_cs(void* dst, const void* src) {
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i)
+      __stcs(reinterpret_cast<uint4*>(dst) + i, reinterpret_cast<const uint4*>(src)[i]);
+  } else {
+    static_assert(kBytes == 8, "vector of 8, 16 or 32 bytes");
+    __stcs(reinterpret_cast<uint2*>(dst), *reinterpret_cast<const uint2*>(src));
+  }
+}
+template <typename T>
+__device__ __forceinline__ T ldg_elem(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    const uint32_t u = __ldg(reinterpret_cast<const unsigned int*>(p));
+    return *reinterpret_cast<const T*>(&u);
+  } else {
+    const unsigned short u = __ldg(reinterpret_cast<const unsigned short*>(p));
+    return *reinterpret_cast<const T*>(&u);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void stg_elem(T* p, T v) {
+  if constexpr (sizeof(T) == 4) __stcs(reinterpret_cast<unsigned int*>(p), *reinterpret_cast<unsigned int*>(&v));
+  else __stcs(reinterpret_cast<unsigned short*>(p), *reinterpret_cast<unsigned short*>(&v));
 }
 
 // ---------------------------------------------------------------------------
-// Elements of a compile-time type.
+// Elements of a compile-time type, global memory.
 
-// Loads elements [0, valid) of a vector at `p` into f (the rest become 0).
+// Loads elements [0, valid) of a read-only vector at `p` into f (the rest 0).
 template <typename T, int VEC, bool kVecIO>
 __device__ __forceinline__ void load_vec(const T* p, int valid, float (&f)[VEC]) {
   if (kVecIO && valid >= VEC) {
     alignas(16) T t[VEC];
-    copy_aligned<VEC * sizeof(T)>(t, p);
+    ldg_nc<VEC * sizeof(T)>(t, p);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) f[i] = to_float(t[i]);
   } else {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) f[i] = i < valid ? to_float(p[i]) : 0.0f;
+    for (int i = 0; i < VEC; ++i) f[i] = i < valid ? to_float(ldg_elem(p + i)) : 0.0f;
   }
 }
 
@@ -82,11 +108,11 @@ __device__ __forceinline__ void store_vec(T* p, int valid, const float (&f)[VEC]
 #pragma unroll
   for (int i = 0; i < VEC; ++i) t[i] = from_float<T>(f[i]);
   if (kVecIO && valid >= VEC) {
-    copy_aligned<VEC * sizeof(T)>(p, t);
+    stg_cs<VEC * sizeof(T)>(p, t);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i)
-      if (i < valid) p[i] = t[i];
+      if (i < valid) stg_elem(p + i, t[i]);
   }
 }
 
@@ -113,6 +139,29 @@ __device__ __forceinline__ void store_vec(void* p, DType dt, int valid, const fl
   }
 }
 
+// Secondary-tensor access for a row kernel over x of type Tx: compile-time
+// typed when kUniform (every tensor has x's dtype), run-time dispatched
+// otherwise. One place decides, so kernels read the same either way.
+template <typename Tx, int VEC, bool kVecIO, bool kUniform>
+struct SecondaryIO {
+  __device__ __forceinline__ static void* ptr(void* base, DType dt, int64_t i) {
+    if constexpr (kUniform) return static_cast<Tx*>(base) + i;
+    else return static_cast<char*>(base) + i * elem_bytes(dt);
+  }
+  __device__ __forceinline__ static const void* ptr(const void* base, DType dt, int64_t i) {
+    if constexpr (kUniform) return static_cast<const Tx*>(base) + i;
+    else return static_cast<const char*>(base) + i * elem_bytes(dt);
+  }
+  __device__ __forceinline__ static void load(const void* p, DType dt, int valid, float (&f)[VEC]) {
+    if constexpr (kUniform) load_vec<Tx, VEC, kVecIO>(static_cast<const Tx*>(p), valid, f);
+    else load_vec<VEC, kVecIO>(p, dt, valid, f);
+  }
+  __device__ __forceinline__ static void store(void* p, DType dt, int valid, const float (&f)[VEC]) {
+    if constexpr (kUniform) store_vec<Tx, VEC, kVecIO>(static_cast<Tx*>(p), valid, f);
+    else store_vec<VEC, kVecIO>(p, dt, valid, f);
+  }
+};
+
 // Pointer to element `i` of a run-time-dtype buffer.
 __device__ __forceinline__ const void* elem_ptr(const void* base, DType dt, int64_t i) {
   return static_cast<const char*>(base) + i * (dt == DType::kFloat32 ? 4 : 2);
@@ -131,63 +180,98 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Asynchronously copies `valid_bytes` (<= kBytes) from global `src` to shared
-// `dst`, zero-filling the rest of the kBytes. kBytes is 4, 8 or 16 and both
-// addresses are kBytes-aligned.
-template <int kBytes>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, int valid_bytes) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(valid_bytes)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "n"(kBytes), "r"(valid_bytes)
-                 : "memory");
-  }
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Stages the vector of `valid` (<= VEC) elements of size kElem bytes at global
-// `src` into shared `dst` (VEC * kElem bytes, aligned to min(16, that)).
-template <int kElem, int VEC, bool kVecIO>
-__device__ __forceinline__ void stage_vec(void* dst, const void* src, int valid) {
-  constexpr int kBytes = kElem * VEC;
-  if constexpr (kVecIO) {
-    constexpr int kPiece = kBytes < 16 ? kBytes : 16;
-    const int valid_bytes = valid * kElem;
+// Shared-memory loads by shared-window address (LDS, not generic LD).
+template <int kBytes>
+__device__ __forceinline__ void lds(uint32_t addr, void* dst) {
+  if constexpr (kBytes % 16 == 0) {
 #pragma unroll
-    for (int i = 0; i < kBytes / kPiece; ++i) {
-      int vb = valid_bytes - i * kPiece;
-      vb = vb < 0 ? 0 : (vb > kPiece ? kPiece : vb);
-      cp_async<kPiece>(static_cast<char*>(dst) + i * kPiece, static_cast<const char*>(src) + i * kPiece, vb);
+    for (int i = 0; i < kBytes / 16; ++i) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(addr + 16 * i));
+      reinterpret_cast<uint4*>(dst)[i] = v;
     }
   } else {
-    // Element-wise fallback for misaligned rows: synchronous loads.
-    using E = typename std::conditional<kElem == 4, uint32_t, uint16_t>::type;
-#pragma unroll
-    for (int i = 0; i < VEC; ++i)
-      static_cast<E*>(dst)[i] = i < valid ? static_cast<const E*>(src)[i] : E(0);
+    static_assert(kBytes == 8, "shared vector of 8, 16 or 32 bytes");
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+    *reinterpret_cast<uint2*>(dst) = v;
   }
 }
 
-// Run-time element size (secondary tensors).
-template <int VEC, bool kVecIO>
-__device__ __forceinline__ void stage_vec(void* dst, const void* src, DType dt, int valid) {
-  if (dt == DType::kFloat32) stage_vec<4, VEC, kVecIO>(dst, src, valid);
-  else stage_vec<2, VEC, kVecIO>(dst, src, valid);
+// Reads a staged vector of VEC elements of type T at shared address `addr`.
+template <typename T, int VEC>
+__device__ __forceinline__ void lds_vec(uint32_t addr, float (&f)[VEC]) {
+  alignas(16) T t[VEC];
+  lds<VEC * sizeof(T)>(addr, t);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) f[i] = to_float(t[i]);
+}
+template <int VEC>
+__device__ __forceinline__ void lds_vec(uint32_t addr, DType dt, float (&f)[VEC]) {
+  switch (dt) {
+    case DType::kFloat32: lds_vec<float, VEC>(addr, f); break;
+    case DType::kFloat16: lds_vec<__half, VEC>(addr, f); break;
+    default: lds_vec<__nv_bfloat16, VEC>(addr, f); break;
+  }
 }
 
-// Reads a staged vector of VEC elements of dtype `dt` from shared memory.
-template <int VEC>
-__device__ __forceinline__ void smem_vec_to_float(const void* s, DType dt, float (&f)[VEC]) {
-  load_vec<VEC, true>(s, dt, VEC, f);
+// Asynchronously copies the first `bytes` (clamped to [0, kBytes]) of a
+// vector of kBytes (8, 16 or 32) at global `src` to shared `dst`, zero-filling
+// the rest; with bytes <= 0 nothing is read (src must still be a valid
+// address: pass the row start). Both addresses are aligned to min(kBytes, 16).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, int bytes) {
+  static_assert(kBytes == 8 || kBytes == 16 || kBytes == 32, "vector of 8, 16 or 32 bytes");
+  constexpr int kPiece = kBytes < 16 ? kBytes : 16;
+#pragma unroll
+  for (int i = 0; i < kBytes / kPiece; ++i) {
+    int b = bytes - i * kPiece;
+    b = b < 0 ? 0 : (b > kPiece ? kPiece : b);
+    const char* s = static_cast<const char*>(src) + (b > 0 ? i * kPiece : 0);
+    if constexpr (kPiece == 16) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + i * kPiece), "l"(s), "r"(b)
+                   : "memory");
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(s), "r"(b) : "memory");
+    }
+  }
 }
-template <typename T, int VEC>
-__device__ __forceinline__ void smem_vec_to_float(const T* s, float (&f)[VEC]) {
-  load_vec<T, VEC, true>(s, VEC, f);
+// Run-time vector size (secondary tensors): 8, 16 or 32 bytes.
+__device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, int bytes, int vec_bytes) {
+  if (vec_bytes == 16) cp_async_zfill<16>(dst, src, bytes);
+  else if (vec_bytes == 32) cp_async_zfill<32>(dst, src, bytes);
+  else cp_async_zfill<8>(dst, src, bytes);
+}
+
+// Synchronous element-wise staging for misaligned rows: elements [0, valid)
+// of a VEC-element vector of kElem-byte elements, zeros after.
+template <int kElem, int VEC>
+__device__ __forceinline__ void stage_elems(uint32_t dst, const void* src, int valid) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if constexpr (kElem == 4) {
+      const uint32_t v = i < valid ? static_cast<const uint32_t*>(src)[i] : 0u;
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst + 4 * i), "r"(v) : "memory");
+    } else {
+      const uint16_t v = i < valid ? static_cast<const uint16_t*>(src)[i] : uint16_t(0);
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + 2 * i), "h"(v) : "memory");
+    }
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void stage_elems(uint32_t dst, const void* src, DType dt, int valid) {
+  if (dt == DType::kFloat32) stage_elems<4, VEC>(dst, src, valid);
+  else stage_elems<2, VEC>(dst, src, valid);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace core

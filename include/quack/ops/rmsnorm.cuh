@@ -10,10 +10,16 @@
 // (cfg.chunks > 1): then pass 1 streams the chunks, and pass 2 walks them
 // backwards, re-reading all but the last one still in shared memory.
 //
+// The grid is persistent: a CTA (a cluster, for clustered rows) walks row
+// blocks with a stride of the grid, and with two staging buffers it issues
+// the next block's loads before working on the current one, so loads stay in
+// flight while it reduces, waits at barriers and stores.
+//
 // Shared memory per CTA:
-//   [reducer scratch][x: teams][R][vpt][team] x 16 B][residual: same, res vec bytes]
+//   [reducer scratch][buffer 0][buffer 1]
+//   buffer = [x: teams][R][vpt][team] x 16 B][residual: same, VEC*res bytes]
 // A thread only ever touches its own staging slots, so staging needs no
-// barrier beyond the thread's own cp.async.wait_all.
+// barrier beyond the thread's own cp.async waits.
 #pragma once
 
 #include <cstdint>
@@ -43,141 +49,218 @@ struct RMSNormFwdParams {
   float eps, weight_offset;
   DType res_dtype, w_dtype, b_dtype, out_dtype, res_out_dtype;
   // Layout (from RowConfig).
-  int team, cluster, vpt, rows_per_team, chunks;
-  int64_t seg_vecs;
+  int team, cluster, vpt, rows_per_team, chunks, buffers;
+  int64_t seg_vecs, row_blocks;
+  uint32_t stage_bytes;
 };
 
-constexpr size_t kReducerScratchBytes = 512;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
+constexpr uint32_t kReducerScratchBytes = 512;
+constexpr int kMaxThreads = kRowKernelMaxThreads;
+constexpr int kRowGroup = kRowVecGroup;
+constexpr int kMinBlocks = 2;         // <= 128 registers: two 256-thread CTAs per SM
+constexpr int kMinBlocksUniform = 2;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
 
-template <typename Tx, bool kVecIO>
-__global__ void __launch_bounds__(1024) rmsnorm_fwd_kernel(const RMSNormFwdParams p) {
+// kUniform: every tensor present has x's dtype (the common case), so every
+// access is compile-time typed; otherwise secondary tensors dispatch on their
+// run-time dtype (mixed precision, e.g. an fp32 residual stream).
+template <typename Tx, bool kVecIO, bool kUniform>
+__global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kMinBlocks) rmsnorm_fwd_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
+  // Vectors handled as one straight-line group: all their loads are issued
+  // before the first use. cfg.vpt is a multiple of kGroup (config.cpp).
+  constexpr int U = kRowGroup;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
+  // Column indices are 32-bit (N < 2^31, checked by can_implement); row
+  // offsets are 64-bit.
   const int team = p.team, vpt = p.vpt, R = p.rows_per_team;
-  const int tid = threadIdx.x;
-  const int team_id = tid / team, t = tid % team;
+  const int team_id = threadIdx.x / team, t = threadIdx.x % team;
   const int crank = p.cluster > 1 ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-  const int64_t block_row = blockIdx.x / unsigned(p.cluster);
   const int teams = blockDim.x / team;
-  const int64_t row0 = (block_row * teams + team_id) * R;
-  const int64_t nvec = (p.cols + VEC - 1) / VEC;
-  const int64_t seg_begin = int64_t(crank) * p.seg_vecs;
-  const int64_t seg_end = nvec < seg_begin + p.seg_vecs ? nvec : seg_begin + p.seg_vecs;
-  const int64_t chunk_vecs = int64_t(team) * vpt;
+  const int cols = int(p.cols);
+  // This CTA's share of the row is columns [seg_col0, seg_col1).
+  const int seg_col0 = crank * int(p.seg_vecs) * VEC;
+  const int seg_col1 = min(cols, seg_col0 + int(p.seg_vecs) * VEC);
+  const int col_step = team * VEC;          // between a thread's consecutive vectors
+  const int chunk_cols = vpt * col_step;    // columns of one chunk of the segment
+  const int first_col = seg_col0 + t * VEC; // this thread's first column (chunk 0)
   const bool has_res = p.res != nullptr;
-  const int res_es = dtype_size(p.res_dtype);
+  const int res_es = kUniform ? int(sizeof(Tx)) : elem_bytes(p.res_dtype);
+  const int res_vec_bytes = VEC * res_es;
+  const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
 
   RowReducer<SumOp> red(smem, team, p.cluster);
-  unsigned char* xs = smem + kReducerScratchBytes;                    // 16 B per slot
-  unsigned char* rs = xs + size_t(blockDim.x) * R * vpt * 16;         // VEC*res_es per slot
-  auto slot = [&](int r, int i) { return (size_t(team_id * R + r) * vpt + i) * team + t; };
+  // Staging slot of this thread's i-th vector of row r in buffer buf:
+  // consecutive threads own consecutive slots (conflict-free warps).
+  const uint32_t x_base = smem_addr(smem) + kReducerScratchBytes + uint32_t(team_id * R * vpt * team + t) * 16;
+  const uint32_t res_base = x_base + uint32_t(blockDim.x) * R * vpt * 16 +
+                            uint32_t(team_id * R * vpt * team + t) * (res_vec_bytes - 16);
+  auto x_addr = [&](int buf, int r, int i) { return x_base + buf * p.stage_bytes + uint32_t((r * vpt + i) * team) * 16; };
+  auto res_addr = [&](int buf, int r, int i) {
+    return res_base + buf * p.stage_bytes + uint32_t((r * vpt + i) * team) * res_vec_bytes;
+  };
+  auto row_of = [&](int64_t blk, int r) { return (blk * teams + team_id) * R + r; };
 
-  // Stages chunk k of row r (this thread's vectors only) and commits it.
-  auto stage = [&](int r, int k) {
-    const int64_t row = row0 + r;
+  // Issues the cp.async of chunk k of row r of row block blk (this thread's
+  // vectors only) into buffer buf; slots past the segment are zero-filled
+  // without reading, so the sum below needs no bounds checks. Does not commit.
+  auto stage = [&](int64_t blk, int buf, int r, int k) {
+    const int64_t row = row_of(blk, r);
     if (row >= p.rows) return;
-    const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
-    for (int i = 0; i < vpt; ++i) {
-      const int64_t v = seg_begin + k * chunk_vecs + int64_t(i) * team + t;
-      if (v >= seg_end) break;
-      const int64_t col = v * VEC;
-      const int valid = int(p.cols - col < VEC ? p.cols - col : VEC);
-      stage_vec<sizeof(Tx), VEC, kVecIO>(xs + slot(r, i) * 16, xrow + col, valid);
-      if (has_res)
-        stage_vec<VEC, kVecIO>(rs + slot(r, i) * VEC * res_es,
-                               elem_ptr(p.res, p.res_dtype, row * p.res_stride + col), p.res_dtype, valid);
+    const char* xrow = static_cast<const char*>(p.x) + row * p.x_stride * int64_t(sizeof(Tx));
+    const char* rrow = has_res ? static_cast<const char*>(p.res) + row * p.res_stride * res_es : nullptr;
+    int col = first_col + k * chunk_cols;
+#pragma unroll U
+    for (int i = 0; i < vpt; ++i, col += col_step) {
+      const int rem = seg_col1 - col;  // valid elements from col on (<= 0: none)
+      if constexpr (kVecIO) {
+        const int n = rem <= 0 ? 0 : (rem < VEC ? rem : VEC);
+        cp_async_zfill<16>(x_addr(buf, r, i), xrow + (n > 0 ? int64_t(col) * sizeof(Tx) : 0), n * int(sizeof(Tx)));
+        if (has_res) {
+          if constexpr (kUniform)
+            cp_async_zfill<16>(res_addr(buf, r, i), rrow + (n > 0 ? int64_t(col) * sizeof(Tx) : 0), n * int(sizeof(Tx)));
+          else
+            cp_async_zfill(res_addr(buf, r, i), rrow + (n > 0 ? int64_t(col) * res_es : 0), n * res_es, res_vec_bytes);
+        }
+      } else {
+        const int n = rem <= 0 ? 0 : (rem < VEC ? rem : VEC);
+        stage_elems<sizeof(Tx), VEC>(x_addr(buf, r, i), xrow + int64_t(col) * sizeof(Tx), n);
+        if (has_res) {
+          if constexpr (kUniform) stage_elems<sizeof(Tx), VEC>(res_addr(buf, r, i), rrow + int64_t(col) * sizeof(Tx), n);
+          else stage_elems<VEC>(res_addr(buf, r, i), rrow + int64_t(col) * res_es, p.res_dtype, n);
+        }
+      }
     }
   };
-  // h = x + residual for staged vector (r, i).
-  auto staged_h = [&](int r, int i, float (&h)[VEC]) {
-    smem_vec_to_float<Tx, VEC>(reinterpret_cast<const Tx*>(xs + slot(r, i) * 16), h);
-    if (has_res) {
-      float rv[VEC];
-      smem_vec_to_float<VEC>(rs + slot(r, i) * VEC * res_es, p.res_dtype, rv);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) h[j] += rv[j];
-    }
-  };
-
-  if (p.chunks == 1) {
-    for (int r = 0; r < R; ++r) stage(r, 0);
+  auto stage_block = [&](int64_t blk, int buf) {
+    for (int r = 0; r < R; ++r) stage(blk, buf, r, 0);
     cp_async_commit();
-    cp_async_wait_all();
-  }
-
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + r;
-    const bool active = row < p.rows;
-
-    // Pass 1: sum of squares over this thread's vectors of the row.
-    float acc = 0.0f;
-    for (int k = 0; k < p.chunks; ++k) {
-      if (p.chunks > 1) {
-        stage(r, k);
-        cp_async_commit();
-        cp_async_wait_all();
-      }
-      if (active) {
-#pragma unroll 4
-        for (int i = 0; i < vpt; ++i) {
-          const int64_t v = seg_begin + k * chunk_vecs + int64_t(i) * team + t;
-          if (v >= seg_end) break;
-          float h[VEC];
-          staged_h(r, i, h);
+  };
+  // h = x + residual for the U staged vectors i0 .. i0 + U - 1 of row r.
+  auto staged_h = [&](int buf, int r, int i0, float (&h)[U][VEC]) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) acc = fmaf(h[j], h[j], acc);
-        }
+    for (int u = 0; u < U; ++u) lds_vec<Tx, VEC>(x_addr(buf, r, i0 + u), h[u]);
+    if (has_res) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float rv[VEC];
+        if constexpr (kUniform) lds_vec<Tx, VEC>(res_addr(buf, r, i0 + u), rv);
+        else lds_vec<VEC>(res_addr(buf, r, i0 + u), p.res_dtype, rv);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) h[u][j] += rv[j];
       }
     }
-    acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
-    if (p.cluster > 1 && r == R - 1) cluster_arrive();  // done reading peers' slots
-    const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
-    if (!active) continue;
-    if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
+  };
 
-    // Pass 2: normalise and write (last chunk first: it is still staged).
-    for (int k = p.chunks - 1; k >= 0; --k) {
-      if (p.chunks > 1 && k != p.chunks - 1) {
-        stage(r, k);
-        cp_async_commit();
-        cp_async_wait_all();
-      }
-#pragma unroll 2
-      for (int i = 0; i < vpt; ++i) {
-        const int64_t v = seg_begin + k * chunk_vecs + int64_t(i) * team + t;
-        if (v >= seg_end) break;
-        const int64_t col = v * VEC;
-        const int valid = int(p.cols - col < VEC ? p.cols - col : VEC);
-        float h[VEC];
-        staged_h(r, i, h);
-        if (p.res_out != nullptr)
-          store_vec<VEC, kVecIO>(elem_ptr(p.res_out, p.res_out_dtype, row * p.res_out_stride + col),
-                                 p.res_out_dtype, valid, h);
-        float y[VEC];
-        if (p.w != nullptr) {
-          float w[VEC];
-          load_vec<VEC, kVecIO>(elem_ptr(p.w, p.w_dtype, col), p.w_dtype, valid, w);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) y[j] = h[j] * rstd * (w[j] + p.weight_offset);
+  int64_t blk = blockIdx.x / unsigned(p.cluster);
+  int buf = 0;
+  if (p.chunks == 1 && p.buffers == 2 && blk < p.row_blocks) stage_block(blk, 0);
+
+  for (; blk < p.row_blocks; blk += grid_blocks) {
+    if (p.chunks == 1) {
+      if (p.buffers == 2) {
+        // Prefetch the next block into the other buffer, then wait for this one.
+        if (blk + grid_blocks < p.row_blocks) {
+          stage_block(blk + grid_blocks, buf ^ 1);
+          cp_async_wait_group<1>();
         } else {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) y[j] = h[j] * rstd;
+          cp_async_wait_all();
         }
-        if (p.b != nullptr) {
-          float b[VEC];
-          load_vec<VEC, kVecIO>(elem_ptr(p.b, p.b_dtype, col), p.b_dtype, valid, b);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) y[j] += b[j];
-        }
-        store_vec<VEC, kVecIO>(elem_ptr(p.out, p.out_dtype, row * p.out_stride + col), p.out_dtype,
-                               valid, y);
+      } else {
+        stage_block(blk, 0);
+        cp_async_wait_all();
       }
     }
+
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row_of(blk, r);
+      const bool active = row < p.rows;
+
+      // Pass 1: sum of squares over this thread's vectors of the row (padding
+      // slots hold zeros).
+      float acc = 0.0f;
+      for (int k = 0; k < p.chunks; ++k) {
+        if (p.chunks > 1) {
+          stage(blk, 0, r, k);
+          cp_async_commit();
+          cp_async_wait_all();
+        }
+        if (active) {
+          const int col0 = first_col + k * chunk_cols;
+#pragma unroll 1
+          for (int i0 = 0; i0 < vpt && col0 + i0 * col_step < seg_col1; i0 += U) {
+            float h[U][VEC];
+            staged_h(buf, r, i0, h);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) acc = fmaf(h[u][j], h[u][j], acc);
+          }
+        }
+      }
+      acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
+      const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
+      if (!active) continue;
+      if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
+
+      // Pass 2: normalise and write (last chunk first: it is still staged).
+      using IO = SecondaryIO<Tx, VEC, kVecIO, kUniform>;
+      void* orow = IO::ptr(p.out, p.out_dtype, row * p.out_stride);
+      void* rorow = p.res_out ? IO::ptr(p.res_out, p.res_out_dtype, row * p.res_out_stride) : nullptr;
+      for (int k = p.chunks - 1; k >= 0; --k) {
+        if (p.chunks > 1 && k != p.chunks - 1) {
+          stage(blk, 0, r, k);
+          cp_async_commit();
+          cp_async_wait_all();
+        }
+        const int col0 = first_col + k * chunk_cols;
+#pragma unroll 1
+        for (int i0 = 0; i0 < vpt && col0 + i0 * col_step < seg_col1; i0 += U) {
+          float h[U][VEC], w[U][VEC];
+          staged_h(buf, r, i0, h);
+          if (p.w != nullptr) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              const int col = col0 + (i0 + u) * col_step, rem = seg_col1 - col;
+              if (rem > 0) IO::load(IO::ptr(p.w, p.w_dtype, col), p.w_dtype, rem < VEC ? rem : VEC, w[u]);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int col = col0 + (i0 + u) * col_step, rem = seg_col1 - col;
+            if (rem <= 0) break;
+            const int valid = rem < VEC ? rem : VEC;
+            if (rorow != nullptr)
+              IO::store(IO::ptr(rorow, p.res_out_dtype, col), p.res_out_dtype, valid, h[u]);
+            if (p.w != nullptr) {
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) {
+                const float hr = h[u][j] * rstd;
+                h[u][j] = fmaf(hr, w[u][j], hr * p.weight_offset);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) h[u][j] = h[u][j] * rstd;
+            }
+            if (p.b != nullptr) {
+              float b[VEC];
+              IO::load(IO::ptr(p.b, p.b_dtype, col), p.b_dtype, valid, b);
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) h[u][j] += b[j];
+            }
+            IO::store(IO::ptr(orow, p.out_dtype, col), p.out_dtype, valid, h[u]);
+          }
+        }
+      }
+    }
+    buf ^= p.buffers - 1;
   }
-  if (p.cluster > 1) cluster_wait();  // no CTA leaves while a peer reads its slot
+  if (p.cluster > 1) {  // no CTA leaves while a peer may still read its slot
+    cluster_arrive();
+    cluster_wait();
+  }
 }
 
 // Shared memory the kernel needs for a config.
@@ -186,17 +269,20 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 // Launches the kernel for x's element type. Defined here, explicitly
 // instantiated once per dtype in src/ops/rmsnorm_fwd_<dtype>.cu.
 template <DType kX>
-Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool vec_io, int device,
-                          cudaStream_t stream) {
+Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool vec_io, bool uniform,
+                          int device, cudaStream_t stream) {
   using Tx = typename core::TypeOf<kX>::type;
-  static core::KernelAttrCache cache[2];
-  if (vec_io)
-    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true>, cache[1], device, cfg, stream, p);
-  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false>, cache[0], device, cfg, stream, p);
+  static core::KernelAttrCache cache[4];
+  if (uniform) {
+    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true>, cache[3], device, cfg, stream, p);
+    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true>, cache[2], device, cfg, stream, p);
+  }
+  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false>, cache[1], device, cfg, stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false>, cache[0], device, cfg, stream, p);
 }
 
 #define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT)                                             \
-  EXTERN template Status launch_rmsnorm_fwd<DT>(const RMSNormFwdParams&, const RowConfig&, bool, \
+  EXTERN template Status launch_rmsnorm_fwd<DT>(const RMSNormFwdParams&, const RowConfig&, bool, bool, \
                                                 int, cudaStream_t);
 #ifndef QUACK_RMSNORM_FWD_TU
 QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32)

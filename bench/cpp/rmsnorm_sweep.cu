@@ -1,0 +1,192 @@
+// C++-only RMSNorm forward sweep: correctness spot-check against a double
+// CPU reference, then bandwidth against a same-run device-to-device copy.
+// Needs no Python; used to tune the config heuristic in one device call.
+//
+//   rmsnorm_sweep [dtype=bf16|f16|f32] [total_elems=268435456] [N ...]
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+static float bits_to_float(const void* p, quack::DType t) {
+  if (t == quack::DType::kFloat32) return *static_cast<const float*>(p);
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (t == quack::DType::kBFloat16) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  return __half2float(*reinterpret_cast<const __half*>(&h));
+}
+static void float_to_bits(float f, void* p, quack::DType t) {
+  if (t == quack::DType::kFloat32) { *static_cast<float*>(p) = f; return; }
+  if (t == quack::DType::kBFloat16) { __nv_bfloat16 b = __float2bfloat16(f); std::memcpy(p, &b, 2); return; }
+  __half h = __float2half(f);
+  std::memcpy(p, &h, 2);
+}
+
+int main(int argc, char** argv) {
+  quack::DType dt = quack::DType::kBFloat16;
+  if (argc > 1) {
+    std::string s = argv[1];
+    dt = s == "f32" ? quack::DType::kFloat32 : s == "f16" ? quack::DType::kFloat16 : quack::DType::kBFloat16;
+  }
+  const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
+  std::vector<int64_t> Ns;
+  for (int i = 3; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
+  if (Ns.empty()) Ns = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576};
+  const int es = quack::dtype_size(dt);
+
+  // Copy bandwidth in the same run (bytes read + written).
+  const size_t bytes = size_t(total) * es;
+  void *a, *b, *w;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMalloc(&w, size_t(4) << 22));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time_ms = [&](auto&& fn, int iters) {
+    fn();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ts;
+    for (int i = 0; i < iters; ++i) {
+      CK(cudaEventRecord(e0));
+      fn();
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  };
+  const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  std::printf("dtype %s, M*N = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total, copy_gbs);
+  std::printf("%9s %8s | %4s %5s %3s %3s %2s %2s %2s %7s %6s | %9s %7s %6s | %s\n", "N", "M", "team", "thr", "cl",
+              "vpt", "R", "ch", "bf", "smem", "grid", "us", "GB/s", "%copy", "max rel err");
+
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  // Fill x and weight with random values (host-generated once, reused).
+  {
+    std::vector<uint8_t> hx(bytes);
+    for (int64_t i = 0; i < total; ++i) float_to_bits(nd(rng), hx.data() + i * es, dt);
+    CK(cudaMemcpy(a, hx.data(), bytes, cudaMemcpyHostToDevice));
+    std::vector<uint8_t> hw(size_t(es) << 20);
+    for (int i = 0; i < (1 << 20); ++i) float_to_bits(1.0f + 0.1f * nd(rng), hw.data() + size_t(i) * es, dt);
+    CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
+  }
+  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=4,max_team=256,small_threads=256,rows=4"
+  quack::RowTuning tune = quack::default_row_tuning();
+  if (const char* env = std::getenv("QUACK_TUNE")) {
+    std::string spec = env;
+    size_t pos = 0;
+    while (pos < spec.size()) {
+      size_t end = spec.find(',', pos);
+      if (end == std::string::npos) end = spec.size();
+      const std::string kv = spec.substr(pos, end - pos);
+      const size_t eq = kv.find('=');
+      const std::string k = kv.substr(0, eq);
+      const long v = std::atol(kv.c_str() + eq + 1);
+      if (k == "cta_target_kb") tune.cta_target_bytes = v * 1024;
+      else if (k == "cta_max_kb") tune.cta_max_bytes = v * 1024;
+      else if (k == "vpt") tune.vpt_target = int(v);
+      else if (k == "max_team") tune.max_team = int(v);
+      else if (k == "small_threads") tune.small_team_threads = int(v);
+      else if (k == "rows") tune.max_rows_per_team = int(v);
+      else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
+      pos = end + 1;
+    }
+    quack::set_row_tuning(&tune);
+    std::printf("tuning override: %s\n", env);
+  }
+  quack::DeviceLimits lim;
+  {
+    int v;
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
+    lim.num_sms = v;
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    lim.max_smem_per_block = v;
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    lim.smem_per_sm = v;
+  }
+  float* rstd;
+  CK(cudaMalloc(&rstd, sizeof(float) << 20));
+
+  for (int64_t N : Ns) {
+    const int64_t M = std::max<int64_t>(1, total / N);
+    quack::RMSNormFwdArgs args;
+    args.rows = M;
+    args.cols = N;
+    args.x = {a, dt, N};
+    args.weight = {w, dt};
+    args.out = {b, dt, N};
+    args.rstd = M <= (1 << 20) ? rstd : nullptr;
+    CK(cudaMemset(b, 0xff, size_t(M) * N * es));  // poison (NaN) before the checked run
+    quack::Status st = quack::rmsnorm_fwd(args, nullptr);
+    if (!st.ok()) {
+      std::printf("%9lld: error %s\n", (long long)N, st.message.c_str());
+      continue;
+    }
+    CK(cudaDeviceSynchronize());
+    // Check three rows against a double reference.
+    double max_err = 0;
+    for (int64_t r : {int64_t(0), M / 2, M - 1}) {
+      std::vector<uint8_t> hx(size_t(N) * es), hy(size_t(N) * es), hw(size_t(N) * es);
+      CK(cudaMemcpy(hx.data(), static_cast<char*>(a) + size_t(r) * N * es, hx.size(), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hy.data(), static_cast<char*>(b) + size_t(r) * N * es, hy.size(), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hw.data(), w, hw.size(), cudaMemcpyDeviceToHost));
+      double ss = 0;
+      for (int64_t c = 0; c < N; ++c) {
+        double v = bits_to_float(hx.data() + c * es, dt);
+        ss += v * v;
+      }
+      const double rs = 1.0 / std::sqrt(ss / N + 1e-6);
+      for (int64_t c = 0; c < N; ++c) {
+        const double ref = bits_to_float(hx.data() + c * es, dt) * rs * bits_to_float(hw.data() + c * es, dt);
+        const double got = bits_to_float(hy.data() + c * es, dt);
+        const double err = std::fabs(got - ref) / (std::fabs(ref) + 1e-2);
+        if (!(err <= max_err)) max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
+      }
+    }
+    quack::RowProblem prob;
+    prob.rows = M;
+    prob.cols = N;
+    prob.x_elem_bytes = es;
+    prob.staged_elem_bytes = es;
+    prob.scratch_bytes = 512;
+    const quack::RowConfig cfg = quack::choose_row_config(prob, lim);
+    const float ms = time_ms([&] { (void)quack::rmsnorm_fwd(args, nullptr); }, 20);
+    const double gbs = 2.0 * double(M) * N * es / ms / 1e6;
+    std::printf("%9lld %8lld | %4d %5d %3d %3d %2d %2d %2d %7zu %6lld | %9.1f %7.1f %5.1f%% | %.2e\n", (long long)N,
+                (long long)M, cfg.team, cfg.threads, cfg.cluster, cfg.vpt, cfg.rows_per_team, cfg.chunks,
+                cfg.buffers, cfg.smem_bytes, (long long)cfg.grid, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, max_err);
+  }
+  CK(cudaGetLastError());
+  return 0;
+}
