@@ -48,7 +48,8 @@ std::string describe(const RowConfig& c, const RowProblem& p) {
     << " staged_bytes=" << p.staged_elem_bytes << " -> vec=" << c.vec << " team=" << c.team
     << " threads=" << c.threads << " cluster=" << c.cluster << " vpt=" << c.vpt
     << " rows_per_team=" << c.rows_per_team << " chunks=" << c.chunks << " seg_vecs=" << c.seg_vecs
-    << " smem=" << c.smem_bytes << " grid=" << c.grid;
+    << " buffers=" << c.buffers << " stage_bytes=" << c.stage_bytes << " smem=" << c.smem_bytes
+    << " row_blocks=" << c.row_blocks << " grid=" << c.grid;
   return s.str();
 }
 
@@ -107,8 +108,8 @@ std::string staging_label(const Staging& s) {
 std::string staging_name(const testing::TestParamInfo<Staging>& info) { return staging_label(info.param); }
 void PrintTo(const Staging& s, std::ostream* os) { *os << staging_label(s); }
 
-// Sweeps N in [1, max_n] with the given N step; returns the failures found
-// (reporting at most a few of them).
+// Sweeps N in [1, max_n] with the given N step, reporting the first few
+// broken configurations as test failures.
 void sweep(const Staging& s, const DeviceLimits& lim, int64_t max_n, int64_t step) {
   int failures = 0;
   RowConfig prev;  // N-monotonicity at a fixed row count
