@@ -6,8 +6,6 @@ Markers (registered here):
   huge          allocates several GiB or sweeps very long rows; part of the
                 default run (a few seconds on an H200), deselect with
                 -m "not huge".
-  perf          host-overhead measurement against torch; deselect with
-                -m "not perf".
 Every test starts from a seed derived from its own name, so inputs are fresh
 per test but reproducible.
 """
@@ -34,7 +32,6 @@ GPU_OK, GPU_DESC = _gpu_status()
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires_gpu: needs an sm_90 CUDA GPU; skipped ('no CUDA GPU') otherwise")
     config.addinivalue_line("markers", "huge: multi-GiB or very long-row GPU test (deselect with -m 'not huge')")
-    config.addinivalue_line("markers", "perf: host-overhead measurement (deselect with -m 'not perf')")
 
 
 def pytest_report_header(config):
