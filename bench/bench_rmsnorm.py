@@ -941,6 +941,10 @@ def main(argv=None):
             log(f"!!!! {e}; stopping here and reporting what was measured")
         except KeyboardInterrupt:
             log("!!!! interrupted; reporting what was measured")
+        except Exception as e:  # a bug here, or an OOM outside the guarded cells
+            traceback.print_exc()
+            bench.broken = f"benchmark stopped by an unexpected error: {short_reason(e, 300)}"
+            log(f"!!!! {bench.broken}; reporting what was measured")
     if timer is not None:
         timer.cancel()
 
