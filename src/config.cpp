@@ -91,7 +91,7 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
   team = std::min<int64_t>(team, std::min(std::max(tune.max_team, 32), kRowKernelMaxThreads));
   if (cluster > 1 || c.chunks > 1) team = std::max<int64_t>(team, 32);
   c.team = int(team);
-  c.vpt = int(ceil_div(ceil_div(chunk_need, team), kRowVecGroup) * kRowVecGroup);
+  c.vpt = int(ceil_div(chunk_need, team));
 
   // 4. CTA shape: teams of up to one warp share a CTA; larger teams own it.
   if (c.team <= 32 && cluster == 1 && c.chunks == 1) {
@@ -130,7 +130,7 @@ const char* check_row_config(const RowConfig& c, const RowProblem& prob,
   if (c.chunks > 1 && c.threads != c.team) return "a chunked row must own whole CTAs";
   if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
   if (c.rows_per_team < 1 || (c.rows_per_team > 1 && c.team > 32)) return "rows_per_team > 1 needs a team of at most a warp";
-  if (c.vpt < 1 || c.vpt % kRowVecGroup) return "vpt is not a positive multiple of kRowVecGroup";
+  if (c.vpt < 1) return "vpt < 1";
   if (c.seg_vecs * c.cluster < nvec) return "cluster segments do not cover the row";
   if (c.chunk_vecs() * c.chunks < c.seg_vecs) return "chunks do not cover the segment";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory exceeds the per-CTA limit";

@@ -24,7 +24,7 @@ namespace quack {
 
 // Largest CTA a row kernel is built for (__launch_bounds__).
 constexpr int kRowKernelMaxThreads = 256;
-// Vectors a thread handles as one straight-line group; vpt is a multiple.
+// Vectors a thread handles as one straight-line group (the rest one by one).
 constexpr int kRowVecGroup = 4;
 // Longest row the 32-bit column arithmetic of the kernels allows.
 constexpr int64_t kRowMaxCols = (int64_t(1) << 31) - 1024;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "quack/core/config.hpp"
 #include "quack/core/launch.cuh"
@@ -68,8 +69,11 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
   // Vectors handled as one straight-line group: all their loads are issued
-  // before the first use. cfg.vpt is a multiple of kGroup (config.cpp).
-  constexpr int U = kRowGroup;
+  // before the first use.
+  // 16 elements: 4 fp32 or 2 16-bit vectors (one on the element-wise path).
+  constexpr int U = kVecIO ? kRowGroup * 4 / VEC : 1;
+  // The element-wise (misaligned) staging is too wide to unroll in 128 registers.
+  constexpr int kStageUnroll = kVecIO ? U : 1;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -112,7 +116,7 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
     const char* xrow = static_cast<const char*>(p.x) + row * p.x_stride * int64_t(sizeof(Tx));
     const char* rrow = has_res ? static_cast<const char*>(p.res) + row * p.res_stride * res_es : nullptr;
     int col = first_col + k * chunk_cols;
-#pragma unroll U
+#pragma unroll kStageUnroll
     for (int i = 0; i < vpt; ++i, col += col_step) {
       const int rem = seg_col1 - col;  // valid elements from col on (<= 0: none)
       if constexpr (kVecIO) {
@@ -138,13 +142,14 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
     for (int r = 0; r < R; ++r) stage(blk, buf, r, 0);
     cp_async_commit();
   };
-  // h = x + residual for the U staged vectors i0 .. i0 + U - 1 of row r.
-  auto staged_h = [&](int buf, int r, int i0, float (&h)[U][VEC]) {
+  // h = x + residual for the G staged vectors i0 .. i0 + G - 1 of row r.
+  auto staged_h = [&](auto g, int buf, int r, int i0, auto& h) {
+    constexpr int G = decltype(g)::value;
 #pragma unroll
-    for (int u = 0; u < U; ++u) lds_vec<Tx, VEC>(x_addr(buf, r, i0 + u), h[u]);
+    for (int u = 0; u < G; ++u) lds_vec<Tx, VEC>(x_addr(buf, r, i0 + u), h[u]);
     if (has_res) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < G; ++u) {
         float rv[VEC];
         if constexpr (kUniform) lds_vec<Tx, VEC>(res_addr(buf, r, i0 + u), rv);
         else lds_vec<VEC>(res_addr(buf, r, i0 + u), p.res_dtype, rv);
@@ -152,6 +157,21 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
         for (int j = 0; j < VEC; ++j) h[u][j] += rv[j];
       }
     }
+  };
+  // Vectors of chunk k (starting at column col0) this thread holds data for.
+  auto vectors_in = [&](int col0) {
+    if (col0 >= seg_col1) return 0;
+    const int n = (seg_col1 - col0 + col_step - 1) / col_step;
+    return n < vpt ? n : vpt;
+  };
+  // Runs body(group size, first vector) over nv vectors: groups of U, then
+  // single vectors, so every group is straight-line code.
+  auto for_groups = [&](int nv, auto&& body) {
+    int i0 = 0;
+#pragma unroll 1
+    for (; i0 + U <= nv; i0 += U) body(std::integral_constant<int, U>{}, i0);
+#pragma unroll 1
+    for (; i0 < nv; ++i0) body(std::integral_constant<int, 1>{}, i0);
   };
 
   int64_t blk = blockIdx.x / unsigned(p.cluster);
@@ -188,16 +208,15 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
           cp_async_wait_all();
         }
         if (active) {
-          const int col0 = first_col + k * chunk_cols;
-#pragma unroll 1
-          for (int i0 = 0; i0 < vpt && col0 + i0 * col_step < seg_col1; i0 += U) {
-            float h[U][VEC];
-            staged_h(buf, r, i0, h);
+          for_groups(vectors_in(first_col + k * chunk_cols), [&](auto g, int i0) {
+            constexpr int G = decltype(g)::value;
+            float h[G][VEC];
+            staged_h(g, buf, r, i0, h);
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+            for (int u = 0; u < G; ++u)
 #pragma unroll
               for (int j = 0; j < VEC; ++j) acc = fmaf(h[u][j], h[u][j], acc);
-          }
+          });
         }
       }
       acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
@@ -216,21 +235,20 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
           cp_async_wait_all();
         }
         const int col0 = first_col + k * chunk_cols;
-#pragma unroll 1
-        for (int i0 = 0; i0 < vpt && col0 + i0 * col_step < seg_col1; i0 += U) {
-          float h[U][VEC], w[U][VEC];
-          staged_h(buf, r, i0, h);
+        for_groups(vectors_in(col0), [&](auto g, int i0) {
+          constexpr int G = decltype(g)::value;
+          float h[G][VEC], w[G][VEC];
+          staged_h(g, buf, r, i0, h);
           if (p.w != nullptr) {
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
+            for (int u = 0; u < G; ++u) {
               const int col = col0 + (i0 + u) * col_step, rem = seg_col1 - col;
-              if (rem > 0) IO::load(IO::ptr(p.w, p.w_dtype, col), p.w_dtype, rem < VEC ? rem : VEC, w[u]);
+              IO::load(IO::ptr(p.w, p.w_dtype, col), p.w_dtype, rem < VEC ? rem : VEC, w[u]);
             }
           }
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
+          for (int u = 0; u < G; ++u) {
             const int col = col0 + (i0 + u) * col_step, rem = seg_col1 - col;
-            if (rem <= 0) break;
             const int valid = rem < VEC ? rem : VEC;
             if (rorow != nullptr)
               IO::store(IO::ptr(rorow, p.res_out_dtype, col), p.res_out_dtype, valid, h[u]);
@@ -252,7 +270,7 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
             }
             IO::store(IO::ptr(orow, p.out_dtype, col), p.out_dtype, valid, h[u]);
           }
-        }
+        });
       }
     }
     buf ^= p.buffers - 1;
