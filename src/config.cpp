@@ -9,6 +9,10 @@ namespace quack {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Threads per SM below which a launch leaves the GPU idle: 512 = two of the
+// kernels' 256-thread CTAs (the register budget's occupancy).
+constexpr int64_t kFillThreadsPerSm = 512;
+
 int64_t pow2_ceil(int64_t v) {
   int64_t p = 1;
   while (p < v) p <<= 1;
@@ -86,8 +90,15 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
   const int64_t chunk_need = ceil_div(c.seg_vecs, c.chunks);
 
   // 3. Team size and vectors per thread: grow the team up to max_team, then
-  //    the vectors per thread.
-  int64_t team = pow2_ceil(ceil_div(chunk_need, tune.vpt_target));
+  //    the vectors per thread. With too few rows to fill the GPU at the
+  //    target (decode-sized batches), spread each row over more threads: a
+  //    thread's vectors are worked through in sequence, so fewer per thread
+  //    is a shorter latency chain when there is no other work to overlap.
+  int64_t vpt_target = tune.vpt_target;
+  const int64_t fill_threads = int64_t(lim.num_sms) * kFillThreadsPerSm;
+  while (vpt_target > 1 && prob.rows * ceil_div(chunk_need * c.chunks * cluster, vpt_target) < fill_threads)
+    vpt_target /= 2;
+  int64_t team = pow2_ceil(ceil_div(chunk_need, vpt_target));
   team = std::min<int64_t>(team, std::min(std::max(tune.max_team, 32), kRowKernelMaxThreads));
   if (cluster > 1 || c.chunks > 1) team = std::max<int64_t>(team, 32);
   c.team = int(team);
@@ -96,7 +107,7 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
   // 4. CTA shape: teams of up to one warp share a CTA; larger teams own it.
   if (c.team <= 32 && cluster == 1 && c.chunks == 1) {
     c.threads = std::min(std::max(tune.small_team_threads, 32), kRowKernelMaxThreads);
-    c.rows_per_team = int(std::min<int64_t>(tune.max_rows_per_team, ceil_div(tune.vpt_target, c.vpt)));
+    c.rows_per_team = int(std::min<int64_t>(tune.max_rows_per_team, ceil_div(vpt_target, c.vpt)));
   } else {
     c.threads = c.team;
     c.rows_per_team = 1;
