@@ -10,7 +10,9 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Threads per SM below which a launch leaves the GPU idle: 512 = two of the
-// kernels' 256-thread CTAs (the register budget's occupancy).
+// kernels' 256-thread CTAs (the register budget's occupancy). Spreading such
+// launches over more threads per row took M = 1, N = 4096 bf16 from 5.56 to
+// 3.38 us per call (CUDA graph replay; bench/results/2026-11-30-rmsnorm-fwd.md).
 constexpr int64_t kFillThreadsPerSm = 512;
 
 int64_t pow2_ceil(int64_t v) {
