@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < (1 << 20); ++i) float_to_bits(1.0f + 0.1f * nd(rng), hw.data() + size_t(i) * es, dt);
     CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
   }
-  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=4,max_team=256,small_threads=256,rows=4"
+  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128"
   quack::RowTuning tune = quack::default_row_tuning();
   if (const char* env = std::getenv("QUACK_TUNE")) {
     std::string spec = env;
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
       else if (k == "max_team") tune.max_team = int(v);
       else if (k == "small_threads") tune.small_team_threads = int(v);
       else if (k == "rows") tune.max_rows_per_team = int(v);
+      else if (k == "regs") tune.regs_per_thread = int(v);
       else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
       pos = end + 1;
     }
