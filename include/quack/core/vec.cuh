@@ -21,11 +21,6 @@
 namespace quack {
 namespace core {
 
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<__half> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<__nv_bfloat16> { static constexpr DType value = DType::kBFloat16; };
-
 template <DType> struct TypeOf;
 template <> struct TypeOf<DType::kFloat32> { using type = float; };
 template <> struct TypeOf<DType::kFloat16> { using type = __half; };
@@ -161,14 +156,6 @@ struct SecondaryIO {
     else store_vec<VEC, kVecIO>(p, dt, valid, f);
   }
 };
-
-// Pointer to element `i` of a run-time-dtype buffer.
-__device__ __forceinline__ const void* elem_ptr(const void* base, DType dt, int64_t i) {
-  return static_cast<const char*>(base) + i * (dt == DType::kFloat32 ? 4 : 2);
-}
-__device__ __forceinline__ void* elem_ptr(void* base, DType dt, int64_t i) {
-  return static_cast<char*>(base) + i * (dt == DType::kFloat32 ? 4 : 2);
-}
 
 // ---------------------------------------------------------------------------
 // Staging global -> shared memory.
