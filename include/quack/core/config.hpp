@@ -26,8 +26,10 @@ namespace quack {
 constexpr int kRowKernelMaxThreads = 256;
 // Vectors a thread handles as one straight-line group (the rest one by one).
 constexpr int kRowVecGroup = 4;
-// Longest row the 32-bit column arithmetic of the kernels allows.
-constexpr int64_t kRowMaxCols = (int64_t(1) << 31) - 1024;
+// Longest row the kernels serve. Their column arithmetic is 32-bit and a
+// thread's column index runs up to one chunk (< 2^17 columns) past the row's
+// end while it zero-fills padding slots, so 2^30 keeps far from 2^31.
+constexpr int64_t kRowMaxCols = int64_t(1) << 30;
 
 struct DeviceLimits {
   int num_sms = 132;                    // H100 SXM / H200

@@ -55,11 +55,14 @@ struct RMSNormFwdParams {
   uint32_t stage_bytes;
 };
 
-constexpr uint32_t kReducerScratchBytes = 512;
+constexpr uint32_t kReducerScratchBytes = 512;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
 constexpr int kMaxThreads = kRowKernelMaxThreads;
 constexpr int kRowGroup = kRowVecGroup;
-constexpr int kMinBlocks = 2;         // <= 128 registers: two 256-thread CTAs per SM
-constexpr int kMinBlocksUniform = 2;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
+// <= 128 registers: two 256-thread CTAs per SM. Three (<= 80 registers)
+// measured 4-10 points better for fp32 but the 16-bit kernels spill there
+// (bench/results/2026-11-30-rmsnorm-fwd-tuning.md, last section).
+constexpr int kMinBlocks = 2;
+constexpr int kMinBlocksUniform = 2;
 
 // kUniform: every tensor present has x's dtype (the common case), so every
 // access is compile-time typed; otherwise secondary tensors dispatch on their
@@ -68,17 +71,17 @@ template <typename Tx, bool kVecIO, bool kUniform>
 __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kMinBlocks) rmsnorm_fwd_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
-  // Vectors handled as one straight-line group: all their loads are issued
-  // before the first use.
-  // 16 elements: 4 fp32 or 2 16-bit vectors (one on the element-wise path).
+  // Vectors handled as one straight-line group, all their loads issued before
+  // the first use: 16 elements (4 fp32 or 2 16-bit vectors; one vector on the
+  // element-wise path).
   constexpr int U = kVecIO ? kRowGroup * 4 / VEC : 1;
   // The element-wise (misaligned) staging is too wide to unroll in 128 registers.
   constexpr int kStageUnroll = kVecIO ? U : 1;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
-  // Column indices are 32-bit (N < 2^31, checked by can_implement); row
-  // offsets are 64-bit.
+  // Column indices are 32-bit (N <= kRowMaxCols, checked by can_implement);
+  // row offsets are 64-bit.
   const int team = p.team, vpt = p.vpt, R = p.rows_per_team;
   const int team_id = threadIdx.x / team, t = threadIdx.x % team;
   const int crank = p.cluster > 1 ? int(blockIdx.x % unsigned(p.cluster)) : 0;

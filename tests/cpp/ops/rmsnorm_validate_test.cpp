@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 
+#include "quack/core/config.hpp"
 #include "quack/quack.hpp"
 
 namespace quack {
@@ -127,6 +128,20 @@ TEST(RMSNormFwdValidate, RejectsBadShapes) {
   a = minimal_args();
   a.rows = -1;
   expect_invalid(a, "rows");
+}
+
+TEST(RMSNormFwdValidate, RefusesRowsLongerThanTheKernelsServe) {
+  RMSNormFwdArgs a = minimal_args();
+  a.rows = 1;
+  a.cols = kRowMaxCols;
+  a.x.row_stride = a.out.row_stride = a.cols;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.cols = kRowMaxCols + 1;
+  a.x.row_stride = a.out.row_stride = a.cols;
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, Code::kUnsupported);
+  EXPECT_EQ(st.message.rfind("cols:", 0), 0u) << st.message;
+  EXPECT_EQ(rmsnorm_fwd(a, nullptr).code, Code::kUnsupported);  // refused before any CUDA call
 }
 
 TEST(RMSNormFwdValidate, RejectsNullRequiredPointers) {
