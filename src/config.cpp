@@ -32,14 +32,23 @@ RowTuning default_row_tuning() {
   // fp32 N = 8K went 85.5% (32 KB, one CTA per row) vs 69% (16 KB, cluster 2);
   // 64 KB with vpt 16 lost 10-15 points everywhere (one CTA per SM).
   t.cta_target_bytes = 32 * 1024;
-  // Staged bytes per CTA beyond which a row is chunked (two passes over HBM),
-  // capped so a 16-CTA cluster still fits where the GPCs leave room.
+  // Staged bytes per CTA beyond which a row is chunked (two passes over HBM).
+  // Not a measured optimum: the largest share that leaves the opt-in 227 KB
+  // room for the reducer scratch and the 1 KB the hardware reserves; the
+  // 16-CTA clusters it implies were checked to schedule (cluster occupancy
+  // query in launch.cuh) on the H200. N = 1M bf16 runs at this share: 31%.
   t.cta_max_bytes = 200 * 1024;
   // Vectors (16 B of x) per thread per row: 8 beat 4 (fp32 N = 1K: 88% vs
   // 80%; bf16 N = 1K: 70% vs 59%) and 16 (76% / 50%).
   t.vpt_target = 8;
+  // 256 threads per team and per CTA: the kernels' launch bound. max_team = 128
+  // lost at N >= 16K (bf16 16K: 54.6% vs 66.7%); 128-thread CTAs for sub-warp
+  // teams changed nothing measurable (bf16 N = 1K: 59.5% vs 59.2%).
   t.max_team = 256;
   t.small_team_threads = 256;
+  // Rows a sub-warp team stages at once so a thread has ~vpt_target vectors
+  // in flight when rows are only a few vectors long (N < 128 bf16). Not yet
+  // measured: no benchmark shape has N < 256.
   t.max_rows_per_team = 4;
   // The kernels are built with __launch_bounds__(256, 2): at most 128 registers.
   t.regs_per_thread = 128;
