@@ -36,7 +36,8 @@ RowTuning default_row_tuning() {
   // Not a measured optimum: the largest share that leaves the opt-in 227 KB
   // room for the reducer scratch and the 1 KB the hardware reserves; the
   // 16-CTA clusters it implies were checked to schedule (cluster occupancy
-  // query in launch.cuh) on the H200. N = 1M bf16 runs at this share: 31%.
+  // query in launch.cuh) on the H200. The nearest benchmarked shape, N = 1M
+  // bf16 (128 KB per CTA, too large to double-buffer), runs at 31% of copy.
   t.cta_max_bytes = 200 * 1024;
   // Vectors (16 B of x) per thread per row: 8 beat 4 (fp32 N = 1K: 88% vs
   // 80%; bf16 N = 1K: 70% vs 59%) and 16 (76% / 50%).
