@@ -24,8 +24,6 @@ namespace quack {
 
 // Largest CTA a row kernel is built for (__launch_bounds__).
 constexpr int kRowKernelMaxThreads = 256;
-// Vectors a thread handles as one straight-line group (the rest one by one).
-constexpr int kRowVecGroup = 4;
 // Longest row the kernels serve. Their column arithmetic is 32-bit and a
 // thread's column index runs up to one chunk (< 2^17 columns) past the row's
 // end while it zero-fills padding slots, so 2^30 keeps far from 2^31.

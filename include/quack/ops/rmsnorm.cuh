@@ -57,7 +57,9 @@ struct RMSNormFwdParams {
 
 constexpr uint32_t kReducerScratchBytes = 512;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
 constexpr int kMaxThreads = kRowKernelMaxThreads;
-constexpr int kRowGroup = kRowVecGroup;
+// Elements a thread handles as one straight-line group, all their loads
+// issued before the first use: 4 fp32 or 2 16-bit vectors.
+constexpr int kGroupElems = 16;
 // <= 128 registers: two 256-thread CTAs per SM. Three (<= 80 registers)
 // measured 4-10 points better for fp32 but the 16-bit kernels spill there
 // (bench/results/2026-11-30-rmsnorm-fwd-tuning.md, last section).
@@ -71,10 +73,8 @@ template <typename Tx, bool kVecIO, bool kUniform>
 __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kMinBlocks) rmsnorm_fwd_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
-  // Vectors handled as one straight-line group, all their loads issued before
-  // the first use: 16 elements (4 fp32 or 2 16-bit vectors; one vector on the
-  // element-wise path).
-  constexpr int U = kVecIO ? kRowGroup * 4 / VEC : 1;
+  // Vectors per group (one on the element-wise path).
+  constexpr int U = kVecIO ? kGroupElems / VEC : 1;
   // The element-wise (misaligned) staging is too wide to unroll in 128 registers.
   constexpr int kStageUnroll = kVecIO ? U : 1;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
