@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
 #pragma unroll kStageUnroll
     for (int i = 0; i < vpt; ++i, col += col_step) {
       const int rem = seg_col1 - col;  // valid elements from col on (<= 0: none)
+      const int n = rem <= 0 ? 0 : (rem < VEC ? rem : VEC);
       if constexpr (kVecIO) {
-        const int n = rem <= 0 ? 0 : (rem < VEC ? rem : VEC);
         cp_async_zfill<16>(x_addr(buf, r, i), xrow + (n > 0 ? int64_t(col) * sizeof(Tx) : 0), n * int(sizeof(Tx)));
         if (has_res) {
           if constexpr (kUniform)
@@ -132,7 +132,6 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
             cp_async_zfill(res_addr(buf, r, i), rrow + (n > 0 ? int64_t(col) * res_es : 0), n * res_es, res_vec_bytes);
         }
       } else {
-        const int n = rem <= 0 ? 0 : (rem < VEC ? rem : VEC);
         stage_elems<sizeof(Tx), VEC>(x_addr(buf, r, i), xrow + int64_t(col) * sizeof(Tx), n);
         if (has_res) {
           if constexpr (kUniform) stage_elems<sizeof(Tx), VEC>(res_addr(buf, r, i), rrow + int64_t(col) * sizeof(Tx), n);
