@@ -560,6 +560,14 @@ def ensure_alive(torch, bench, where):
         raise ContextBroken(bench.broken)
 
 
+def mark_na(torch, bench, cells, key, where, impl, exc):
+    """Records a cell that could not run (with the reason), logs it, and stops
+    the run if the CUDA context died with it."""
+    cells[key] = {"status": "na", "reason": short_reason(exc)}
+    log(f"[{bench.elapsed():6.1f}s] {where:34s} {impl.title:13s} n/a: {short_reason(exc)}")
+    ensure_alive(torch, bench, f"{impl.title} at {where}")
+
+
 def time_events(torch, fns, target_ms, warmup=3, min_iters=5, max_iters=5000):
     """Median ms of one call, CUDA events around each call; fns are rotated."""
     k = len(fns)
@@ -700,9 +708,7 @@ def section_sweep(bench, torch, impls):
                 except ContextBroken:
                     raise
                 except Exception as e:
-                    cells[key] = {"status": "na", "reason": short_reason(e)}
-                    log(f"[{bench.elapsed():6.1f}s] {where:34s} {impl.title:13s} n/a: {short_reason(e)}")
-                    ensure_alive(torch, bench, f"{impl.title} at {where}")
+                    mark_na(torch, bench, cells, key, where, impl, e)
             del xs, w
             torch.cuda.empty_cache()
             bench.write()  # a run killed from outside still leaves a report
@@ -772,9 +778,7 @@ def section_small(bench, torch, impls):
             except ContextBroken:
                 raise
             except Exception as e:
-                cells[key] = {"status": "na", "reason": short_reason(e)}
-                log(f"[{bench.elapsed():6.1f}s] {where:34s} {impl.title:13s} n/a: {short_reason(e)}")
-                ensure_alive(torch, bench, f"{impl.title} at {where}")
+                mark_na(torch, bench, cells, key, where, impl, e)
         del x, w
         torch.cuda.empty_cache()
 
@@ -808,9 +812,7 @@ def section_host(bench, torch, impls):
         except ContextBroken:
             raise
         except Exception as e:
-            bench.host[key] = {"status": "na", "reason": short_reason(e)}
-            log(f"[{bench.elapsed():6.1f}s] {where:34s} {impl.title:13s} n/a: {short_reason(e)}")
-            ensure_alive(torch, bench, f"{impl.title} at {where}")
+            mark_na(torch, bench, bench.host, key, where, impl, e)
 
 
 def section_first(bench, torch, impls):
