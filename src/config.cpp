@@ -53,6 +53,14 @@ RowTuning default_row_tuning() {
   t.max_rows_per_team = 4;
   // The kernels are built with __launch_bounds__(256, 2): at most 128 registers.
   t.regs_per_thread = 128;
+  // Register-resident kernels. Not yet measured: first guesses from the
+  // staged kernel's sweep (4 vectors = 64 B in flight per thread at two
+  // 16-byte loads' latency) and QuACK's tilings (<= 512 threads per row
+  // before clustering).
+  t.reg_enable = 1;
+  t.reg_vpt_target = 4;
+  t.reg_max_team = 512;
+  t.reg_small_threads = 256;
   return t;
 }
 
@@ -138,6 +146,92 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
   const int64_t resident_clusters = std::max<int64_t>(1, per_sm * lim.num_sms / cluster);
   c.grid = std::min(c.row_blocks, resident_clusters) * cluster;
   return c;
+}
+
+bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out) {
+  return choose_reg_row_config(prob, lim, current_row_tuning(), out);
+}
+
+bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                           RegRowConfig* out) {
+  if (!tune.reg_enable || prob.x_elem_bytes <= 0 || 16 % prob.x_elem_bytes) return false;
+  RegRowConfig c;
+  c.vec = 16 / prob.x_elem_bytes;
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  int max_vpt = 0;
+  for (int b : kRegRowVptBuckets)
+    if (b <= prob.max_vpt) max_vpt = b;
+  if (max_vpt == 0) return false;
+  const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
+  if (nvec > int64_t(kRegRowMaxThreads) * max_vpt * max_cluster) return false;
+  const int max_team = int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 32)), kRegRowMaxThreads));
+
+  // Vectors per thread aimed for; fewer for decode-sized batches, whose rows
+  // cannot fill the GPU: a shorter chain per thread, more threads per row.
+  int vpt_target = 1;
+  for (int b : kRegRowVptBuckets)
+    if (b <= std::min(tune.reg_vpt_target, max_vpt)) vpt_target = b;
+  const int64_t fill_threads = int64_t(lim.num_sms) * kFillThreadsPerSm;
+  while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads) vpt_target /= 2;
+
+  int64_t team = pow2_ceil(ceil_div(nvec, vpt_target));
+  int64_t cluster = 1;
+  if (team > max_team) {
+    // The row outgrows one team: first more vectors per thread, then the
+    // largest CTA, each with the fewest CTAs per cluster that cover the row.
+    bool found = false;
+    for (int64_t t : {int64_t(max_team), int64_t(kRegRowMaxThreads)}) {
+      for (int b : kRegRowVptBuckets) {
+        if (b < vpt_target || b > max_vpt) continue;
+        const int64_t cl = ceil_div(nvec, t * b);
+        if (cl <= max_cluster) {
+          team = t;
+          cluster = cl;
+          found = true;
+          break;
+        }
+      }
+      if (found || t == kRegRowMaxThreads) break;
+    }
+    if (!found) return false;
+  }
+  c.team = int(team);
+  c.cluster = int(cluster);
+  const int64_t need = ceil_div(nvec, team * cluster);
+  c.vpt = max_vpt;
+  for (int b : kRegRowVptBuckets)
+    if (b >= need && b < c.vpt) c.vpt = b;
+  c.threads = c.team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_small_threads, 32)), kRegRowMaxThreads))
+                           : c.team;
+  c.threads = std::max(c.threads, c.team);
+  c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
+  // One CTA (cluster) per row block; more than gridDim.x can hold (rows >
+  // 2^31 / cluster * teams) take the staged kernels, whose grid is persistent.
+  if (c.row_blocks > int64_t(0x7fffffff) / c.cluster) return false;
+  c.grid = c.row_blocks * c.cluster;
+  *out = c;
+  return true;
+}
+
+const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& prob, const DeviceLimits& lim) {
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
+  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team)
+    return "threads is not a multiple of team in [team, 1024]";
+  if (c.threads % 32) return "threads is not a whole number of warps";
+  if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
+  if (c.cluster < 1 || c.cluster > lim.max_cluster || c.cluster > 16) return "cluster outside [1, max_cluster]";
+  if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
+  bool bucket = false;
+  for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
+  if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
+  if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the register tiles do not cover the row";
+  if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
+  if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
+  if (c.grid % c.cluster) return "grid is not a whole number of clusters";
+  if (c.grid != c.row_blocks * c.cluster) return "grid is not one cluster per row block";
+  return nullptr;
 }
 
 const char* check_row_config(const RowConfig& c, const RowProblem& prob,

@@ -40,6 +40,40 @@ RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
   return prob;
 }
 
+// The register-resident kernel's layouts (ops/rmsnorm.cuh): out in x's
+// dtype, weight and bias in one dtype (x's or fp32), residual and
+// residual_out in one dtype (x's or fp32), and a row that fits the tiles.
+// The caller has checked 16-byte vector alignment.
+bool reg_path(const RMSNormFwdArgs& a, const DeviceLimits& lim, RegRowConfig* cfg, ops::RegRes* res, bool* w_f32) {
+  const DType x = a.x.dtype;
+  if (a.out.dtype != x) return false;
+  DType w = x;
+  if (a.weight.ptr != nullptr) w = a.weight.dtype;
+  if (a.bias.ptr != nullptr) {
+    if (a.weight.ptr != nullptr && a.bias.dtype != w) return false;
+    w = a.bias.dtype;
+  }
+  if (w != x && w != DType::kFloat32) return false;
+  *w_f32 = w == DType::kFloat32;
+  int res_bytes = 0;
+  *res = ops::RegRes::kNone;
+  if (a.residual.ptr != nullptr || a.residual_out.ptr != nullptr) {
+    const DType r = a.residual.ptr != nullptr ? a.residual.dtype : a.residual_out.dtype;
+    if (a.residual.ptr != nullptr && a.residual_out.ptr != nullptr && a.residual_out.dtype != r) return false;
+    if (r == x) *res = ops::RegRes::kSameAsX;
+    else if (r == DType::kFloat32) *res = ops::RegRes::kFloat32;
+    else return false;
+    res_bytes = dtype_size(r);
+  }
+  RegRowProblem prob;
+  prob.rows = a.rows;
+  prob.cols = a.cols;
+  prob.x_elem_bytes = dtype_size(x);
+  prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
+  if (!choose_reg_row_config(prob, lim, cfg)) return false;
+  return check_reg_row_config(*cfg, prob, lim) == nullptr;
+}
+
 }  // namespace
 
 Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
@@ -53,12 +87,6 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   if (lim.compute_capability != 90)
     return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
                                     std::to_string(lim.compute_capability)};
-
-  const RowProblem prob = rmsnorm_fwd_problem(a);
-  const RowConfig cfg = choose_row_config(prob, lim);
-  if (const char* why = check_row_config(cfg, prob, lim))
-    return {Code::kUnsupported, std::string("no launch configuration for rows = ") + std::to_string(a.rows) +
-                                    ", N = " + std::to_string(a.cols) + ": " + why};
 
   ops::RMSNormFwdParams p;
   p.rows = a.rows;
@@ -81,6 +109,43 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   p.rstd = a.rstd;
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
+
+  const int vec = 16 / dtype_size(a.x.dtype);
+  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+                      detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
+                      detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
+                      detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
+                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
+                      detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
+
+  // 1. The register-resident kernel, when the layout and the row allow.
+  RegRowConfig rcfg;
+  ops::RegRes res;
+  bool w_f32;
+  if (vec_io && reg_path(a, lim, &rcfg, &res, &w_f32)) {
+    p.team = rcfg.team;
+    p.cluster = rcfg.cluster;
+    p.vpt = rcfg.vpt;
+    p.rows_per_team = 1;
+    p.chunks = 1;
+    p.buffers = 1;
+    p.seg_vecs = int64_t(rcfg.team) * rcfg.vpt;
+    p.row_blocks = rcfg.row_blocks;
+    p.stage_bytes = 0;
+    switch (a.x.dtype) {
+      case DType::kFloat32: return ops::launch_rmsnorm_fwd_reg<DType::kFloat32>(p, rcfg, w_f32, res, device, stream);
+      case DType::kFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kFloat16>(p, rcfg, w_f32, res, device, stream);
+      case DType::kBFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kBFloat16>(p, rcfg, w_f32, res, device, stream);
+    }
+    return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
+  }
+
+  // 2. The staged kernel: any layout, any N.
+  const RowProblem prob = rmsnorm_fwd_problem(a);
+  const RowConfig cfg = choose_row_config(prob, lim);
+  if (const char* why = check_row_config(cfg, prob, lim))
+    return {Code::kUnsupported, std::string("no launch configuration for rows = ") + std::to_string(a.rows) +
+                                    ", N = " + std::to_string(a.cols) + ": " + why};
   p.team = cfg.team;
   p.cluster = cfg.cluster;
   p.vpt = cfg.vpt;
@@ -91,20 +156,11 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   p.row_blocks = cfg.row_blocks;
   p.stage_bytes = uint32_t(cfg.stage_bytes);
 
-  const int vec = cfg.vec;
-  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
-                      detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
-                      detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
-                      detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
-                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
-                      detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
-
   // Every present tensor in x's dtype: the compile-time-typed kernel.
   auto same = [&](const void* ptr, DType t) { return ptr == nullptr || t == a.x.dtype; };
   const bool uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&
                        same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
                        same(a.residual_out.ptr, a.residual_out.dtype);
-
   switch (a.x.dtype) {
     case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32>(p, cfg, vec_io, uniform, device, stream);
     case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16>(p, cfg, vec_io, uniform, device, stream);

@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
   std::printf("dtype %s, M*N = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total, copy_gbs);
-  std::printf("%9s %8s | %4s %5s %3s %3s %2s %2s %2s %7s %6s | %9s %7s %6s | %s\n", "N", "M", "team", "thr", "cl",
-              "vpt", "R", "ch", "bf", "smem", "grid", "us", "GB/s", "%copy", "max rel err");
+  std::printf("%9s %8s | %3s %4s %5s %3s %3s %2s %2s %2s %7s %6s | %9s %7s %6s | %s\n", "N", "M", "krn", "team", "thr",
+              "cl", "vpt", "R", "ch", "bf", "smem", "grid", "us", "GB/s", "%copy", "max rel err");
 
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < (1 << 20); ++i) float_to_bits(1.0f + 0.1f * nd(rng), hw.data() + size_t(i) * es, dt);
     CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
   }
-  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128"
+  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
+  //             reg=1,reg_vpt=4,reg_max_team=512,reg_threads=256"
   quack::RowTuning tune = quack::default_row_tuning();
   if (const char* env = std::getenv("QUACK_TUNE")) {
     std::string spec = env;
@@ -120,6 +121,10 @@ int main(int argc, char** argv) {
       else if (k == "small_threads") tune.small_team_threads = int(v);
       else if (k == "rows") tune.max_rows_per_team = int(v);
       else if (k == "regs") tune.regs_per_thread = int(v);
+      else if (k == "reg") tune.reg_enable = int(v);
+      else if (k == "reg_vpt") tune.reg_vpt_target = int(v);
+      else if (k == "reg_max_team") tune.reg_max_team = int(v);
+      else if (k == "reg_threads") tune.reg_small_threads = int(v);
       else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
       pos = end + 1;
     }
@@ -175,18 +180,34 @@ int main(int argc, char** argv) {
         if (!(err <= max_err)) max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
       }
     }
-    quack::RowProblem prob;
-    prob.rows = M;
-    prob.cols = N;
-    prob.x_elem_bytes = es;
-    prob.staged_elem_bytes = es;
-    prob.scratch_bytes = 512;
-    const quack::RowConfig cfg = quack::choose_row_config(prob, lim);
+    // The configuration the call took (same choice as src/rmsnorm.cu for x
+    // and weight of one dtype, no residual, aligned).
+    quack::RegRowProblem rprob;
+    rprob.rows = M;
+    rprob.cols = N;
+    rprob.x_elem_bytes = es;
+    rprob.max_vpt = 8;
+    quack::RegRowConfig rcfg;
+    char shape[96];
+    if (quack::choose_reg_row_config(rprob, lim, &rcfg)) {
+      std::snprintf(shape, sizeof shape, "reg %4d %5d %3d %3d  1  1  0 %7d %6lld", rcfg.team, rcfg.threads,
+                    rcfg.cluster, rcfg.vpt, 0, (long long)rcfg.grid);
+    } else {
+      quack::RowProblem prob;
+      prob.rows = M;
+      prob.cols = N;
+      prob.x_elem_bytes = es;
+      prob.staged_elem_bytes = es;
+      prob.scratch_bytes = 512;
+      const quack::RowConfig cfg = quack::choose_row_config(prob, lim);
+      std::snprintf(shape, sizeof shape, "stg %4d %5d %3d %3d %2d %2d %2d %7zu %6lld", cfg.team, cfg.threads,
+                    cfg.cluster, cfg.vpt, cfg.rows_per_team, cfg.chunks, cfg.buffers, cfg.smem_bytes,
+                    (long long)cfg.grid);
+    }
     const float ms = time_ms([&] { (void)quack::rmsnorm_fwd(args, nullptr); }, 20);
     const double gbs = 2.0 * double(M) * N * es / ms / 1e6;
-    std::printf("%9lld %8lld | %4d %5d %3d %3d %2d %2d %2d %7zu %6lld | %9.1f %7.1f %5.1f%% | %.2e\n", (long long)N,
-                (long long)M, cfg.team, cfg.threads, cfg.cluster, cfg.vpt, cfg.rows_per_team, cfg.chunks,
-                cfg.buffers, cfg.smem_bytes, (long long)cfg.grid, ms * 1e3, gbs, 100.0 * gbs / copy_gbs, max_err);
+    std::printf("%9lld %8lld | %s | %9.1f %7.1f %5.1f%% | %.2e\n", (long long)N, (long long)M, shape, ms * 1e3, gbs,
+                100.0 * gbs / copy_gbs, max_err);
   }
   CK(cudaGetLastError());
   return 0;

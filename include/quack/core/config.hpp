@@ -81,6 +81,11 @@ struct RowTuning {
   int small_team_threads;    // CTA size when teams of <= 32 threads share a CTA
   int max_rows_per_team;     // rows a small team stages at once
   int regs_per_thread;       // register budget the kernels are built for (occupancy)
+  // Register-resident kernels (RegRowConfig below).
+  int reg_enable;            // 0: always use the staged kernels (tests, A/B runs)
+  int reg_vpt_target;        // vectors per thread aimed for
+  int reg_max_team;          // largest team before the row is split over a cluster
+  int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -99,5 +104,48 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
 // first broken invariant. Used by the tests and as a debug assertion.
 const char* check_row_config(const RowConfig& cfg, const RowProblem& prob,
                              const DeviceLimits& lim);
+
+// ---------------------------------------------------------------------------
+// Register-resident row kernels: a thread holds its whole share of a row in
+// registers (loaded straight from global memory, every load issued before the
+// first use), so there is no staging buffer and the CTA is small enough for
+// many of them to share an SM. A row is served this way when
+//   cols <= cluster * team * vpt * vec with team <= 1024, cluster <= 16 and
+//   vpt <= max_vpt (the kernel's register tile: vpt 16-byte vectors of x, or
+//   the fp32 values they widen to when the kernel keeps fp32 per element).
+// The vector count per thread is a compile-time bucket: 1, 2, 4 or 8.
+constexpr int kRegRowMaxThreads = 1024;
+constexpr int kRegRowVptBuckets[] = {1, 2, 4, 8};
+
+struct RegRowProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int x_elem_bytes = 2;  // decides the vector width: 16 B of x
+  int max_vpt = 8;       // largest bucket the kernel family is built with
+};
+
+struct RegRowConfig {
+  int vec = 1;             // elements per vector
+  int team = 1;            // threads per row in one CTA (power of two)
+  int threads = 1;         // threads per CTA (multiple of team)
+  int cluster = 1;         // CTAs per row
+  int vpt = 1;             // vectors per thread (a bucket)
+  int64_t row_blocks = 0;  // groups of threads/team rows (one row per cluster when clustered)
+  int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
+
+  int teams_per_cta() const { return threads / team; }
+  // Columns one cluster covers.
+  int64_t capacity() const { return int64_t(cluster) * team * vpt * vec; }
+};
+
+// Chooses a register-resident configuration; returns false (and leaves *out
+// unspecified) when the row does not fit the register tile of a 16-CTA
+// cluster of 1024-thread CTAs, when the row blocks outnumber gridDim.x, or
+// when the tuning disables the path.
+bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out);
+bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                           RegRowConfig* out);
+const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
+
 
 }  // namespace quack

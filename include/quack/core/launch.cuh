@@ -30,10 +30,25 @@ struct KernelAttrCache {
   std::atomic<uint64_t> done{0};
 };
 
+// What a launch needs from a configuration. `persistent` grids (CTAs that
+// walk row blocks) are clamped to the clusters that can be resident at once;
+// other grids are launched whole and scheduled as CTAs retire.
+struct LaunchShape {
+  int64_t grid = 0;
+  int threads = 1;
+  size_t smem_bytes = 0;
+  int cluster = 1;
+  bool persistent = false;
+};
+inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
+inline LaunchShape launch_shape(const RegRowConfig& c, size_t smem_bytes) {
+  return {c.grid, c.threads, smem_bytes, c.cluster, false};
+}
+
 template <typename... KArgs, typename... Args>
 Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int device,
-                         const RowConfig& cfg, cudaStream_t stream, Args&&... args) {
-  if (cfg.grid == 0) return Status::success();
+                         const LaunchShape& shape, cudaStream_t stream, Args&&... args) {
+  if (shape.grid == 0) return Status::success();
   const uint64_t bit = uint64_t(1) << (device & 63);
   if (!(cache.done.load(std::memory_order_acquire) & bit)) {
     // Raise to the device maximum once, so that every config reuses it.
@@ -49,29 +64,29 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     cache.done.fetch_or(bit, std::memory_order_release);
   }
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(unsigned(cfg.grid), 1, 1);
-  lc.blockDim = dim3(unsigned(cfg.threads), 1, 1);
-  lc.dynamicSmemBytes = cfg.smem_bytes;
+  lc.gridDim = dim3(unsigned(shape.grid), 1, 1);
+  lc.blockDim = dim3(unsigned(shape.threads), 1, 1);
+  lc.dynamicSmemBytes = shape.smem_bytes;
   lc.stream = stream;
   cudaLaunchAttribute attr[1];
-  if (cfg.cluster > 1) {
+  if (shape.cluster > 1) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(cfg.cluster);
+    attr[0].val.clusterDim.x = unsigned(shape.cluster);
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     lc.attrs = attr;
     lc.numAttrs = 1;
   }
-  if (cfg.cluster > 1) {
+  if (shape.cluster > 1 && shape.persistent) {
     // A persistent grid must not ask for more clusters than can be resident
     // at once: the GPCs, not the SM count, bound how many fit.
     int max_clusters = 0;
     cudaError_t e = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc);
     if (e != cudaSuccess) return cuda_status(e, "cudaOccupancyMaxActiveClusters");
     if (max_clusters < 1)
-      return {Code::kUnsupported, "a cluster of " + std::to_string(cfg.cluster) + " CTAs with " +
-                                      std::to_string(cfg.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
-    if (int64_t(max_clusters) * cfg.cluster < cfg.grid) lc.gridDim.x = unsigned(max_clusters * cfg.cluster);
+      return {Code::kUnsupported, "a cluster of " + std::to_string(shape.cluster) + " CTAs with " +
+                                      std::to_string(shape.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
+    if (int64_t(max_clusters) * shape.cluster < shape.grid) lc.gridDim.x = unsigned(max_clusters * shape.cluster);
   }
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
   return cuda_status(e, "kernel launch");

@@ -261,5 +261,95 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---------------------------------------------------------------------------
+// Vectors held raw in registers (register-resident row kernels): VEC elements
+// of T as 32-bit words, loaded and stored whole (16 or 32 bytes: one or two
+// 16-byte accesses; 8 bytes: one) or element-wise for a row's partial last
+// vector, converted to fp32 only where they are used.
+
+template <typename T, int VEC>
+struct RawVec {
+  static constexpr int kBytes = VEC * int(sizeof(T));
+  static_assert(kBytes == 8 || kBytes == 16 || kBytes == 32, "vector of 8, 16 or 32 bytes");
+  static constexpr int kWords = kBytes / 4;
+  uint32_t w[kWords];
+
+  // Whole vector; `p` aligned to min(kBytes, 16).
+  __device__ __forceinline__ void load(const T* p) { ldg_nc<kBytes>(w, p); }
+  // Elements [0, valid) (0 <= valid <= VEC), the rest zero. Built with
+  // shifts, not through a T array, so the words stay in registers.
+  __device__ __forceinline__ void load_partial(const T* p, int valid) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) w[i] = i < valid ? __ldg(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
+    } else {
+      const unsigned short* q = reinterpret_cast<const unsigned short*>(p);
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const uint32_t lo = 2 * i < valid ? uint32_t(__ldg(q + 2 * i)) : 0u;
+        const uint32_t hi = 2 * i + 1 < valid ? uint32_t(__ldg(q + 2 * i + 1)) : 0u;
+        w[i] = lo | (hi << 16);
+      }
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0u;
+  }
+  __device__ __forceinline__ void store(T* p) const { stg_cs<kBytes>(p, w); }
+  __device__ __forceinline__ void store_partial(T* p, int valid) const {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i)
+        if (i < valid) __stcs(reinterpret_cast<unsigned int*>(p) + i, w[i]);
+    } else {
+      unsigned short* q = reinterpret_cast<unsigned short*>(p);
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        if (2 * i < valid) __stcs(q + 2 * i, static_cast<unsigned short>(w[i] & 0xffffu));
+        if (2 * i + 1 < valid) __stcs(q + 2 * i + 1, static_cast<unsigned short>(w[i] >> 16));
+      }
+    }
+  }
+  __device__ __forceinline__ void widen(float (&f)[VEC]) const {
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) f[i] = __uint_as_float(w[i]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      // bf16 is the top half of an fp32: a shift and a mask per pair.
+#pragma unroll
+      for (int i = 0; i < VEC / 2; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC / 2; ++i) {
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+      }
+    }
+  }
+  __device__ __forceinline__ void narrow(const float (&f)[VEC]) {
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) w[i] = __float_as_uint(f[i]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+      for (int i = 0; i < VEC / 2; ++i) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC / 2; ++i) {
+        const __half2 v = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+    }
+  }
+};
+
 }  // namespace core
 }  // namespace quack

@@ -286,6 +286,182 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
 // Shared memory the kernel needs for a config.
 inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 
+// ---------------------------------------------------------------------------
+// Register-resident kernel (core::RegRowConfig): the fast path for the common
+// layouts. A thread loads its VPT vectors of the row straight into registers
+// (all loads issued before the first use), reduces, and writes from the same
+// registers; no staging, small CTAs, many per SM. Served when
+//   - out has x's dtype; weight and bias (when given) share one dtype Tw, x's
+//     or fp32; residual and residual_out (when given) share one dtype Tr, x's
+//     or fp32 (Tr = void: neither is given);
+//   - every operand allows 16-byte vectors of x (aligned pointers and pitches);
+//   - the row fits the register tiles of a 16-CTA cluster (config.hpp).
+// Everything else takes the staged kernel above, which serves any layout.
+//
+// Without a residual stream the kernel holds x raw (up to 8 vectors = 32
+// registers); with one, h = x + residual in fp32 (up to 4 vectors: 32 fp32
+// values for 16-bit x, 16 for fp32 x, whose wider residual and weight words
+// need the rest), and 2 vectors for 16-bit x with fp32 weights. These are the
+// largest tiles that compile within 64 registers without spilling (ptxas -v,
+// CUDA 13.0), the budget for 1024-thread CTAs.
+constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
+  return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
+}
+
+template <typename Tx, typename Tw, typename Tr, int VPT>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(Tx);
+  constexpr bool kRes = !std::is_void_v<Tr>;
+  using TrOrX = std::conditional_t<kRes, Tr, Tx>;
+  static_assert(VPT <= rmsnorm_reg_max_vpt(sizeof(Tx), kRes ? sizeof(TrOrX) : 0, sizeof(Tw)), "register tile");
+  // Vectors whose weight (and bias) are loaded together in the write-out.
+  constexpr int G = 1;
+  static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int team = p.team;
+  const int team_id = threadIdx.x / team, t = threadIdx.x % team;
+  const int crank = p.cluster > 1 ? int(blockIdx.x % unsigned(p.cluster)) : 0;
+  const int teams = blockDim.x / team;
+  const int cols = int(p.cols);
+  const int col_step = team * VEC;                  // between a thread's vectors
+  const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
+  // Every vector of this thread lies inside the row: no per-vector checks.
+  const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
+  RowReducer<SumOp> red(smem, team, p.cluster);
+
+  // Loads this thread's vectors of a row (zeros past its end).
+  auto load_row = [&](auto (&v)[VPT], const auto* row) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int c = col0 + i * col_step;
+      if (whole || c + VEC <= cols) v[i].load(row + c);
+      else if (c < cols) v[i].load_partial(row + c, cols - c);
+      else v[i].zero();
+    }
+  };
+
+  // One row block per CTA (cluster): a loop over blocks would let the
+  // compiler hoist every row-invariant weight address out of it and spill.
+  {
+    const int64_t row = int64_t(blockIdx.x / unsigned(p.cluster)) * teams + team_id;
+    const bool active = row < p.rows;
+    float acc = 0.0f;
+    // x (and the residual) of this thread's share, and sum of squares.
+    RawVec<Tx, VEC> xv[kRes ? 1 : VPT];
+    float h[kRes ? VPT : 1][VEC];
+    if (active) {
+      const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
+      if constexpr (kRes) {
+        RawVec<Tx, VEC> xr[VPT];
+        load_row(xr, xrow);
+        if (p.res != nullptr) {
+          RawVec<Tr, VEC> rr[VPT];
+          load_row(rr, static_cast<const Tr*>(p.res) + row * p.res_stride);
+#pragma unroll
+          for (int i = 0; i < VPT; ++i) {
+            float rf[VEC];
+            xr[i].widen(h[i]);
+            rr[i].widen(rf);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) h[i][j] += rf[j];
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < VPT; ++i) xr[i].widen(h[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) acc = fmaf(h[i][j], h[i][j], acc);
+      } else {
+        load_row(xv, xrow);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          float f[VEC];
+          xv[i].widen(f);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) acc = fmaf(f[j], f[j], acc);
+        }
+      }
+    }
+    acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
+    const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
+    if (!active) return;  // (clustered rows are always active: one row per cluster)
+    if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
+
+    Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
+    TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
+    const Tw* w = static_cast<const Tw*>(p.w);
+    const Tw* b = static_cast<const Tw*>(p.b);
+#pragma unroll
+    for (int g = 0; g < VPT; g += G) {
+      // Weight and bias of G vectors in flight together.
+      RawVec<Tw, VEC> wv[G], bv[G];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const int c = col0 + (g + u) * col_step;
+        const int valid = whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+        if (w != nullptr) {
+          if (valid == VEC) wv[u].load(w + c);
+          else if (valid > 0) wv[u].load_partial(w + c, valid);
+        }
+        if (b != nullptr) {
+          if (valid == VEC) bv[u].load(b + c);
+          else if (valid > 0) bv[u].load_partial(b + c, valid);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const int i = g + u, c = col0 + i * col_step;
+        const int valid = whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+        if (valid == 0) continue;
+        float f[VEC];
+        if constexpr (kRes) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
+          if (rorow != nullptr) {
+            RawVec<TrOrX, VEC> o;
+            o.narrow(f);
+            if (valid == VEC) o.store(rorow + c);
+            else o.store_partial(rorow + c, valid);
+          }
+        } else {
+          xv[i].widen(f);
+        }
+        if (w != nullptr) {
+          float wf[VEC];
+          wv[u].widen(wf);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float hr = f[j] * rstd;
+            f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) f[j] *= rstd;
+        }
+        if (b != nullptr) {
+          float bf[VEC];
+          bv[u].widen(bf);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) f[j] += bf[j];
+        }
+        RawVec<Tx, VEC> o;
+        o.narrow(f);
+        if (valid == VEC) o.store(orow + c);
+        else o.store_partial(orow + c, valid);
+      }
+    }
+  }
+  if (p.cluster > 1) {  // no CTA leaves while a peer may still read its slot
+    cluster_arrive();
+    cluster_wait();
+  }
+}
+
+
 // Launches the kernel for x's element type. Defined here, explicitly
 // instantiated once per dtype in src/ops/rmsnorm_fwd_<dtype>.cu.
 template <DType kX>
@@ -294,16 +470,66 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
   using Tx = typename core::TypeOf<kX>::type;
   static core::KernelAttrCache cache[4];
   if (uniform) {
-    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true>, cache[3], device, cfg, stream, p);
-    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true>, cache[2], device, cfg, stream, p);
+    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true>, cache[3], device, core::launch_shape(cfg), stream, p);
+    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true>, cache[2], device, core::launch_shape(cfg), stream, p);
   }
-  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false>, cache[1], device, cfg, stream, p);
-  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false>, cache[0], device, cfg, stream, p);
+  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false>, cache[1], device, core::launch_shape(cfg), stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false>, cache[0], device, core::launch_shape(cfg), stream, p);
 }
 
-#define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT)                                             \
-  EXTERN template Status launch_rmsnorm_fwd<DT>(const RMSNormFwdParams&, const RowConfig&, bool, bool, \
-                                                int, cudaStream_t);
+// Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
+enum class RegRes { kNone, kSameAsX, kFloat32 };
+
+template <typename Tx, typename Tw, typename Tr, int VPT>
+Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
+  static core::KernelAttrCache cache;
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT>, cache, device,
+                                 core::launch_shape(cfg, kReducerScratchBytes), stream, p);
+}
+
+template <typename Tx, typename Tw, typename Tr>
+Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
+  constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
+  switch (cfg.vpt) {
+    case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 1>(p, cfg, device, stream);
+    case 2: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 2>(p, cfg, device, stream);
+    case 4:
+      if constexpr (kMax >= 4) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 4>(p, cfg, device, stream);
+      break;
+    case 8:
+      if constexpr (kMax >= 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 8>(p, cfg, device, stream);
+      break;
+  }
+  return {Code::kUnsupported, "rmsnorm: no register-resident kernel with " + std::to_string(cfg.vpt) +
+                                  " vectors per thread for this dtype combination"};
+}
+
+template <typename Tx, typename Tw>
+Status launch_rmsnorm_fwd_reg_res(const RMSNormFwdParams& p, const RegRowConfig& cfg, RegRes res, int device,
+                                  cudaStream_t stream) {
+  switch (res) {
+    case RegRes::kNone: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, void>(p, cfg, device, stream);
+    case RegRes::kSameAsX: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, Tx>(p, cfg, device, stream);
+    case RegRes::kFloat32: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, float>(p, cfg, device, stream);
+  }
+  return {Code::kUnsupported, "rmsnorm: unknown residual mode"};
+}
+
+// Launches the register-resident kernel for x's element type; w_f32: weight
+// and bias are fp32 (else x's dtype). Instantiated with launch_rmsnorm_fwd.
+template <DType kX>
+Status launch_rmsnorm_fwd_reg(const RMSNormFwdParams& p, const RegRowConfig& cfg, bool w_f32, RegRes res,
+                              int device, cudaStream_t stream) {
+  using Tx = typename core::TypeOf<kX>::type;
+  if (w_f32 && !std::is_same_v<Tx, float>) return launch_rmsnorm_fwd_reg_res<Tx, float>(p, cfg, res, device, stream);
+  return launch_rmsnorm_fwd_reg_res<Tx, Tx>(p, cfg, res, device, stream);
+}
+
+#define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT)                                                \
+  EXTERN template Status launch_rmsnorm_fwd<DT>(const RMSNormFwdParams&, const RowConfig&, bool, bool,    \
+                                                int, cudaStream_t);                                       \
+  EXTERN template Status launch_rmsnorm_fwd_reg<DT>(const RMSNormFwdParams&, const RegRowConfig&, bool, \
+                                                    RegRes, int, cudaStream_t);
 #ifndef QUACK_RMSNORM_FWD_TU
 QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32)
 QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat16)

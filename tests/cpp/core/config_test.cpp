@@ -243,5 +243,133 @@ TEST(ConfigShapes, RowBlocksCoverRowsAtEveryRegime) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Register-resident configurations (choose_reg_row_config).
+
+struct RegTile {
+  int x_bytes;
+  int max_vpt;
+};
+std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
+  return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt);
+}
+
+std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
+  std::ostringstream s;
+  s << "rows=" << p.rows << " N=" << p.cols << " x_bytes=" << p.x_elem_bytes << " max_vpt=" << p.max_vpt
+    << " -> vec=" << c.vec << " team=" << c.team << " threads=" << c.threads << " cluster=" << c.cluster
+    << " vpt=" << c.vpt << " row_blocks=" << c.row_blocks << " grid=" << c.grid;
+  return s.str();
+}
+
+// The register kernels' invariants, restated independently of config.cpp.
+const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, const DeviceLimits& lim) {
+  const int vec = 16 / p.x_elem_bytes;
+  if (c.vec != vec) return "vector is not 16 bytes of x";
+  if (!is_pow2(c.team) || c.team > 1024) return "team";
+  if (c.threads % 32 || c.threads > 1024 || c.threads % c.team) return "threads";
+  if (c.team > 32 && c.threads != c.team) return "a team above a warp shares its CTA";
+  if (c.cluster < 1 || c.cluster > lim.max_cluster) return "cluster";
+  if (c.cluster > 1 && c.threads != c.team) return "clustered CTA holds several rows";
+  if (c.vpt != 1 && c.vpt != 2 && c.vpt != 4 && c.vpt != 8) return "vpt not a bucket";
+  if (c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
+  if (int64_t(c.cluster) * c.team * c.vpt * vec < p.cols) return "tiles do not cover the row";
+  // No CTA of a cluster may be entirely idle (its share starts past the row).
+  if (c.cluster > 1 && int64_t(c.cluster - 1) * c.team * c.vpt * vec >= p.cols) return "idle CTA in the cluster";
+  if (c.row_blocks * (c.threads / c.team) < p.rows) return "rows not covered";
+  if (c.grid != c.row_blocks * c.cluster) return "grid";
+  return nullptr;
+}
+
+void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+  const int vec = 16 / tile.x_bytes;
+  // What a 16-CTA cluster of 1024-thread CTAs holds at this tile.
+  const int64_t capacity = int64_t(lim.max_cluster) * 1024 * tile.max_vpt * vec;
+  int failures = 0;
+  for (const int64_t rows : kRowCounts) {
+    for (int64_t n = 1; n <= max_n; n += step) {
+      RegRowProblem p;
+      p.rows = rows;
+      p.cols = n;
+      p.x_elem_bytes = tile.x_bytes;
+      p.max_vpt = tile.max_vpt;
+      RegRowConfig c;
+      const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
+      const char* why = nullptr;
+      if (ok != (n <= capacity)) why = ok ? "accepted a row beyond the capacity" : "refused a row that fits";
+      else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr) why = broken_reg_invariant(c, p, lim);
+      if (why != nullptr) {
+        ADD_FAILURE() << why << ": " << describe(c, p);
+        if (++failures >= 10) return;
+      }
+    }
+  }
+}
+
+class RegConfigSweep : public testing::TestWithParam<RegTile> {};
+
+TEST_P(RegConfigSweep, EveryNUpTo2Pow21IsValidOrRefusedOnH200) { reg_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 1); }
+TEST_P(RegConfigSweep, ValidWithPortableClusterOf8) {
+  DeviceLimits lim;
+  lim.max_cluster = 8;
+  reg_sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+TEST_P(RegConfigSweep, ValidWithoutClusters) {
+  DeviceLimits lim;
+  lim.max_cluster = 1;
+  reg_sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
+                         testing::Values(RegTile{2, 8}, RegTile{2, 4}, RegTile{2, 2}, RegTile{4, 8}, RegTile{4, 4}),
+                         reg_tile_name);
+
+TEST(RegConfigShapes, DisabledByTuning) {
+  RowTuning t = default_row_tuning();
+  t.reg_enable = 0;
+  RegRowProblem p;
+  p.rows = 8;
+  p.cols = 4096;
+  RegRowConfig c;
+  EXPECT_FALSE(choose_reg_row_config(p, DeviceLimits{}, t, &c));
+}
+
+TEST(RegConfigShapes, TypicalShapes) {
+  auto cfg = [](int64_t rows, int64_t n, int x_bytes) {
+    RegRowProblem p;
+    p.rows = rows;
+    p.cols = n;
+    p.x_elem_bytes = x_bytes;
+    RegRowConfig c;
+    EXPECT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &c)) << n;
+    return c;
+  };
+  // Short rows: sub-warp teams sharing a CTA.
+  RegRowConfig c = cfg(1 << 20, 256, 2);
+  EXPECT_EQ(c.team, 8);
+  EXPECT_EQ(c.vpt, 4);
+  EXPECT_EQ(c.threads, 256);
+  // A 4K row at training batch: one 128-thread CTA per row, 4 vectors each.
+  c = cfg(65536, 4096, 2);
+  EXPECT_EQ(c.team, 128);
+  EXPECT_EQ(c.vpt, 4);
+  EXPECT_EQ(c.cluster, 1);
+  // Decode (one row): spread over more threads, one vector each.
+  c = cfg(1, 4096, 2);
+  EXPECT_EQ(c.vpt, 1);
+  EXPECT_EQ(c.team, 512);
+  // Long rows: clusters; 1M bf16 takes the whole 16 x 1024 x 8 tile.
+  c = cfg(256, 1 << 20, 2);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.team, 1024);
+  EXPECT_EQ(c.vpt, 8);
+  // 1M fp32 does not fit: the staged kernel's business.
+  RegRowProblem p;
+  p.rows = 256;
+  p.cols = 1 << 20;
+  p.x_elem_bytes = 4;
+  EXPECT_FALSE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &c));
+}
+
 }  // namespace
 }  // namespace quack

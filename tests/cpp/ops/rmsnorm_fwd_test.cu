@@ -9,7 +9,10 @@
 // Outputs are compared with a float64 reference; the call is then repeated on
 // freshly poisoned outputs and must give bit-identical results.
 //
-// Cases cover every regime of the configuration (core/config.hpp): sub-warp
+// Every case runs twice: as the library dispatches it (the register-resident
+// kernel wherever the layout allows) and with that kernel switched off (the
+// staged kernel). Cases cover every regime of both configurations
+// (core/config.hpp): sub-warp
 // teams with several rows per team, whole-CTA teams, clusters (N = 65536 and
 // 262144 in bf16), chunked rows past a 16-CTA cluster's capacity (N = 4194304
 // fp32), plus residual / residual_out / rstd / weight / bias / weight_offset,
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "quack/core/config.hpp"
 #include "quack/quack.hpp"
 #include "support/cuda_test.hpp"
 
@@ -223,6 +227,15 @@ std::vector<FwdCase> fwd_cases() {
       FwdCase("N2097157_bf16_res_resout_misaligned", 3, 2097157, kBF16)
           .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).misaligned(),
       FwdCase("N4194304_f32_w_rstd", 2, 4194304, kF32).with(kW, kF32).with_rstd(),
+      // Register-resident kernel layouts: fp32 weight/bias and an fp32
+      // residual stream under 16-bit x, residual_out without a residual
+      // (prenorm of x alone), partial last vectors, the largest tile.
+      FwdCase("N20_bf16_M999_f32_weight", 999, 20, kBF16).with(kW, kF32),
+      FwdCase("N4097_bf16_f32_res_w_b_resout_rstd", 9, 4097, kBF16)
+          .with(kRes, kF32).with(kW, kF32).with(kB, kF32).with(kResOut, kF32).with_rstd(),
+      FwdCase("N2050_f16_resout_only_f32", 7, 2050, kF16).with(kW, kF16).with(kResOut, kF32),
+      FwdCase("N262143_f32_w_b", 2, 262143, kF32).with(kW, kF32).with(kB, kF32),
+      FwdCase("N1048576_bf16_w_rstd_full_tile", 2, 1048576, kBF16).with(kW, kBF16).with_rstd(),
       // Misaligned pointers and row strides > N.
       FwdCase("N200_bf16_all_misaligned", 37, 200, kBF16)
           .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd().misaligned(),
@@ -388,6 +401,28 @@ TEST_P(RMSNormFwdGpu, MatchesFloat64ReferenceAndStaysInBounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The same cases with the register-resident kernel switched off, so that the
+// staged kernel is checked on every layout too (by default it only serves
+// misaligned operands, mixed dtypes outside the register kernels' set, and
+// rows beyond their capacity).
+class RMSNormFwdGpuStaged : public testing::TestWithParam<FwdCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.reg_enable = 0;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(RMSNormFwdGpuStaged, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(StagedCases, RMSNormFwdGpuStaged, testing::ValuesIn(fwd_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // A row that starts past 2^31 elements (and 2^32 bytes): offsets must be

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device call that does a session's GPU work, every log under $OUT:
+#
+#   OUT=/some/dir bash scripts/gpu_session.sh <commit> [parts...]
+#
+# parts (default: tests sweep bench):
+#   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
+#   sanitize   compute-sanitizer memcheck over the C++ GPU cases
+#   sweep      bench/cpp/rmsnorm_sweep for bf16 and fp32 at the defaults, then
+#              once per QUACK_TUNE variant in $SWEEP_TUNES (';'-separated)
+#   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
+#              (bench/peers.sh), recorded as bench.md / bench.json
+# The device copy of the tree has no .git: pass the commit being measured.
+set -uo pipefail
+commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
+shift
+out=${OUT:?set OUT to the directory for the logs}
+parts=${*:-tests sweep bench}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+status=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+
+for part in $parts; do
+  start=$SECONDS
+  case $part in
+    tests)
+      PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 || status=1
+      grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6 ;;
+    sanitize)
+      compute-sanitizer --tool memcheck --error-exitcode 3 build/tests/cpp/quack_gpu_tests \
+        --gtest_filter='Cases/*:StagedCases/*:Ops/*' > "$out/memcheck.log" 2>&1 || status=1
+      tail -4 "$out/memcheck.log" ;;
+    sweep)
+      nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/rmsnorm_sweep.cu \
+        build/libquack.a -o build/rmsnorm_sweep > "$out/sweep.log" 2>&1 || { status=1; continue; }
+      IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
+      for tune in "" "${tunes[@]}"; do
+        for dt in bf16 f32; do
+          echo "== $dt ${tune:-defaults}" >> "$out/sweep.log"
+          QUACK_TUNE=$tune build/rmsnorm_sweep $dt >> "$out/sweep.log" 2>&1 || status=1
+        done
+      done ;;
+    bench)
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
+        > "$out/bench.log" 2>&1 || status=1
+      tail -3 "$out/bench.log" ;;
+    *) echo "unknown part $part"; status=2 ;;
+  esac
+  echo "[$part: $((SECONDS - start)) s]"
+done
+exit $status
