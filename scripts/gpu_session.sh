@@ -32,6 +32,8 @@ for part in $parts; do
         --gtest_filter='Cases/*:StagedCases/*:Ops/*' > "$out/memcheck.log" 2>&1 || status=1
       tail -4 "$out/memcheck.log" ;;
     sweep)
+      { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
+        > "$out/sweep_build.log" 2>&1 || { status=1; continue; }
       nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/rmsnorm_sweep.cu \
         build/libquack.a -o build/rmsnorm_sweep > "$out/sweep.log" 2>&1 || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"

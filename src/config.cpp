@@ -53,13 +53,18 @@ RowTuning default_row_tuning() {
   t.max_rows_per_team = 4;
   // The kernels are built with __launch_bounds__(256, 2): at most 128 registers.
   t.regs_per_thread = 128;
-  // Register-resident kernels. Not yet measured: first guesses from the
-  // staged kernel's sweep (4 vectors = 64 B in flight per thread at two
-  // 16-byte loads' latency) and QuACK's tilings (<= 512 threads per row
-  // before clustering).
+  // Register-resident kernels; bench/results/2026-11-30-rmsnorm-fwd-reg.md
+  // (H200, M*N = 2^28, rmsnorm_sweep, commit 49ddfb4). 4 vectors per thread
+  // up to 256 threads per row: bf16 95-99% for N = 256..8K, fp32 95-99% for
+  // N = 256..4K; 2 vectors lost 5-13 points, 8 lost 1-5 points at N <= 1K.
+  // Past 256 threads, 8 vectors per thread before more threads: bf16 N = 16K
+  // 95.4% (256 x 8) vs 88.6% (512 x 4); fp32 N = 8K 95.7% vs 95.0%; 1024-thread
+  // teams lost (bf16 32K: 79% vs 94.5% for 512 x 8). 128-thread CTAs for
+  // sub-warp teams lost 0-2 points against 256.
   t.reg_enable = 1;
   t.reg_vpt_target = 4;
-  t.reg_max_team = 512;
+  t.reg_max_team = 256;
+  t.reg_wide_team = 512;
   t.reg_small_threads = 256;
   return t;
 }
@@ -164,7 +169,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   if (max_vpt == 0) return false;
   const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
   if (nvec > int64_t(kRegRowMaxThreads) * max_vpt * max_cluster) return false;
-  const int max_team = int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 32)), kRegRowMaxThreads));
+  const int64_t max_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 1)), kRegRowMaxThreads);
+  const int64_t wide_team = std::min<int64_t>(pow2_ceil(std::max<int64_t>(tune.reg_wide_team, max_team)), kRegRowMaxThreads);
 
   // Vectors per thread aimed for; fewer for decode-sized batches, whose rows
   // cannot fill the GPU: a shorter chain per thread, more threads per row.
@@ -174,26 +180,24 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   const int64_t fill_threads = int64_t(lim.num_sms) * kFillThreadsPerSm;
   while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads) vpt_target /= 2;
 
+  // 1. A team of up to max_team threads at the target (up to wide_team for
+  //    decode-sized batches, whose target was lowered to spread the row).
+  const int64_t stage1_cap = vpt_target < std::min(tune.reg_vpt_target, max_vpt) ? wide_team : max_team;
   int64_t team = pow2_ceil(ceil_div(nvec, vpt_target));
   int64_t cluster = 1;
-  if (team > max_team) {
-    // The row outgrows one team: first more vectors per thread, then the
-    // largest CTA, each with the fewest CTAs per cluster that cover the row.
-    bool found = false;
-    for (int64_t t : {int64_t(max_team), int64_t(kRegRowMaxThreads)}) {
-      for (int b : kRegRowVptBuckets) {
-        if (b < vpt_target || b > max_vpt) continue;
-        const int64_t cl = ceil_div(nvec, t * b);
-        if (cl <= max_cluster) {
-          team = t;
-          cluster = cl;
-          found = true;
-          break;
-        }
+  if (team > stage1_cap) {
+    // 2. The largest tile per thread, a team of up to wide_team; 3. beyond
+    //    that a cluster of wide_team CTAs, or of 1024-thread CTAs when 16
+    //    of those do not cover the row.
+    team = pow2_ceil(ceil_div(nvec, max_vpt));
+    if (team > wide_team) {
+      team = wide_team;
+      cluster = ceil_div(nvec, team * max_vpt);
+      if (cluster > max_cluster) {
+        team = kRegRowMaxThreads;
+        cluster = ceil_div(nvec, team * max_vpt);
       }
-      if (found || t == kRegRowMaxThreads) break;
     }
-    if (!found) return false;
   }
   c.team = int(team);
   c.cluster = int(cluster);

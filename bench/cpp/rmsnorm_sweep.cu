@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
   }
   // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
-  //             reg=1,reg_vpt=4,reg_max_team=512,reg_threads=256"
+  //             reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=512,reg_threads=256"
   quack::RowTuning tune = quack::default_row_tuning();
   if (const char* env = std::getenv("QUACK_TUNE")) {
     std::string spec = env;
@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
       else if (k == "reg") tune.reg_enable = int(v);
       else if (k == "reg_vpt") tune.reg_vpt_target = int(v);
       else if (k == "reg_max_team") tune.reg_max_team = int(v);
+      else if (k == "reg_wide_team") tune.reg_wide_team = int(v);
       else if (k == "reg_threads") tune.reg_small_threads = int(v);
       else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
       pos = end + 1;

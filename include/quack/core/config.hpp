@@ -84,7 +84,8 @@ struct RowTuning {
   // Register-resident kernels (RegRowConfig below).
   int reg_enable;            // 0: always use the staged kernels (tests, A/B runs)
   int reg_vpt_target;        // vectors per thread aimed for
-  int reg_max_team;          // largest team before the row is split over a cluster
+  int reg_max_team;          // largest team at reg_vpt_target (then the largest tile per thread)
+  int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
 };
 RowTuning default_row_tuning();

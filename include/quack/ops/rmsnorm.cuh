@@ -55,7 +55,13 @@ struct RMSNormFwdParams {
   uint32_t stage_bytes;
 };
 
-constexpr uint32_t kReducerScratchBytes = 512;  // >= RowReducer<SumOp>::scratch_bytes(), 16-B multiple
+// Reducer scratch: [RowReducer<SumOp>][ClusterOnce<SumOp> at kClusterScratchOffset].
+constexpr uint32_t kReducerScratchBytes = 512;  // 16-B multiple
+constexpr uint32_t kClusterScratchOffset = 272;
+static_assert(core::RowReducer<core::SumOp>::scratch_bytes() <= kClusterScratchOffset &&
+                  kClusterScratchOffset % 8 == 0 &&
+                  kClusterScratchOffset + core::ClusterOnce<core::SumOp>::scratch_bytes() <= kReducerScratchBytes,
+              "reducer scratch layout");
 constexpr int kMaxThreads = kRowKernelMaxThreads;
 // Elements a thread handles as one straight-line group, all their loads
 // issued before the first use: 4 fp32 or 2 16-bit vectors.
@@ -329,7 +335,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
   const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
   // Every vector of this thread lies inside the row: no per-vector checks.
   const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
-  RowReducer<SumOp> red(smem, team, p.cluster);
+  // Team (warp or CTA) reduction, then the cluster's (st.async + mbarrier).
+  RowReducer<SumOp> red(smem, team, 1);
+  ClusterOnce<SumOp> cl;
+  if (p.cluster > 1) cl.start(smem + kClusterScratchOffset, p.cluster, crank);
 
   // Loads this thread's vectors of a row (zeros past its end).
   auto load_row = [&](auto (&v)[VPT], const auto* row) {
@@ -386,7 +395,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         }
       }
     }
-    acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
+    acc = red.reduce(acc);  // every thread of the CTA takes part
+    if (p.cluster > 1) acc = cl.reduce(acc);
     const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
     if (!active) return;  // (clustered rows are always active: one row per cluster)
     if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
@@ -455,10 +465,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
       }
     }
   }
-  if (p.cluster > 1) {  // no CTA leaves while a peer may still read its slot
-    cluster_arrive();
-    cluster_wait();
-  }
+  if (p.cluster > 1) cl.finish();
 }
 
 

@@ -354,6 +354,20 @@ TEST(RegConfigShapes, TypicalShapes) {
   EXPECT_EQ(c.team, 128);
   EXPECT_EQ(c.vpt, 4);
   EXPECT_EQ(c.cluster, 1);
+  // Past 256 threads at 4 vectors: 8 vectors per thread, then up to 512 threads.
+  c = cfg(16384, 16384, 2);
+  EXPECT_EQ(c.team, 256);
+  EXPECT_EQ(c.vpt, 8);
+  EXPECT_EQ(c.cluster, 1);
+  c = cfg(8192, 32768, 2);
+  EXPECT_EQ(c.team, 512);
+  EXPECT_EQ(c.vpt, 8);
+  EXPECT_EQ(c.cluster, 1);
+  // Then clusters of 512-thread CTAs.
+  c = cfg(4096, 65536, 2);
+  EXPECT_EQ(c.team, 512);
+  EXPECT_EQ(c.vpt, 8);
+  EXPECT_EQ(c.cluster, 2);
   // Decode (one row): spread over more threads, one vector each.
   c = cfg(1, 4096, 2);
   EXPECT_EQ(c.vpt, 1);
