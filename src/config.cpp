@@ -167,8 +167,10 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   for (int b : kRegRowVptBuckets)
     if (b <= prob.max_vpt) max_vpt = b;
   if (max_vpt == 0) return false;
+  const int cl_vpt = std::min(prob.tile_for_clusters(), max_vpt);
   const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
-  if (nvec > int64_t(kRegRowMaxThreads) * max_vpt * max_cluster) return false;
+  if (nvec > std::max(int64_t(kRegRowMaxThreads) * max_vpt, int64_t(kRegRowMaxThreads) * cl_vpt * max_cluster))
+    return false;
   const int64_t max_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 1)), kRegRowMaxThreads);
   const int64_t wide_team = std::min<int64_t>(pow2_ceil(std::max<int64_t>(tune.reg_wide_team, max_team)), kRegRowMaxThreads);
 
@@ -191,20 +193,26 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     //    of those do not cover the row.
     team = pow2_ceil(ceil_div(nvec, max_vpt));
     if (team > wide_team) {
-      team = wide_team;
-      cluster = ceil_div(nvec, team * max_vpt);
-      if (cluster > max_cluster) {
+      const int64_t cl_wide = ceil_div(nvec, wide_team * cl_vpt);      // >= 2 here
+      const int64_t cl_full = ceil_div(nvec, int64_t(kRegRowMaxThreads) * cl_vpt);
+      if (cl_wide <= max_cluster) {
+        team = wide_team;
+        cluster = cl_wide;
+      } else if (cl_full <= max_cluster && cl_full > 1) {
         team = kRegRowMaxThreads;
-        cluster = ceil_div(nvec, team * max_vpt);
+        cluster = cl_full;
+      } else {  // one 1024-thread CTA (the capacity check above: it fits at max_vpt)
+        team = kRegRowMaxThreads;
       }
     }
   }
   c.team = int(team);
   c.cluster = int(cluster);
   const int64_t need = ceil_div(nvec, team * cluster);
-  c.vpt = max_vpt;
-  for (int b : kRegRowVptBuckets)
-    if (b >= need && b < c.vpt) c.vpt = b;
+  c.vpt = cluster > 1 ? cl_vpt : max_vpt;
+  if (cluster == 1)
+    for (int b : kRegRowVptBuckets)
+      if (b >= need && b < c.vpt) c.vpt = b;
   c.threads = c.team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_small_threads, 32)), kRegRowMaxThreads))
                            : c.team;
   c.threads = std::max(c.threads, c.team);
@@ -231,6 +239,7 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
   if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
   if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the register tiles do not cover the row";
+  if (c.cluster > 1 && c.vpt != prob.tile_for_clusters()) return "a clustered row does not use the clustered tile";
   if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
   if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";

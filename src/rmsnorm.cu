@@ -70,6 +70,7 @@ bool reg_path(const RMSNormFwdArgs& a, const DeviceLimits& lim, RegRowConfig* cf
   prob.cols = a.cols;
   prob.x_elem_bytes = dtype_size(x);
   prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
+  prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
   if (!choose_reg_row_config(prob, lim, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;
 }

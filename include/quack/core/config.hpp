@@ -113,7 +113,8 @@ const char* check_row_config(const RowConfig& cfg, const RowProblem& prob,
 // many of them to share an SM. A row is served this way when
 //   cols <= cluster * team * vpt * vec with team <= 1024, cluster <= 16 and
 //   vpt <= max_vpt (the kernel's register tile: vpt 16-byte vectors of x, or
-//   the fp32 values they widen to when the kernel keeps fp32 per element).
+//   the fp32 values they widen to when the kernel keeps fp32 per element);
+//   clustered rows use the family's cluster_vpt tile.
 // The vector count per thread is a compile-time bucket: 1, 2, 4 or 8.
 constexpr int kRegRowMaxThreads = 1024;
 constexpr int kRegRowVptBuckets[] = {1, 2, 4, 8};
@@ -123,6 +124,8 @@ struct RegRowProblem {
   int64_t cols = 0;
   int x_elem_bytes = 2;  // decides the vector width: 16 B of x
   int max_vpt = 8;       // largest bucket the kernel family is built with
+  int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
+  int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };
 
 struct RegRowConfig {

@@ -41,8 +41,9 @@ struct LaunchShape {
   bool persistent = false;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
+// Register-resident kernels: one CTA per row block, persistent when clustered.
 inline LaunchShape launch_shape(const RegRowConfig& c, size_t smem_bytes) {
-  return {c.grid, c.threads, smem_bytes, c.cluster, false};
+  return {c.grid, c.threads, smem_bytes, c.cluster, c.cluster > 1};
 }
 
 template <typename... KArgs, typename... Args>

@@ -140,56 +140,64 @@ struct RowReducer {
   }
 };
 
-// One cluster-wide reduction per launch without a cluster-wide barrier on
-// its critical path: every CTA sends its value into each peer's shared memory
-// with st.async, which completes bytes on the receiver's mbarrier; a CTA waits
+// Cluster-wide reductions without a cluster-wide barrier on the critical
+// path: every CTA sends its value into each peer's shared memory with
+// st.async, which completes bytes on the receiver's mbarrier; a CTA waits
 // only for its own mbarrier (all values present), then combines the values in
 // rank order (the same order in every CTA: bit-identical results).
 //
+// Any number of reductions in sequence (a persistent CTA's rows): two
+// mbarriers and two slot sets alternate. A CTA is at most one reduction ahead
+// of any peer (to finish reduction k it needs every peer's value of k, sent
+// after that peer finished k - 1 and read its slots), so reduction k + 2 never
+// lands in a slot set or a barrier phase still in use for k.
+//
 // Protocol (all threads of every CTA call each step):
-//   start()   at kernel start: initialise the mbarrier, make it visible to the
-//             cluster, and arrive (relaxed) on the cluster barrier;
-//   reduce()  waits on that barrier (every peer's mbarrier is initialised;
-//             by now long since), sends, waits for the values, combines, then
-//             arrives on the cluster barrier again;
-//   finish()  before exit: waits on that barrier, so that no CTA leaves while
-//             a peer may still write into its shared memory.
+//   start()   at kernel start: initialise the mbarriers, make them visible to
+//             the cluster, and arrive (relaxed) on the cluster barrier;
+//   reduce()  first call only: waits on that barrier (every peer's mbarriers
+//             are initialised; by now long since); then sends, waits for the
+//             values and combines them;
+//   finish()  before exit: arrive and wait on the cluster barrier, so that no
+//             CTA leaves while a peer may still write into its shared memory.
 // Shared scratch: scratch_bytes(), 8-byte aligned.
 template <class Op>
-struct ClusterOnce {
+struct ClusterExchange {
   using T = typename Op::T;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
-  uint32_t bar;    // mbarrier (shared::cta address)
-  uint32_t slots;  // [16] values, slot r from rank r
-  int size, rank;
+  // Shared scratch: [2] mbarriers, then [2][16] values (slot r from rank r).
+  uint32_t bar;        // shared::cta address of the scratch
+  uint32_t count = 0;  // reductions done
 
-  __host__ __device__ static constexpr size_t scratch_bytes() { return 8 + 16 * sizeof(T); }
+  __host__ __device__ static constexpr size_t scratch_bytes() { return 16 + 2 * 16 * sizeof(T); }
 
-  __device__ __forceinline__ void start(void* scratch, int cluster_size, int cluster_rank) {
+  __device__ __forceinline__ void start(void* scratch) {
     bar = static_cast<uint32_t>(__cvta_generic_to_shared(scratch));
-    slots = bar + 8;
-    size = cluster_size;
-    rank = cluster_rank;
     if (threadIdx.x == 0) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar + 8) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   }
 
-  // `v` equal in all threads of the CTA; returns the cluster's combination.
-  __device__ __forceinline__ T reduce(T v) {
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  // `v` equal in all threads of the CTA; `size` CTAs in the cluster, this
+  // one of rank `rank`. Returns the cluster's combination.
+  __device__ __forceinline__ T reduce(T v, int size, int rank) {
+    if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    const uint32_t b = bar + 8 * (count & 1);
+    const uint32_t set = bar + 16 + uint32_t((count & 1) * 16 * sizeof(T));
+    const uint32_t parity = (count >> 1) & 1;
     if (threadIdx.x == 0)
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b),
                    "r"(uint32_t(size * sizeof(T)))
                    : "memory");
     if (int(threadIdx.x) < size) {
       uint32_t rbar, rslot;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rbar) : "r"(bar), "r"(threadIdx.x));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rbar) : "r"(b), "r"(threadIdx.x));
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                    : "=r"(rslot)
-                   : "r"(slots + uint32_t(rank * sizeof(T))), "r"(threadIdx.x));
+                   : "r"(set + uint32_t(rank * sizeof(T))), "r"(threadIdx.x));
       if constexpr (sizeof(T) == 4) {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(rslot),
                      "r"(*reinterpret_cast<const uint32_t*>(&v)), "r"(rbar)
@@ -203,9 +211,9 @@ struct ClusterOnce {
     uint32_t done = 0;
     while (!done) {
       asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
           : "=r"(done)
-          : "r"(bar)
+          : "r"(b), "r"(parity)
           : "memory");
     }
     const int lane = threadIdx.x & 31;
@@ -213,20 +221,23 @@ struct ClusterOnce {
     if (lane < size) {
       if constexpr (sizeof(T) == 4) {
         uint32_t u;
-        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(u) : "r"(slots + 4 * lane) : "memory");
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(u) : "r"(set + 4 * lane) : "memory");
         p = *reinterpret_cast<const T*>(&u);
       } else {
         uint64_t u;
-        asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(u) : "r"(slots + 8 * lane) : "memory");
+        asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(u) : "r"(set + 8 * lane) : "memory");
         p = *reinterpret_cast<const T*>(&u);
       }
     }
-    v = warp_reduce<Op>(p);
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    return v;
+    ++count;
+    return warp_reduce<Op>(p);
   }
 
-  __device__ __forceinline__ void finish() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+  __device__ __forceinline__ void finish() {
+    if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  }
 };
 
 }  // namespace core

@@ -55,12 +55,12 @@ struct RMSNormFwdParams {
   uint32_t stage_bytes;
 };
 
-// Reducer scratch: [RowReducer<SumOp>][ClusterOnce<SumOp> at kClusterScratchOffset].
+// Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset].
 constexpr uint32_t kReducerScratchBytes = 512;  // 16-B multiple
 constexpr uint32_t kClusterScratchOffset = 272;
 static_assert(core::RowReducer<core::SumOp>::scratch_bytes() <= kClusterScratchOffset &&
                   kClusterScratchOffset % 8 == 0 &&
-                  kClusterScratchOffset + core::ClusterOnce<core::SumOp>::scratch_bytes() <= kReducerScratchBytes,
+                  kClusterScratchOffset + core::ClusterExchange<core::SumOp>::scratch_bytes() <= kReducerScratchBytes,
               "reducer scratch layout");
 constexpr int kMaxThreads = kRowKernelMaxThreads;
 // Elements a thread handles as one straight-line group, all their loads
@@ -313,8 +313,17 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
+// The clustered kernels also carry their loop and exchange state: for 16-bit
+// x with a residual stream or fp32 weights the largest tile spills there, so
+// they take the next smaller one.
+constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
+  return x_bytes == 2 && (res_bytes > 0 || w_bytes == 4) ? (res_bytes > 0 ? 2 : 4)
+                                                           : rmsnorm_reg_max_vpt(x_bytes, res_bytes, w_bytes);
+}
 
-template <typename Tx, typename Tw, typename Tr, int VPT>
+// kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
+// VPT the family's largest tile); the grid is then persistent.
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -326,35 +335,38 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
-  const int team = p.team;
-  const int team_id = threadIdx.x / team, t = threadIdx.x % team;
-  const int crank = p.cluster > 1 ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-  const int teams = blockDim.x / team;
-  const int cols = int(p.cols);
-  const int col_step = team * VEC;                  // between a thread's vectors
-  const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
-  // Every vector of this thread lies inside the row: no per-vector checks.
-  const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
-  // Team (warp or CTA) reduction, then the cluster's (st.async + mbarrier).
-  RowReducer<SumOp> red(smem, team, 1);
-  ClusterOnce<SumOp> cl;
-  if (p.cluster > 1) cl.start(smem + kClusterScratchOffset, p.cluster, crank);
+  // Cluster exchange (st.async + mbarrier) when clustered.
+  ClusterExchange<SumOp> cl;
+  if constexpr (kCluster) cl.start(smem + kClusterScratchOffset);
 
-  // Loads this thread's vectors of a row (zeros past its end).
-  auto load_row = [&](auto (&v)[VPT], const auto* row) {
+  // One row block: load, reduce, write. Everything here is derived afresh
+  // from the parameters and from values made opaque to the optimiser: in the
+  // persistent loop below it would otherwise keep every row-invariant
+  // address and predicate live across rows, and spill.
+  auto do_rows = [&](int64_t blk) {
+    int team = p.team, tid = int(threadIdx.x);
+    asm volatile("" : "+r"(team), "+r"(tid));
+    const int team_id = tid / team, t = tid % team;
+    const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
+    const int teams = int(blockDim.x) / team;
+    const int cols = int(p.cols);
+    const int col_step = team * VEC;                  // between a thread's vectors
+    const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
+    // Every vector of this thread lies inside the row: no per-vector checks.
+    const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
+
+    // Loads this thread's vectors of a row (zeros past its end).
+    auto load_row = [&](auto (&v)[VPT], const auto* row) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      const int c = col0 + i * col_step;
-      if (whole || c + VEC <= cols) v[i].load(row + c);
-      else if (c < cols) v[i].load_partial(row + c, cols - c);
-      else v[i].zero();
-    }
-  };
+      for (int i = 0; i < VPT; ++i) {
+        const int c = col0 + i * col_step;
+        if (whole || c + VEC <= cols) v[i].load(row + c);
+        else if (c < cols) v[i].load_partial(row + c, cols - c);
+        else v[i].zero();
+      }
+    };
 
-  // One row block per CTA (cluster): a loop over blocks would let the
-  // compiler hoist every row-invariant weight address out of it and spill.
-  {
-    const int64_t row = int64_t(blockIdx.x / unsigned(p.cluster)) * teams + team_id;
+    const int64_t row = blk * teams + team_id;
     const bool active = row < p.rows;
     float acc = 0.0f;
     // x (and the residual) of this thread's share, and sum of squares.
@@ -395,8 +407,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         }
       }
     }
-    acc = red.reduce(acc);  // every thread of the CTA takes part
-    if (p.cluster > 1) acc = cl.reduce(acc);
+    // Every thread of the CTA (and cluster) takes part.
+    if constexpr (kCluster) {
+      // One team per CTA; the exchange's count alternates the scratch.
+      acc = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem) + 32 * (cl.count & 1));
+      acc = cl.reduce(acc, p.cluster, crank);
+    } else {
+      RowReducer<SumOp> red(smem, team, 1);
+      acc = red.reduce(acc);
+    }
     const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
     if (!active) return;  // (clustered rows are always active: one row per cluster)
     if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
@@ -405,6 +424,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
     const Tw* w = static_cast<const Tw*>(p.w);
     const Tw* b = static_cast<const Tw*>(p.b);
+    asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
 #pragma unroll
     for (int g = 0; g < VPT; g += G) {
       // Weight and bias of G vectors in flight together.
@@ -464,8 +484,20 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         else o.store_partial(orow + c, valid);
       }
     }
+  };
+
+  if constexpr (kCluster) {
+    // Persistent: the launch holds only the clusters that fit at once, and
+    // each walks row blocks. A cluster is scheduled only when all its CTAs
+    // find room in one GPC at the same moment; relaunching one per row left
+    // SMs idle (bf16, clusters of 2..16: 88% falling to 79% of copy,
+    // bench/results/2026-11-30-rmsnorm-fwd-reg.md).
+    const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
+    for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
+    cl.finish();
+  } else {
+    do_rows(blockIdx.x);
   }
-  if (p.cluster > 1) cl.finish();
 }
 
 
@@ -487,17 +519,20 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 // Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
-template <typename Tx, typename Tw, typename Tr, int VPT>
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT>, cache, device,
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster>, cache, device,
                                  core::launch_shape(cfg, kReducerScratchBytes), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr>
 Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
-  switch (cfg.vpt) {
+  constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
+  if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
+    if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCl, true>(p, cfg, device, stream);
+  } else switch (cfg.vpt) {
     case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 1>(p, cfg, device, stream);
     case 2: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 2>(p, cfg, device, stream);
     case 4:
@@ -508,7 +543,8 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
       break;
   }
   return {Code::kUnsupported, "rmsnorm: no register-resident kernel with " + std::to_string(cfg.vpt) +
-                                  " vectors per thread for this dtype combination"};
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) +
+                                  ") for this dtype combination"};
 }
 
 template <typename Tx, typename Tw>

@@ -10,6 +10,7 @@
 // HBM to chunked rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -249,14 +250,17 @@ TEST(ConfigShapes, RowBlocksCoverRowsAtEveryRegime) {
 struct RegTile {
   int x_bytes;
   int max_vpt;
+  int cluster_vpt;
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
-  return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt);
+  return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
+         std::to_string(i.param.cluster_vpt);
 }
 
 std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
   std::ostringstream s;
   s << "rows=" << p.rows << " N=" << p.cols << " x_bytes=" << p.x_elem_bytes << " max_vpt=" << p.max_vpt
+    << " cluster_vpt=" << p.cluster_vpt
     << " -> vec=" << c.vec << " team=" << c.team << " threads=" << c.threads << " cluster=" << c.cluster
     << " vpt=" << c.vpt << " row_blocks=" << c.row_blocks << " grid=" << c.grid;
   return s.str();
@@ -273,6 +277,7 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   if (c.cluster > 1 && c.threads != c.team) return "clustered CTA holds several rows";
   if (c.vpt != 1 && c.vpt != 2 && c.vpt != 4 && c.vpt != 8) return "vpt not a bucket";
   if (c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
+  if (c.cluster > 1 && c.vpt != p.cluster_vpt) return "a clustered row not at the clustered kernels' tile";
   if (int64_t(c.cluster) * c.team * c.vpt * vec < p.cols) return "tiles do not cover the row";
   // No CTA of a cluster may be entirely idle (its share starts past the row).
   if (c.cluster > 1 && int64_t(c.cluster - 1) * c.team * c.vpt * vec >= p.cols) return "idle CTA in the cluster";
@@ -283,8 +288,11 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
 
 void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int64_t step) {
   const int vec = 16 / tile.x_bytes;
-  // What a 16-CTA cluster of 1024-thread CTAs holds at this tile.
-  const int64_t capacity = int64_t(lim.max_cluster) * 1024 * tile.max_vpt * vec;
+  // What the family holds: a 1024-thread CTA at its largest tile, or a
+  // cluster of as many 1024-thread CTAs as the device allows at its
+  // clustered tile.
+  const int64_t capacity =
+      std::max(int64_t(1024) * tile.max_vpt, int64_t(lim.max_cluster) * 1024 * tile.cluster_vpt) * vec;
   int failures = 0;
   for (const int64_t rows : kRowCounts) {
     for (int64_t n = 1; n <= max_n; n += step) {
@@ -293,6 +301,7 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
       p.cols = n;
       p.x_elem_bytes = tile.x_bytes;
       p.max_vpt = tile.max_vpt;
+      p.cluster_vpt = tile.cluster_vpt;
       RegRowConfig c;
       const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
       const char* why = nullptr;
@@ -321,7 +330,8 @@ TEST_P(RegConfigSweep, ValidWithoutClusters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
-                         testing::Values(RegTile{2, 8}, RegTile{2, 4}, RegTile{2, 2}, RegTile{4, 8}, RegTile{4, 4}),
+                         testing::Values(RegTile{2, 8, 8}, RegTile{2, 8, 4}, RegTile{2, 4, 2}, RegTile{2, 2, 2},
+                                         RegTile{4, 8, 8}, RegTile{4, 4, 4}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {
