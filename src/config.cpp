@@ -61,10 +61,15 @@ RowTuning default_row_tuning() {
   // 95.4% (256 x 8) vs 88.6% (512 x 4); fp32 N = 8K 95.7% vs 95.0%; 1024-thread
   // teams lost (bf16 32K: 79% vs 94.5% for 512 x 8). 128-thread CTAs for
   // sub-warp teams lost 0-2 points against 256.
+  // Longer rows: 1024-thread CTAs, one per SM, clustered past 1024 x 8
+  // vectors (commit 0dd422d, persistent clusters): bf16 N = 128K / 256K
+  // 86.8% / 81.6% (512-thread CTAs: 76.8% / 73.2%), fp32 N = 64K / 128K
+  // 91.9% / 89.4% (80.0% / 76.5%); bf16 N = 64K in one 1024-thread CTA 88.4%
+  // against 88.6% for two clustered 512-thread CTAs.
   t.reg_enable = 1;
   t.reg_vpt_target = 4;
   t.reg_max_team = 256;
-  t.reg_wide_team = 512;
+  t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
   return t;
 }

@@ -330,8 +330,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
   constexpr bool kRes = !std::is_void_v<Tr>;
   using TrOrX = std::conditional_t<kRes, Tr, Tx>;
   static_assert(VPT <= rmsnorm_reg_max_vpt(sizeof(Tx), kRes ? sizeof(TrOrX) : 0, sizeof(Tw)), "register tile");
-  // Vectors whose weight (and bias) are loaded together in the write-out.
-  constexpr int G = 1;
+  // Short tiles (decode-sized batches) load weight and bias before the
+  // reduction, off the critical path; larger ones load each vector's just
+  // before its use (holding them all would not fit 64 registers: with a
+  // residual stream even 2 vectors spill).
+  constexpr bool kEarlyW = !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -407,6 +410,33 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         }
       }
     }
+    // Elements of vector i this thread holds (0 past the row's end).
+    auto valid_at = [&](int i) {
+      const int c = col0 + i * col_step;
+      return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+    };
+    const Tw* w = static_cast<const Tw*>(p.w);
+    const Tw* b = static_cast<const Tw*>(p.b);
+    asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
+    auto load_wb = [&](int i, RawVec<Tw, VEC>& wv, RawVec<Tw, VEC>& bv) {
+      const int c = col0 + i * col_step, valid = valid_at(i);
+      if (w != nullptr) {
+        if (valid == VEC) wv.load(w + c);
+        else if (valid > 0) wv.load_partial(w + c, valid);
+      }
+      if (b != nullptr) {
+        if (valid == VEC) bv.load(b + c);
+        else if (valid > 0) bv.load_partial(b + c, valid);
+      }
+    };
+    RawVec<Tw, VEC> w_early[kEarlyW ? VPT : 1], b_early[kEarlyW ? VPT : 1];
+    if constexpr (kEarlyW) {
+      if (active) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) load_wb(i, w_early[i], b_early[i]);
+      }
+    }
+
     // Every thread of the CTA (and cluster) takes part.
     if constexpr (kCluster) {
       // One team per CTA; the exchange's count alternates the scratch.
@@ -422,67 +452,49 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
-    const Tw* w = static_cast<const Tw*>(p.w);
-    const Tw* b = static_cast<const Tw*>(p.b);
-    asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
 #pragma unroll
-    for (int g = 0; g < VPT; g += G) {
-      // Weight and bias of G vectors in flight together.
-      RawVec<Tw, VEC> wv[G], bv[G];
+    for (int i = 0; i < VPT; ++i) {
+      const int c = col0 + i * col_step, valid = valid_at(i);
+      if (valid == 0) continue;
+      RawVec<Tw, VEC> w_late, b_late;
+      if constexpr (!kEarlyW) load_wb(i, w_late, b_late);
+      const RawVec<Tw, VEC>& wv = kEarlyW ? w_early[kEarlyW ? i : 0] : w_late;
+      const RawVec<Tw, VEC>& bv = kEarlyW ? b_early[kEarlyW ? i : 0] : b_late;
+      float f[VEC];
+      if constexpr (kRes) {
 #pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int c = col0 + (g + u) * col_step;
-        const int valid = whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
-        if (w != nullptr) {
-          if (valid == VEC) wv[u].load(w + c);
-          else if (valid > 0) wv[u].load_partial(w + c, valid);
+        for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
+        if (rorow != nullptr) {
+          RawVec<TrOrX, VEC> o;
+          o.narrow(f);
+          if (valid == VEC) o.store(rorow + c);
+          else o.store_partial(rorow + c, valid);
         }
-        if (b != nullptr) {
-          if (valid == VEC) bv[u].load(b + c);
-          else if (valid > 0) bv[u].load_partial(b + c, valid);
-        }
+      } else {
+        xv[i].widen(f);
       }
+      if (w != nullptr) {
+        float wf[VEC];
+        wv.widen(wf);
 #pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int i = g + u, c = col0 + i * col_step;
-        const int valid = whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
-        if (valid == 0) continue;
-        float f[VEC];
-        if constexpr (kRes) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
-          if (rorow != nullptr) {
-            RawVec<TrOrX, VEC> o;
-            o.narrow(f);
-            if (valid == VEC) o.store(rorow + c);
-            else o.store_partial(rorow + c, valid);
-          }
-        } else {
-          xv[i].widen(f);
+        for (int j = 0; j < VEC; ++j) {
+          const float hr = f[j] * rstd;
+          f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
         }
-        if (w != nullptr) {
-          float wf[VEC];
-          wv[u].widen(wf);
+      } else {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            const float hr = f[j] * rstd;
-            f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) f[j] *= rstd;
-        }
-        if (b != nullptr) {
-          float bf[VEC];
-          bv[u].widen(bf);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) f[j] += bf[j];
-        }
-        RawVec<Tx, VEC> o;
-        o.narrow(f);
-        if (valid == VEC) o.store(orow + c);
-        else o.store_partial(orow + c, valid);
+        for (int j = 0; j < VEC; ++j) f[j] *= rstd;
       }
+      if (b != nullptr) {
+        float bf[VEC];
+        bv.widen(bf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] += bf[j];
+      }
+      RawVec<Tx, VEC> o;
+      o.narrow(f);
+      if (valid == VEC) o.store(orow + c);
+      else o.store_partial(orow + c, valid);
     }
   };
 

@@ -373,9 +373,13 @@ TEST(RegConfigShapes, TypicalShapes) {
   EXPECT_EQ(c.team, 512);
   EXPECT_EQ(c.vpt, 8);
   EXPECT_EQ(c.cluster, 1);
-  // Then clusters of 512-thread CTAs.
+  // Then one 1024-thread CTA, then clusters of them.
   c = cfg(4096, 65536, 2);
-  EXPECT_EQ(c.team, 512);
+  EXPECT_EQ(c.team, 1024);
+  EXPECT_EQ(c.vpt, 8);
+  EXPECT_EQ(c.cluster, 1);
+  c = cfg(2048, 131072, 2);
+  EXPECT_EQ(c.team, 1024);
   EXPECT_EQ(c.vpt, 8);
   EXPECT_EQ(c.cluster, 2);
   // Decode (one row): spread over more threads, one vector each.

@@ -238,8 +238,8 @@ std::vector<FwdCase> fwd_cases() {
       FwdCase("N1048576_bf16_w_rstd_full_tile", 2, 1048576, kBF16).with(kW, kBF16).with_rstd(),
       // Clustered register kernels: persistent, many rows per cluster (the
       // exchange's alternating barriers), a 3-CTA cluster, each family.
-      FwdCase("N40000_bf16_M600_w_rstd_persistent_cluster", 600, 40000, kBF16).with(kW, kBF16).with_rstd(),
-      FwdCase("N20000_bf16_M700_res_resout_cluster3", 700, 20000, kBF16)
+      FwdCase("N70000_bf16_M300_w_rstd_persistent_cluster", 300, 70000, kBF16).with(kW, kBF16).with_rstd(),
+      FwdCase("N40000_bf16_M300_res_resout_cluster3", 300, 40000, kBF16)
           .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).with_rstd(),
       FwdCase("N131072_bf16_f32_weight_cluster", 9, 131072, kBF16).with(kW, kF32),
       FwdCase("N100003_f16_f32_res_w_b_cluster", 5, 100003, kF16).with(kRes, kF32).with(kW, kF16).with(kB, kF16).with(kResOut, kF32),
