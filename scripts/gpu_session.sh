@@ -5,7 +5,8 @@
 #
 # parts (default: tests sweep bench):
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
-#   sanitize   compute-sanitizer memcheck over the C++ GPU cases
+#   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
+#              killed after $SANITIZE_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep for bf16 and fp32 at the defaults, then
 #              once per QUACK_TUNE variant in $SWEEP_TUNES (';'-separated)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
@@ -28,8 +29,9 @@ for part in $parts; do
       PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 || status=1
       grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6 ;;
     sanitize)
-      compute-sanitizer --tool memcheck --error-exitcode 3 build/tests/cpp/quack_gpu_tests \
-        --gtest_filter='Cases/*:StagedCases/*:Ops/*' > "$out/memcheck.log" 2>&1 || status=1
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+        build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \
+        > "$out/memcheck.log" 2>&1 || status=1
       tail -4 "$out/memcheck.log" ;;
     sweep)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
