@@ -71,6 +71,11 @@ RowTuning default_row_tuning() {
   t.reg_max_team = 256;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
+  // Clustered rows without a residual stream stage x in shared memory, 64
+  // elements a thread, in CTAs of 256 threads (QuACK's tiling for these N).
+  // Not yet measured.
+  t.reg_staged = 1;
+  t.reg_staged_team = 256;
   return t;
 }
 
@@ -174,8 +179,34 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   if (max_vpt == 0) return false;
   const int cl_vpt = std::min(prob.tile_for_clusters(), max_vpt);
   const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
-  if (nvec > std::max(int64_t(kRegRowMaxThreads) * max_vpt, int64_t(kRegRowMaxThreads) * cl_vpt * max_cluster))
+
+  // Clustered rows without a residual stream, staged in shared memory: the
+  // smallest CTA (from reg_staged_team up) whose cluster of <= max_cluster
+  // covers the row at staged_vpt vectors a thread within the shared memory
+  // limit. Returns false when there is none.
+  auto try_staged = [&]() {
+    if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
+    for (int64_t t = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
+         t <= kRegRowMaxThreads; t *= 2) {
+      const int64_t cl = ceil_div(nvec, t * prob.staged_vpt);
+      const size_t smem = prob.scratch_bytes + size_t(t) * prob.staged_vpt * 16;
+      if (cl >= 2 && cl <= max_cluster && smem <= lim.max_smem_per_block) {
+        if (prob.rows > int64_t(0x7fffffff) / cl) return false;
+        c.team = c.threads = int(t);
+        c.cluster = int(cl);
+        c.vpt = prob.staged_vpt;
+        c.staged = true;
+        c.smem_bytes = smem;
+        c.row_blocks = prob.rows;
+        c.grid = c.row_blocks * c.cluster;
+        *out = c;
+        return true;
+      }
+    }
     return false;
+  };
+  if (nvec > std::max(int64_t(kRegRowMaxThreads) * max_vpt, int64_t(kRegRowMaxThreads) * cl_vpt * max_cluster))
+    return try_staged();  // beyond the register tiles: staged, or not at all
   const int64_t max_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 1)), kRegRowMaxThreads);
   const int64_t wide_team = std::min<int64_t>(pow2_ceil(std::max<int64_t>(tune.reg_wide_team, max_team)), kRegRowMaxThreads);
 
@@ -198,6 +229,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     //    of those do not cover the row.
     team = pow2_ceil(ceil_div(nvec, max_vpt));
     if (team > wide_team) {
+      if (try_staged()) return true;
       const int64_t cl_wide = ceil_div(nvec, wide_team * cl_vpt);      // >= 2 here
       const int64_t cl_full = ceil_div(nvec, int64_t(kRegRowMaxThreads) * cl_vpt);
       if (cl_wide <= max_cluster) {
@@ -213,6 +245,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   }
   c.team = int(team);
   c.cluster = int(cluster);
+  c.smem_bytes = prob.scratch_bytes;
   const int64_t need = ceil_div(nvec, team * cluster);
   c.vpt = cluster > 1 ? cl_vpt : max_vpt;
   if (cluster == 1)
@@ -240,11 +273,19 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
   if (c.cluster < 1 || c.cluster > lim.max_cluster || c.cluster > 16) return "cluster outside [1, max_cluster]";
   if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
-  bool bucket = false;
-  for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
-  if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
-  if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the register tiles do not cover the row";
-  if (c.cluster > 1 && c.vpt != prob.tile_for_clusters()) return "a clustered row does not use the clustered tile";
+  if (c.staged) {
+    if (c.cluster < 2) return "a staged row is not clustered";
+    if (c.vpt != prob.staged_vpt) return "a staged row does not use the staged tile";
+    if (c.smem_bytes != prob.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
+      return "staging does not fit the shared memory";
+  } else {
+    bool bucket = false;
+    for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
+    if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
+    if (c.cluster > 1 && c.vpt != prob.tile_for_clusters()) return "a clustered row does not use the clustered tile";
+    if (c.smem_bytes != prob.scratch_bytes) return "shared memory is not the scratch alone";
+  }
+  if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
   if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
   if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";

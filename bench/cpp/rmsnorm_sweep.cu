@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
   }
   // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
-  //             reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=512,reg_threads=256"
+  //             reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=1024,reg_threads=256,
+  //             reg_staged=1,reg_staged_team=256"
   quack::RowTuning tune = quack::default_row_tuning();
   if (const char* env = std::getenv("QUACK_TUNE")) {
     std::string spec = env;
@@ -126,6 +127,8 @@ int main(int argc, char** argv) {
       else if (k == "reg_max_team") tune.reg_max_team = int(v);
       else if (k == "reg_wide_team") tune.reg_wide_team = int(v);
       else if (k == "reg_threads") tune.reg_small_threads = int(v);
+      else if (k == "reg_staged") tune.reg_staged = int(v);
+      else if (k == "reg_staged_team") tune.reg_staged_team = int(v);
       else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
       pos = end + 1;
     }
@@ -188,11 +191,13 @@ int main(int argc, char** argv) {
     rprob.cols = N;
     rprob.x_elem_bytes = es;
     rprob.max_vpt = 8;
+    rprob.staged_vpt = 64 / (16 / es);
+    rprob.scratch_bytes = 512;
     quack::RegRowConfig rcfg;
     char shape[96];
     if (quack::choose_reg_row_config(rprob, lim, &rcfg)) {
-      std::snprintf(shape, sizeof shape, "reg %4d %5d %3d %3d  1  1  0 %7d %6lld", rcfg.team, rcfg.threads,
-                    rcfg.cluster, rcfg.vpt, 0, (long long)rcfg.grid);
+      std::snprintf(shape, sizeof shape, "%s %4d %5d %3d %3d  1  1  0 %7zu %6lld", rcfg.staged ? "smm" : "reg",
+                    rcfg.team, rcfg.threads, rcfg.cluster, rcfg.vpt, rcfg.smem_bytes, (long long)rcfg.grid);
     } else {
       quack::RowProblem prob;
       prob.rows = M;

@@ -87,6 +87,8 @@ struct RowTuning {
   int reg_max_team;          // largest team at reg_vpt_target (then the largest tile per thread)
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
+  int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
+  int reg_staged_team;       // smallest CTA of staged clustered rows
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -125,6 +127,8 @@ struct RegRowProblem {
   int x_elem_bytes = 2;  // decides the vector width: 16 B of x
   int max_vpt = 8;       // largest bucket the kernel family is built with
   int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
+  int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
+  size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
   int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };
 
@@ -136,6 +140,8 @@ struct RegRowConfig {
   int vpt = 1;             // vectors per thread (a bucket)
   int64_t row_blocks = 0;  // groups of threads/team rows (one row per cluster when clustered)
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
+  bool staged = false;     // x staged in shared memory (clustered rows only)
+  size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }
   // Columns one cluster covers.

@@ -41,9 +41,10 @@ struct LaunchShape {
   bool persistent = false;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
-// Register-resident kernels: one CTA per row block, persistent when clustered.
-inline LaunchShape launch_shape(const RegRowConfig& c, size_t smem_bytes) {
-  return {c.grid, c.threads, smem_bytes, c.cluster, c.cluster > 1};
+// Register-resident kernels: one CTA per row block, persistent when clustered
+// (unless staged).
+inline LaunchShape launch_shape(const RegRowConfig& c) {
+  return {c.grid, c.threads, c.smem_bytes, c.cluster, c.cluster > 1 && !c.staged};
 }
 
 template <typename... KArgs, typename... Args>

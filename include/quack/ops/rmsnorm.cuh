@@ -313,6 +313,8 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
+// Staged clustered rows (no residual stream): 64 elements a thread.
+constexpr int rmsnorm_reg_staged_vpt(int x_bytes) { return 64 / (16 / x_bytes); }
 // The clustered kernels also carry their loop and exchange state: for 16-bit
 // x with a residual stream or fp32 weights the largest tile spills there, so
 // they take the next smaller one.
@@ -322,19 +324,25 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 }
 
 // kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
-// VPT the family's largest tile); the grid is then persistent.
-template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster>
+// VPT the family's clustered tile); the grid is then persistent.
+// kStaged (clustered rows without a residual stream): x goes to shared memory
+// with cp.async instead of registers, so a thread can own a larger share
+// (VPT = 64 elements) in a small, register-light CTA; many CTAs share an SM,
+// and the grid is one cluster per row (not persistent).
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
   constexpr bool kRes = !std::is_void_v<Tr>;
   using TrOrX = std::conditional_t<kRes, Tr, Tx>;
-  static_assert(VPT <= rmsnorm_reg_max_vpt(sizeof(Tx), kRes ? sizeof(TrOrX) : 0, sizeof(Tw)), "register tile");
+  static_assert(kStaged || VPT <= rmsnorm_reg_max_vpt(sizeof(Tx), kRes ? sizeof(TrOrX) : 0, sizeof(Tw)),
+                "register tile");
   // Short tiles (decode-sized batches) load weight and bias before the
   // reduction, off the critical path; larger ones load each vector's just
   // before its use (holding them all would not fit 64 registers: with a
   // residual stream even 2 vectors spill).
   constexpr bool kEarlyW = !kCluster && (kRes ? VPT == 1 : VPT <= 2);
+  static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -373,7 +381,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     const bool active = row < p.rows;
     float acc = 0.0f;
     // x (and the residual) of this thread's share, and sum of squares.
-    RawVec<Tx, VEC> xv[kRes ? 1 : VPT];
+    RawVec<Tx, VEC> xv[kRes || kStaged ? 1 : VPT] = {};
+    // Staging slot of vector i (kStaged): consecutive threads, consecutive 16 B.
+    const uint32_t x_slot0 = smem_addr(smem) + kReducerScratchBytes + uint32_t(t) * 16;
+    auto x_at = [&](int i) {
+      if constexpr (kStaged) {
+        RawVec<Tx, VEC> v;
+        lds<16>(x_slot0 + uint32_t(i * team) * 16, v.w);
+        return v;
+      } else {
+        return xv[kRes || kStaged ? 0 : i];
+      }
+    };
     float h[kRes ? VPT : 1][VEC];
     if (active) {
       const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
@@ -400,11 +419,22 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 #pragma unroll
           for (int j = 0; j < VEC; ++j) acc = fmaf(h[i][j], h[i][j], acc);
       } else {
-        load_row(xv, xrow);
+        if constexpr (kStaged) {
+#pragma unroll
+          for (int i = 0; i < VPT; ++i) {
+            const int c = col0 + i * col_step;
+            const int n = c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
+            cp_async_zfill<16>(x_slot0 + uint32_t(i * team) * 16, xrow + (n > 0 ? c : 0), n * int(sizeof(Tx)));
+          }
+          cp_async_commit();
+          cp_async_wait_all();
+        } else {
+          load_row(xv, xrow);
+        }
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          xv[i].widen(f);
+          x_at(i).widen(f);
 #pragma unroll
           for (int j = 0; j < VEC; ++j) acc = fmaf(f[j], f[j], acc);
         }
@@ -471,7 +501,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
           else o.store_partial(rorow + c, valid);
         }
       } else {
-        xv[i].widen(f);
+        x_at(i).widen(f);
       }
       if (w != nullptr) {
         float wf[VEC];
@@ -498,7 +528,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     }
   };
 
-  if constexpr (kCluster) {
+  if constexpr (kCluster && !kStaged) {
     // Persistent: the launch holds only the clusters that fit at once, and
     // each walks row blocks. A cluster is scheduled only when all its CTAs
     // find room in one GPC at the same moment; relaunching one per row left
@@ -508,7 +538,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
     cl.finish();
   } else {
-    do_rows(blockIdx.x);
+    do_rows(blockIdx.x / unsigned(p.cluster));
+    if constexpr (kCluster) cl.finish();
   }
 }
 
@@ -531,18 +562,23 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 // Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
-template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster = false>
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster = false, bool kStaged = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster>, cache, device,
-                                 core::launch_shape(cfg, kReducerScratchBytes), stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged>, cache, device,
+                                 core::launch_shape(cfg), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr>
 Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
   constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
-  if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
+  if (cfg.staged) {  // clustered, no residual stream, the staged tile (config.cpp)
+    if constexpr (std::is_void_v<Tr>) {
+      constexpr int kSt = rmsnorm_reg_staged_vpt(sizeof(Tx));
+      if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kSt, true, true>(p, cfg, device, stream);
+    }
+  } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
     if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCl, true>(p, cfg, device, stream);
   } else switch (cfg.vpt) {
     case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 1>(p, cfg, device, stream);

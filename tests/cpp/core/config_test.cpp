@@ -251,10 +251,11 @@ struct RegTile {
   int x_bytes;
   int max_vpt;
   int cluster_vpt;
+  int staged_vpt;
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
-         std::to_string(i.param.cluster_vpt);
+         std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt);
 }
 
 std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
@@ -275,9 +276,15 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   if (c.team > 32 && c.threads != c.team) return "a team above a warp shares its CTA";
   if (c.cluster < 1 || c.cluster > lim.max_cluster) return "cluster";
   if (c.cluster > 1 && c.threads != c.team) return "clustered CTA holds several rows";
-  if (c.vpt != 1 && c.vpt != 2 && c.vpt != 4 && c.vpt != 8) return "vpt not a bucket";
-  if (c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
-  if (c.cluster > 1 && c.vpt != p.cluster_vpt) return "a clustered row not at the clustered kernels' tile";
+  if (!c.staged && c.vpt != 1 && c.vpt != 2 && c.vpt != 4 && c.vpt != 8) return "vpt not a bucket";
+  if (!c.staged && c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
+  if (c.staged) {
+    if (c.cluster < 2 || c.vpt != p.staged_vpt) return "a staged row not clustered at the staged tile";
+    if (c.smem_bytes != p.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
+      return "staged shared memory";
+  } else if (c.cluster > 1 && c.vpt != p.cluster_vpt) {
+    return "a clustered row not at the clustered kernels' tile";
+  }
   if (int64_t(c.cluster) * c.team * c.vpt * vec < p.cols) return "tiles do not cover the row";
   // No CTA of a cluster may be entirely idle (its share starts past the row).
   if (c.cluster > 1 && int64_t(c.cluster - 1) * c.team * c.vpt * vec >= p.cols) return "idle CTA in the cluster";
@@ -291,8 +298,13 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   // What the family holds: a 1024-thread CTA at its largest tile, or a
   // cluster of as many 1024-thread CTAs as the device allows at its
   // clustered tile.
-  const int64_t capacity =
-      std::max(int64_t(1024) * tile.max_vpt, int64_t(lim.max_cluster) * 1024 * tile.cluster_vpt) * vec;
+  int64_t cap_vecs = std::max(int64_t(1024) * tile.max_vpt, int64_t(lim.max_cluster) * 1024 * tile.cluster_vpt);
+  // ... or, staged, a cluster of the largest CTAs whose staging fits.
+  if (tile.staged_vpt > 0 && lim.max_cluster > 1)
+    for (int64_t t = 256; t <= 1024; t *= 2)
+      if (kScratch + size_t(t) * tile.staged_vpt * 16 <= lim.max_smem_per_block)
+        cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * t * tile.staged_vpt);
+  const int64_t capacity = cap_vecs * vec;
   int failures = 0;
   for (const int64_t rows : kRowCounts) {
     for (int64_t n = 1; n <= max_n; n += step) {
@@ -302,6 +314,8 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
       p.x_elem_bytes = tile.x_bytes;
       p.max_vpt = tile.max_vpt;
       p.cluster_vpt = tile.cluster_vpt;
+      p.staged_vpt = tile.staged_vpt;
+      p.scratch_bytes = kScratch;
       RegRowConfig c;
       const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
       const char* why = nullptr;
@@ -330,8 +344,9 @@ TEST_P(RegConfigSweep, ValidWithoutClusters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
-                         testing::Values(RegTile{2, 8, 8}, RegTile{2, 8, 4}, RegTile{2, 4, 2}, RegTile{2, 2, 2},
-                                         RegTile{4, 8, 8}, RegTile{4, 4, 4}),
+                         testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 4, 8}, RegTile{2, 4, 2, 0},
+                                         RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 16}, RegTile{4, 4, 4, 0},
+                                         RegTile{2, 8, 8, 0}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {

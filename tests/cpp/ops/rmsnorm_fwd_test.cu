@@ -9,9 +9,11 @@
 // Outputs are compared with a float64 reference; the call is then repeated on
 // freshly poisoned outputs and must give bit-identical results.
 //
-// Every case runs twice: as the library dispatches it (the register-resident
-// kernel wherever the layout allows) and with that kernel switched off (the
-// staged kernel). Cases cover every regime of both configurations
+// Every case runs three times: as the library dispatches it (the register-
+// resident kernels wherever the layout allows, clustered rows without a
+// residual staged in shared memory), with their shared-memory staging off
+// (persistent register-held clusters), and with the register kernels off
+// (the general staged kernel). Cases cover every regime of both configurations
 // (core/config.hpp): sub-warp
 // teams with several rows per team, whole-CTA teams, clusters (N = 65536 and
 // 262144 in bf16), chunked rows past a 16-CTA cluster's capacity (N = 4194304
@@ -430,6 +432,27 @@ TEST_P(RMSNormFwdGpuStaged, MatchesFloat64ReferenceAndStaysInBounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StagedCases, RMSNormFwdGpuStaged, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// And with the register kernels' shared-memory staging of clustered rows
+// switched off, so that their persistent register-held clusters are checked
+// on the layouts that would otherwise be staged.
+class RMSNormFwdGpuRegClusters : public testing::TestWithParam<FwdCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.reg_staged = 0;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(RMSNormFwdGpuRegClusters, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::ValuesIn(fwd_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // A row that starts past 2^31 elements (and 2^32 bytes): offsets must be
