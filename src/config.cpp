@@ -71,9 +71,13 @@ RowTuning default_row_tuning() {
   t.reg_max_team = 256;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
-  // Clustered rows without a residual stream stage x in shared memory, 64
-  // elements a thread, in CTAs of 256 threads (QuACK's tiling for these N).
-  // Not yet measured.
+  // Clustered 16-bit rows without a residual stream stage x in shared
+  // memory, 64 elements a thread, in CTAs of 256 threads only (commit
+  // 1426b3e): bf16 N = 256K 87.8% of copy (register-held 1024-thread CTAs:
+  // 81.9%; staged 512-thread CTAs 85.8%), 128K 88.7% (88.8%); staged
+  // 1024-thread CTAs lost at 1M (56.8% against 68.5%), and staged fp32 lost
+  // everywhere (N = 64K..256K: 61-65% against 86-90%), so fp32 is never
+  // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
   t.reg_staged_team = 256;
   return t;
@@ -180,30 +184,27 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   const int cl_vpt = std::min(prob.tile_for_clusters(), max_vpt);
   const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
 
-  // Clustered rows without a residual stream, staged in shared memory: the
-  // smallest CTA (from reg_staged_team up) whose cluster of <= max_cluster
-  // covers the row at staged_vpt vectors a thread within the shared memory
-  // limit. Returns false when there is none.
+  // Clustered rows without a residual stream, staged in shared memory: CTAs
+  // of reg_staged_team threads, if a cluster of <= max_cluster of them covers
+  // the row at staged_vpt vectors a thread within the shared memory limit.
+  // Returns false when not.
   auto try_staged = [&]() {
     if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
-    for (int64_t t = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
-         t <= kRegRowMaxThreads; t *= 2) {
-      const int64_t cl = ceil_div(nvec, t * prob.staged_vpt);
-      const size_t smem = prob.scratch_bytes + size_t(t) * prob.staged_vpt * 16;
-      if (cl >= 2 && cl <= max_cluster && smem <= lim.max_smem_per_block) {
-        if (prob.rows > int64_t(0x7fffffff) / cl) return false;
-        c.team = c.threads = int(t);
-        c.cluster = int(cl);
-        c.vpt = prob.staged_vpt;
-        c.staged = true;
-        c.smem_bytes = smem;
-        c.row_blocks = prob.rows;
-        c.grid = c.row_blocks * c.cluster;
-        *out = c;
-        return true;
-      }
-    }
-    return false;
+    const int64_t staged_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
+    const int64_t t = staged_team;
+    const int64_t cl = ceil_div(nvec, t * prob.staged_vpt);
+    const size_t smem = prob.scratch_bytes + size_t(t) * prob.staged_vpt * 16;
+    if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
+    if (prob.rows > int64_t(0x7fffffff) / cl) return false;
+    c.team = c.threads = int(t);
+    c.cluster = int(cl);
+    c.vpt = prob.staged_vpt;
+    c.staged = true;
+    c.smem_bytes = smem;
+    c.row_blocks = prob.rows;
+    c.grid = c.row_blocks * c.cluster;
+    *out = c;
+    return true;
   };
   if (nvec > std::max(int64_t(kRegRowMaxThreads) * max_vpt, int64_t(kRegRowMaxThreads) * cl_vpt * max_cluster))
     return try_staged();  // beyond the register tiles: staged, or not at all

@@ -71,7 +71,9 @@ bool reg_path(const RMSNormFwdArgs& a, const DeviceLimits& lim, RegRowConfig* cf
   prob.x_elem_bytes = dtype_size(x);
   prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
   prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
-  prob.staged_vpt = res_bytes == 0 ? ops::rmsnorm_reg_staged_vpt(dtype_size(x)) : 0;
+  // Staged clustered rows: 16-bit x without a residual stream (config.cpp
+  // cites the measurement; fp32 lost staged).
+  prob.staged_vpt = res_bytes == 0 && dtype_size(x) == 2 ? ops::rmsnorm_reg_staged_vpt(dtype_size(x)) : 0;
   prob.scratch_bytes = ops::kReducerScratchBytes;
   if (!choose_reg_row_config(prob, lim, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;

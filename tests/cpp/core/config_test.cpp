@@ -280,6 +280,7 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   if (!c.staged && c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
   if (c.staged) {
     if (c.cluster < 2 || c.vpt != p.staged_vpt) return "a staged row not clustered at the staged tile";
+    if (c.team != 256) return "a staged row not in 256-thread CTAs";
     if (c.smem_bytes != p.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
       return "staged shared memory";
   } else if (c.cluster > 1 && c.vpt != p.cluster_vpt) {
@@ -299,11 +300,9 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   // cluster of as many 1024-thread CTAs as the device allows at its
   // clustered tile.
   int64_t cap_vecs = std::max(int64_t(1024) * tile.max_vpt, int64_t(lim.max_cluster) * 1024 * tile.cluster_vpt);
-  // ... or, staged, a cluster of the largest CTAs whose staging fits.
-  if (tile.staged_vpt > 0 && lim.max_cluster > 1)
-    for (int64_t t = 256; t <= 1024; t *= 2)
-      if (kScratch + size_t(t) * tile.staged_vpt * 16 <= lim.max_smem_per_block)
-        cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * t * tile.staged_vpt);
+  // ... or, staged, a cluster of 256-thread CTAs (the only staged CTA).
+  if (tile.staged_vpt > 0 && lim.max_cluster > 1 && kScratch + size_t(256) * tile.staged_vpt * 16 <= lim.max_smem_per_block)
+    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * tile.staged_vpt);
   const int64_t capacity = cap_vecs * vec;
   int failures = 0;
   for (const int64_t rows : kRowCounts) {
@@ -345,7 +344,7 @@ TEST_P(RegConfigSweep, ValidWithoutClusters) {
 
 INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                          testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 4, 8}, RegTile{2, 4, 2, 0},
-                                         RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 16}, RegTile{4, 4, 4, 0},
+                                         RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0}, RegTile{4, 4, 4, 0},
                                          RegTile{2, 8, 8, 0}),
                          reg_tile_name);
 
