@@ -109,33 +109,43 @@ std::string staging_label(const Staging& s) {
 std::string staging_name(const testing::TestParamInfo<Staging>& info) { return staging_label(info.param); }
 void PrintTo(const Staging& s, std::ostream* os) { *os << staging_label(s); }
 
-// Sweeps N in [1, max_n] with the given N step, reporting the first few
-// broken configurations as test failures.
-void sweep(const Staging& s, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+// Calls check(rows, n) for every N in [1, max_n] (with the given step) and
+// every row count; check returns an empty string or what is broken. The first
+// few failures are reported.
+template <class Check>
+void for_each_shape(int64_t max_n, int64_t step, Check&& check) {
   int failures = 0;
-  RowConfig prev;  // N-monotonicity at a fixed row count
   for (int64_t n = 1; n <= max_n; n += step) {
     for (const int64_t rows : kRowCounts) {
-      const RowProblem p = problem(rows, n, s.x_bytes, s.res_bytes);
-      const RowConfig c = choose_row_config(p, lim);
-      const char* why = check_row_config(c, p, lim);
-      if (why == nullptr) why = broken_invariant(c, p, lim);
-      // The on-chip guarantee: a single pass exactly when the row's staged
-      // bytes fit a cluster of max_cluster CTAs holding 200 KiB each.
-      const int64_t vec_bytes = int64_t(c.vec) * p.staged_elem_bytes;
-      const bool fits = ceil_div(ceil_div(n, c.vec), lim.max_cluster) * vec_bytes <= kCtaCapBytes;
-      if (why == nullptr && fits != (c.chunks == 1)) why = "chunks > 1 although the row fits on chip, or the reverse";
-      if (why == nullptr && c.chunks > 1 && c.cluster != lim.max_cluster) why = "chunked before the cluster is full";
-      if (why == nullptr && rows == 1 && n > 1 &&
-          (c.cluster < prev.cluster || c.chunks < prev.chunks))
-        why = "cluster or chunks decreased as N grew";
-      if (rows == 1) prev = c;
-      if (why != nullptr) {
-        ADD_FAILURE() << why << ": " << describe(c, p);
+      const std::string why = check(rows, n);
+      if (!why.empty()) {
+        ADD_FAILURE() << why;
         if (++failures >= 10) return;
       }
     }
   }
+}
+
+// Sweeps N in [1, max_n] with the given N step.
+void sweep(const Staging& s, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+  RowConfig prev;  // N-monotonicity at a fixed row count
+  for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
+    const RowProblem p = problem(rows, n, s.x_bytes, s.res_bytes);
+    const RowConfig c = choose_row_config(p, lim);
+    const char* why = check_row_config(c, p, lim);
+    if (why == nullptr) why = broken_invariant(c, p, lim);
+    // The on-chip guarantee: a single pass exactly when the row's staged
+    // bytes fit a cluster of max_cluster CTAs holding 200 KiB each.
+    const int64_t vec_bytes = int64_t(c.vec) * p.staged_elem_bytes;
+    const bool fits = ceil_div(ceil_div(n, c.vec), lim.max_cluster) * vec_bytes <= kCtaCapBytes;
+    if (why == nullptr && fits != (c.chunks == 1)) why = "chunks > 1 although the row fits on chip, or the reverse";
+    if (why == nullptr && c.chunks > 1 && c.cluster != lim.max_cluster) why = "chunked before the cluster is full";
+    if (why == nullptr && rows == 1 && n > 1 &&
+        (c.cluster < prev.cluster || c.chunks < prev.chunks))
+      why = "cluster or chunks decreased as N grew";
+    if (rows == 1) prev = c;
+    return why == nullptr ? std::string() : why + (": " + describe(c, p));
+  });
 }
 
 class ConfigSweep : public testing::TestWithParam<Staging> {};
@@ -304,28 +314,22 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   if (tile.staged_vpt > 0 && lim.max_cluster > 1 && kScratch + size_t(256) * tile.staged_vpt * 16 <= lim.max_smem_per_block)
     cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * tile.staged_vpt);
   const int64_t capacity = cap_vecs * vec;
-  int failures = 0;
-  for (const int64_t rows : kRowCounts) {
-    for (int64_t n = 1; n <= max_n; n += step) {
-      RegRowProblem p;
-      p.rows = rows;
-      p.cols = n;
-      p.x_elem_bytes = tile.x_bytes;
-      p.max_vpt = tile.max_vpt;
-      p.cluster_vpt = tile.cluster_vpt;
-      p.staged_vpt = tile.staged_vpt;
-      p.scratch_bytes = kScratch;
-      RegRowConfig c;
-      const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
-      const char* why = nullptr;
-      if (ok != (n <= capacity)) why = ok ? "accepted a row beyond the capacity" : "refused a row that fits";
-      else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr) why = broken_reg_invariant(c, p, lim);
-      if (why != nullptr) {
-        ADD_FAILURE() << why << ": " << describe(c, p);
-        if (++failures >= 10) return;
-      }
-    }
-  }
+  for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
+    RegRowProblem p;
+    p.rows = rows;
+    p.cols = n;
+    p.x_elem_bytes = tile.x_bytes;
+    p.max_vpt = tile.max_vpt;
+    p.cluster_vpt = tile.cluster_vpt;
+    p.staged_vpt = tile.staged_vpt;
+    p.scratch_bytes = kScratch;
+    RegRowConfig c;
+    const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
+    const char* why = nullptr;
+    if (ok != (n <= capacity)) why = ok ? "accepted a row beyond the capacity" : "refused a row that fits";
+    else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr) why = broken_reg_invariant(c, p, lim);
+    return why == nullptr ? std::string() : why + (": " + describe(c, p));
+  });
 }
 
 class RegConfigSweep : public testing::TestWithParam<RegTile> {};
