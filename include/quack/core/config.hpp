@@ -88,7 +88,7 @@ struct RowTuning {
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
-  int reg_staged_team;       // smallest CTA of staged clustered rows
+  int reg_staged_team;       // the CTA size of staged clustered rows
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -156,6 +156,5 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, R
 bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                            RegRowConfig* out);
 const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
-
 
 }  // namespace quack
