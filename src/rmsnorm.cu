@@ -93,7 +93,7 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
     return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
                                     std::to_string(lim.compute_capability)};
 
-  ops::RMSNormFwdParams p;
+  ops::RMSNormFwdParams p{};  // fields a kernel does not read stay zero
   p.rows = a.rows;
   p.cols = a.cols;
   p.x = a.x.ptr;
@@ -128,15 +128,9 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   ops::RegRes res;
   bool w_f32;
   if (vec_io && reg_path(a, lim, &rcfg, &res, &w_f32)) {
-    p.team = rcfg.team;
+    p.team = rcfg.team;  // (the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
-    p.vpt = rcfg.vpt;
-    p.rows_per_team = 1;
-    p.chunks = 1;
-    p.buffers = 1;
-    p.seg_vecs = int64_t(rcfg.team) * rcfg.vpt;
     p.row_blocks = rcfg.row_blocks;
-    p.stage_bytes = 0;
     switch (a.x.dtype) {
       case DType::kFloat32: return ops::launch_rmsnorm_fwd_reg<DType::kFloat32>(p, rcfg, w_f32, res, device, stream);
       case DType::kFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kFloat16>(p, rcfg, w_f32, res, device, stream);

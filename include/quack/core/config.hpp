@@ -144,8 +144,6 @@ struct RegRowConfig {
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }
-  // Columns one cluster covers.
-  int64_t capacity() const { return int64_t(cluster) * team * vpt * vec; }
 };
 
 // Chooses a register-resident configuration; returns false (and leaves *out

@@ -582,8 +582,9 @@ Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig
 
 template <typename Tx, typename Tw, typename Tr>
 Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
-  constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
-  constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>)), sizeof(Tw));
+  constexpr int kResBytes = std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>));
+  constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
+  constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
   if (cfg.staged) {  // clustered, no residual stream, the staged tile (config.cpp)
     if constexpr (std::is_void_v<Tr>) {
       constexpr int kSt = rmsnorm_reg_staged_vpt(sizeof(Tx));

@@ -412,19 +412,24 @@ TEST_P(RMSNormFwdGpu, MatchesFloat64ReferenceAndStaysInBounds) {
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
-// The same cases with the register-resident kernel switched off, so that the
-// staged kernel is checked on every layout too (by default it only serves
-// misaligned operands, mixed dtypes outside the register kernels' set, and
-// rows beyond their capacity).
-class RMSNormFwdGpuStaged : public testing::TestWithParam<FwdCase> {
+// Installs a tuning for the duration of each test of a suite.
+template <void (*kTune)(RowTuning&)>
+class RMSNormFwdGpuTuned : public testing::TestWithParam<FwdCase> {
  protected:
   void SetUp() override {
     RowTuning t = default_row_tuning();
-    t.reg_enable = 0;
+    kTune(t);
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
 };
+
+// The same cases with the register-resident kernel switched off, so that the
+// staged kernel is checked on every layout too (by default it only serves
+// misaligned operands, mixed dtypes outside the register kernels' set, and
+// rows beyond their capacity).
+void register_kernels_off(RowTuning& t) { t.reg_enable = 0; }
+using RMSNormFwdGpuStaged = RMSNormFwdGpuTuned<register_kernels_off>;
 
 TEST_P(RMSNormFwdGpuStaged, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
@@ -437,15 +442,8 @@ INSTANTIATE_TEST_SUITE_P(StagedCases, RMSNormFwdGpuStaged, testing::ValuesIn(fwd
 // And with the register kernels' shared-memory staging of clustered rows
 // switched off, so that their persistent register-held clusters are checked
 // on the layouts that would otherwise be staged.
-class RMSNormFwdGpuRegClusters : public testing::TestWithParam<FwdCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.reg_staged = 0;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void smem_staging_off(RowTuning& t) { t.reg_staged = 0; }
+using RMSNormFwdGpuRegClusters = RMSNormFwdGpuTuned<smem_staging_off>;
 
 TEST_P(RMSNormFwdGpuRegClusters, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
