@@ -82,6 +82,37 @@ Status can_implement(const RMSNormFwdArgs& args);
 // Validates, then launches on `stream`.
 Status rmsnorm_fwd(const RMSNormFwdArgs& args, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------
+// Softmax and log-softmax over each row (the last dimension), forward
+//   softmax:     out = exp(x - max(x)) / sum(exp(x - max(x)))
+//   log_softmax: out = x - max(x) - log(sum(exp(x - max(x))))
+// in fp32 arithmetic; out in x's dtype. Rows with NaN give NaN; a row of all
+// -inf gives NaN (as torch); +inf entries give NaN in their row (as torch).
+struct SoftmaxFwdArgs {
+  int64_t rows = 0;  // M (0 is allowed: nothing is launched)
+  int64_t cols = 0;  // N >= 1
+  MatrixRef x;
+  MutMatrixRef out;  // x's dtype
+  bool log = false;  // log_softmax
+};
+// Backward from the forward's output y and the incoming gradient dy:
+//   softmax:     dx = y * (dy - sum(dy * y))
+//   log_softmax: dx = dy - exp(y) * sum(dy)
+// y, dy and dx share one dtype.
+struct SoftmaxBwdArgs {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  MatrixRef y;
+  MatrixRef dy;
+  MutMatrixRef dx;
+  bool log = false;
+};
+
+Status can_implement(const SoftmaxFwdArgs& args);
+Status softmax_fwd(const SoftmaxFwdArgs& args, cudaStream_t stream);
+Status can_implement(const SoftmaxBwdArgs& args);
+Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
+
 // Library version, "major.minor.patch".
 const char* version();
 

@@ -29,7 +29,8 @@ struct MaxOp {
 };
 
 // Online-softmax partial: max m and s = sum(exp2(x - m)) over the elements
-// seen (x already in log2 units). Empty partial: (-inf, 0).
+// seen (x already in log2 units). Empty partial: (-inf, 0). m ignores NaN
+// (fmaxf); a NaN element makes s NaN.
 struct MaxSum {
   float m;
   float s;
@@ -40,9 +41,11 @@ struct MaxSumOp {
   __device__ __forceinline__ static MaxSum identity() { return {-INFINITY, 0.0f}; }
   __device__ __forceinline__ static MaxSum combine(MaxSum a, MaxSum b) {
     const float m = fmaxf(a.m, b.m);
-    // A side that saw nothing (m = -inf) contributes 0; guards -inf - -inf.
-    const float sa = a.m == -INFINITY ? 0.0f : a.s * exp2f(a.m - m);
-    const float sb = b.m == -INFINITY ? 0.0f : b.s * exp2f(b.m - m);
+    // A side whose max is -inf (it saw nothing, only -inf, or only NaN)
+    // contributes s * 0: 0, or NaN when it saw a NaN (s = NaN), so that NaN
+    // reaches the whole row as in torch. Guards -inf - -inf.
+    const float sa = a.m == -INFINITY ? a.s * 0.0f : a.s * exp2f(a.m - m);
+    const float sb = b.m == -INFINITY ? b.s * 0.0f : b.s * exp2f(b.m - m);
     return {m, sa + sb};
   }
 };

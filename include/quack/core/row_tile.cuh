@@ -1,0 +1,110 @@
+// Register-resident row kernels' building blocks: where a thread's vectors of
+// a row lie, loading and storing them with predicated tails, and the row
+// reduction (team, then cluster). A thread holds VPT vectors of VEC elements
+// (16 bytes of the row's primary tensor each); vector i of thread t in
+// cluster rank r starts at column ((r * VPT + i) * team + t) * VEC, so a warp
+// touches consecutive 16-byte pieces.
+//
+// Used by the softmax kernels; the RMSNorm register kernel predates it and
+// spells the same geometry out inline.
+#pragma once
+
+#include <cstdint>
+
+#include "quack/core/reduce.cuh"
+#include "quack/core/vec.cuh"
+
+namespace quack {
+namespace core {
+
+template <int VEC, int VPT>
+struct RowGeom {
+  int team;      // threads per row in the CTA
+  int t;         // this thread's index in its team
+  int team_id;   // this thread's team in the CTA
+  int teams;     // teams per CTA
+  int crank;     // CTA rank in the cluster (0 unclustered)
+  int cols;      // N
+  int col_step;  // columns between a thread's consecutive vectors
+  int col0;      // this thread's first column
+  bool whole;    // every vector of this thread lies inside the row
+
+  // Values are made opaque to the optimiser: in a persistent row loop it would
+  // otherwise keep every row-invariant address and predicate live across
+  // rows, and spill (see rmsnorm_fwd_reg_kernel).
+  __device__ __forceinline__ static RowGeom make(int team_param, int cluster, int64_t cols_param, bool clustered) {
+    RowGeom g;
+    int team = team_param, tid = int(threadIdx.x);
+    asm volatile("" : "+r"(team), "+r"(tid));
+    g.team = team;
+    g.team_id = tid / team;
+    g.t = tid % team;
+    g.teams = int(blockDim.x) / team;
+    g.crank = clustered ? int(blockIdx.x % unsigned(cluster)) : 0;
+    g.cols = int(cols_param);
+    g.col_step = team * VEC;
+    g.col0 = (g.crank * VPT * team + g.t) * VEC;
+    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    return g;
+  }
+  __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
+  // Elements of vector i inside the row: VEC, fewer for the row's last
+  // partial vector, 0 past the end.
+  __device__ __forceinline__ int valid(int i) const {
+    const int c = col(i);
+    return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+  }
+  // Loads vector i of `row` (zeros past the row's end).
+  template <typename T>
+  __device__ __forceinline__ void load(RawVec<T, VEC>& v, const T* row, int i) const {
+    const int n = valid(i);
+    if (n == VEC) v.load(row + col(i));
+    else if (n > 0) v.load_partial(row + col(i), n);
+    else v.zero();
+  }
+  template <typename T>
+  __device__ __forceinline__ void store(const RawVec<T, VEC>& v, T* row, int i) const {
+    const int n = valid(i);
+    if (n == VEC) v.store(row + col(i));
+    else if (n > 0) v.store_partial(row + col(i), n);
+  }
+};
+
+// A row's reduction: over the team (a warp or sub-warp, or the whole CTA),
+// then, when clustered, over the cluster through ClusterExchange. Scratch:
+// scratch_bytes() of shared memory, 16-byte aligned.
+template <class Op, bool kCluster>
+struct RowReduce {
+  using T = typename Op::T;
+  static constexpr uint32_t kClusterOffset = uint32_t((RowReducer<Op>::scratch_bytes() + 15) / 16 * 16);
+  __host__ __device__ static constexpr size_t scratch_bytes() {
+    return kClusterOffset + ClusterExchange<Op>::scratch_bytes();
+  }
+
+  unsigned char* scratch;
+  ClusterExchange<Op> cl;
+
+  // At kernel start, every thread.
+  __device__ __forceinline__ void start(unsigned char* smem) {
+    scratch = smem;
+    if constexpr (kCluster) cl.start(smem + kClusterOffset);
+  }
+  // Every thread of the CTA (of every CTA of the cluster), once per row block.
+  // Clustered rows own their CTAs (team == blockDim.x).
+  __device__ __forceinline__ T reduce(T v, int team, int cluster, int crank) {
+    if constexpr (kCluster) {
+      v = block_reduce<Op>(v, reinterpret_cast<T*>(scratch) + 32 * (cl.count & 1));
+      return cl.reduce(v, cluster, crank);
+    } else {
+      RowReducer<Op> red(scratch, team, 1);
+      return red.reduce(v);
+    }
+  }
+  // Before exit, every thread.
+  __device__ __forceinline__ void finish() {
+    if constexpr (kCluster) cl.finish();
+  }
+};
+
+}  // namespace core
+}  // namespace quack

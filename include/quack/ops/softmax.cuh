@@ -1,0 +1,370 @@
+// Softmax and log-softmax, forward and backward.
+//
+// Two kernel families, one dispatch (src/softmax.cu):
+// 1. Register-resident (the common case: 16-byte-aligned rows that fit the
+//    register tiles of a 16-CTA cluster): a thread loads its share of the row
+//    into registers, the row's online-softmax pair (max, sum of exp) -- or,
+//    backward, its dot product -- is reduced over the team and the cluster in
+//    one round (core/row_tile.cuh), and the outputs are written from the same
+//    registers. x is read from HBM once.
+// 2. Streaming (everything else: misaligned rows or strides, rows beyond the
+//    register tiles): one CTA per row walks the row twice, first for the
+//    reduction, then for the outputs (x read twice; the second pass often
+//    hits L2).
+//
+// Arithmetic in fp32 with x in log2 units (t = x * log2(e)): the pair is
+// (m, s) = (max t, sum 2^(t - m)), so softmax = 2^(t - m) / s and
+// log_softmax = (t - m - log2 s) * ln 2. NaN and +inf propagate to the whole
+// row, an all -inf row gives NaN, as torch (core/reduce.cuh MaxSumOp).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "quack/core/config.hpp"
+#include "quack/core/launch.cuh"
+#include "quack/core/reduce.cuh"
+#include "quack/core/row_tile.cuh"
+#include "quack/core/vec.cuh"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace ops {
+
+struct SoftmaxParams {
+  int64_t rows, cols;
+  const void* a;  // forward: x; backward: y
+  int64_t a_stride;
+  const void* b;  // backward: dy (forward: unused)
+  int64_t b_stride;
+  void* out;  // forward: out; backward: dx
+  int64_t out_stride;
+  bool log;
+  int team, cluster;
+  int64_t row_blocks;
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared memory of every softmax kernel: the row reduction's scratch (the
+// larger of the two ops', clustered).
+constexpr uint32_t kSoftmaxScratchBytes = 1024;
+static_assert(core::RowReduce<core::MaxSumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
+                  core::RowReduce<core::SumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes,
+              "softmax scratch");
+
+// Register tiles (16-byte vectors of the row per thread) that compile within
+// 64 registers without spilling (ptxas -v, CUDA 13.0): forward holds x (up to
+// 8 vectors = 32 registers; 4 in the clustered kernel, whose loop and
+// exchange state made 8 spill), backward y and dy (up to 4 each).
+constexpr int softmax_fwd_max_vpt() { return 8; }
+constexpr int softmax_fwd_cluster_vpt() { return 4; }
+constexpr int softmax_bwd_max_vpt() { return 4; }
+
+// Per-thread online-softmax partial of VEC elements t[] (log2 units), the
+// first n of them valid, folded into (m, s).
+template <int VEC>
+__device__ __forceinline__ void fold_max_sum(const float (&t)[VEC], int n, float& m, float& s) {
+  float vm = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j)
+    if (j < n) vm = fmaxf(vm, t[j]);
+  const float nm = fmaxf(m, vm);
+  // Rescale the running sum; while the max is -inf the sum is 0 (or NaN
+  // after a NaN), kept as such by the multiplication by 0.
+  s = m == -INFINITY ? s * 0.0f : s * exp2f(m - nm);
+  const float base = nm == -INFINITY ? 0.0f : nm;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j)
+    if (j < n) s += exp2f(t[j] - base);
+  m = nm;
+}
+
+// Output of the forward from t (log2 units) and the row's (m, s).
+__device__ __forceinline__ float softmax_out(float t, float m, float inv_s, float log2_s, bool log) {
+  return log ? (t - m - log2_s) * kLn2 : exp2f(t - m) * inv_s;
+}
+
+// ---------------------------------------------------------------------------
+// Register-resident forward. kCluster: one row per cluster of p.cluster CTAs,
+// persistent grid (see rmsnorm_fwd_reg_kernel for why).
+template <typename T, int VPT, bool kCluster>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReduce<MaxSumOp, kCluster> red;
+  red.start(smem);
+
+  auto do_rows = [&](int64_t blk) {
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const int64_t row = blk * g.teams + g.team_id;
+    const bool active = row < p.rows;
+    RawVec<T, VEC> xv[VPT];
+    float m = -INFINITY, s = 0.0f;
+    if (active) {
+      const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float t[VEC];
+        xv[i].widen(t);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) t[j] *= kLog2e;
+        fold_max_sum(t, g.valid(i), m, s);
+      }
+    }
+    const MaxSum r = red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank);
+    if (!active) return;
+    const float inv_s = 1.0f / r.s, log2_s = __log2f(r.s);
+    T* orow = static_cast<T*>(p.out) + row * p.out_stride;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (g.valid(i) == 0) continue;
+      float f[VEC];
+      xv[i].widen(f);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j] * kLog2e, r.m, inv_s, log2_s, p.log);
+      RawVec<T, VEC> o;
+      o.narrow(f);
+      g.store(o, orow, i);
+    }
+  };
+
+  if constexpr (kCluster) {
+    const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
+    for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
+  } else {
+    do_rows(blockIdx.x);
+  }
+  red.finish();
+}
+
+// Register-resident backward: dx from y and dy (both held in registers).
+template <typename T, int VPT, bool kCluster>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(const SoftmaxParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReduce<SumOp, kCluster> red;
+  red.start(smem);
+
+  auto do_rows = [&](int64_t blk) {
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const int64_t row = blk * g.teams + g.team_id;
+    const bool active = row < p.rows;
+    RawVec<T, VEC> yv[VPT], dyv[VPT];
+    float acc = 0.0f;
+    if (active) {
+      const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride;
+      const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(yv[i], yrow, i);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
+      // Padding holds zeros: no masking needed in the sums.
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float y[VEC], dy[VEC];
+        yv[i].widen(y);
+        dyv[i].widen(dy);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc = p.log ? acc + dy[j] : fmaf(dy[j], y[j], acc);
+      }
+    }
+    const float dot = red.reduce(acc, g.team, p.cluster, g.crank);
+    if (!active) return;
+    T* dxrow = static_cast<T*>(p.out) + row * p.out_stride;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (g.valid(i) == 0) continue;
+      float y[VEC], dy[VEC];
+      yv[i].widen(y);
+      dyv[i].widen(dy);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - exp2f(y[j] * kLog2e) * dot : y[j] * (dy[j] - dot);
+      RawVec<T, VEC> o;
+      o.narrow(y);
+      g.store(o, dxrow, i);
+    }
+  };
+
+  if constexpr (kCluster) {
+    const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
+    for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
+  } else {
+    do_rows(blockIdx.x);
+  }
+  red.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Streaming kernels: one CTA per row (grid-stride over rows), two passes.
+// kVecIO: whole vectors are loaded and stored 16 bytes at a time (aligned
+// rows); otherwise element by element.
+
+template <typename T, int VEC, bool kVecIO>
+__device__ __forceinline__ void stream_load(core::RawVec<T, VEC>& v, const T* p, int n) {
+  if (kVecIO && n == VEC) v.load(p);
+  else v.load_partial(p, n);
+}
+template <typename T, int VEC, bool kVecIO>
+__device__ __forceinline__ void stream_store(const core::RawVec<T, VEC>& v, T* p, int n) {
+  if (kVecIO && n == VEC) v.store(p);
+  else v.store_partial(p, n);
+}
+
+template <typename T, bool kVecIO>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kernel(const SoftmaxParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int cols = int(p.cols), step = int(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
+    float m = -INFINITY, s = 0.0f;
+    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
+      const int n = cols - c < VEC ? cols - c : VEC;
+      RawVec<T, VEC> v;
+      stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+      float t[VEC];
+      v.widen(t);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) t[j] *= kLog2e;
+      fold_max_sum(t, n, m, s);
+    }
+    RowReducer<MaxSumOp> red(smem, int(blockDim.x), 1);
+    // Consecutive rows alternate the scratch (one reducer per row: parity by row).
+    red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
+    const MaxSum r = red.reduce(MaxSum{m, s});
+    const float inv_s = 1.0f / r.s, log2_s = __log2f(r.s);
+    T* orow = static_cast<T*>(p.out) + row * p.out_stride;
+    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
+      const int n = cols - c < VEC ? cols - c : VEC;
+      RawVec<T, VEC> v;
+      stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+      float f[VEC];
+      v.widen(f);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j] * kLog2e, r.m, inv_s, log2_s, p.log);
+      v.narrow(f);
+      stream_store<T, VEC, kVecIO>(v, orow + c, n);
+    }
+  }
+}
+
+template <typename T, bool kVecIO>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kernel(const SoftmaxParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int cols = int(p.cols), step = int(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride;
+    const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride;
+    float acc = 0.0f;
+    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
+      const int n = cols - c < VEC ? cols - c : VEC;
+      RawVec<T, VEC> yv, dyv;
+      stream_load<T, VEC, kVecIO>(yv, yrow + c, n);
+      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, n);
+      float y[VEC], dy[VEC];
+      yv.widen(y);
+      dyv.widen(dy);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc = p.log ? acc + dy[j] : fmaf(dy[j], y[j], acc);
+    }
+    RowReducer<SumOp> red(smem, int(blockDim.x), 1);
+    red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
+    const float dot = red.reduce(acc);
+    T* dxrow = static_cast<T*>(p.out) + row * p.out_stride;
+    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
+      const int n = cols - c < VEC ? cols - c : VEC;
+      RawVec<T, VEC> yv, dyv;
+      stream_load<T, VEC, kVecIO>(yv, yrow + c, n);
+      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, n);
+      float y[VEC], dy[VEC];
+      yv.widen(y);
+      dyv.widen(dy);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - exp2f(y[j] * kLog2e) * dot : y[j] * (dy[j] - dot);
+      yv.narrow(y);
+      stream_store<T, VEC, kVecIO>(yv, dxrow + c, n);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Launchers, explicitly instantiated once per dtype (src/ops/softmax_<dt>.cu).
+
+template <auto kKernel>
+Status launch_softmax_kernel(const SoftmaxParams& p, const core::LaunchShape& shape, int device, cudaStream_t stream) {
+  static core::KernelAttrCache cache;
+  return core::launch_row_kernel(kKernel, cache, device, shape, stream, p);
+}
+
+// Register-resident: cfg from choose_reg_row_config (vpt a bucket <= the
+// direction's max; clustered rows at the max).
+template <DType kX>
+Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool backward, int device,
+                          cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape = core::launch_shape(cfg);
+  if (!backward) {
+    if (cfg.cluster > 1) {
+      if (cfg.vpt == softmax_fwd_cluster_vpt())
+        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true>>(p, shape, device,
+                                                                                                  stream);
+    } else {
+      switch (cfg.vpt) {
+        case 1: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 1, false>>(p, shape, device, stream);
+        case 2: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 2, false>>(p, shape, device, stream);
+        case 4: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 4, false>>(p, shape, device, stream);
+        case 8: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, false>>(p, shape, device, stream);
+      }
+    }
+  } else {
+    if (cfg.cluster > 1) {
+      if (cfg.vpt == softmax_bwd_max_vpt())
+        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, softmax_bwd_max_vpt(), true>>(p, shape, device, stream);
+    } else {
+      switch (cfg.vpt) {
+        case 1: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 1, false>>(p, shape, device, stream);
+        case 2: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 2, false>>(p, shape, device, stream);
+        case 4: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 4, false>>(p, shape, device, stream);
+      }
+    }
+  }
+  return {Code::kUnsupported, "softmax: no register-resident kernel with " + std::to_string(cfg.vpt) +
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) + ")"};
+}
+
+// Streaming: one CTA of `threads` per row, `grid` CTAs.
+template <DType kX>
+Status launch_softmax_stream(const SoftmaxParams& p, int threads, int64_t grid, bool vec_io, bool backward,
+                             int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{grid, threads, kSoftmaxScratchBytes, 1, false};
+  if (!backward) {
+    if (vec_io) return launch_softmax_kernel<softmax_fwd_stream_kernel<T, true>>(p, shape, device, stream);
+    return launch_softmax_kernel<softmax_fwd_stream_kernel<T, false>>(p, shape, device, stream);
+  }
+  if (vec_io) return launch_softmax_kernel<softmax_bwd_stream_kernel<T, true>>(p, shape, device, stream);
+  return launch_softmax_kernel<softmax_bwd_stream_kernel<T, false>>(p, shape, device, stream);
+}
+
+#define QUACK_SOFTMAX_INSTANTIATION(EXTERN, DT)                                                              \
+  EXTERN template Status launch_softmax_reg<DT>(const SoftmaxParams&, const RegRowConfig&, bool, int,        \
+                                                cudaStream_t);                                               \
+  EXTERN template Status launch_softmax_stream<DT>(const SoftmaxParams&, int, int64_t, bool, bool, int,      \
+                                                   cudaStream_t);
+#ifndef QUACK_SOFTMAX_TU
+QUACK_SOFTMAX_INSTANTIATION(extern, DType::kFloat32)
+QUACK_SOFTMAX_INSTANTIATION(extern, DType::kFloat16)
+QUACK_SOFTMAX_INSTANTIATION(extern, DType::kBFloat16)
+#endif
+
+}  // namespace ops
+}  // namespace quack

@@ -1,0 +1,10 @@
+// Softmax kernels for Float32 rows: one translation unit per dtype keeps a clean
+// build parallel and each TU small.
+#define QUACK_SOFTMAX_TU
+#include "quack/ops/softmax.cuh"
+
+namespace quack {
+namespace ops {
+QUACK_SOFTMAX_INSTANTIATION(, DType::kFloat32)
+}  // namespace ops
+}  // namespace quack

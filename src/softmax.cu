@@ -1,0 +1,152 @@
+// Softmax host entry points: validation, configuration, and the one
+// run-time -> template dispatch for the op (ops/softmax.cuh).
+#include <algorithm>
+
+#include "quack/core/config.hpp"
+#include "quack/ops/softmax.cuh"
+#include "quack/quack.hpp"
+#include "validate.hpp"
+
+namespace quack {
+
+using detail::invalid;
+
+namespace {
+
+Status check_shape(int64_t rows, int64_t cols) {
+  if (rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(rows));
+  if (cols < 1) return invalid("cols: the softmax dimension N must be >= 1, got " + std::to_string(cols));
+  if (cols > kRowMaxCols)
+    return {Code::kUnsupported, "cols: N = " + std::to_string(cols) + " exceeds the longest supported row (" +
+                                    std::to_string(kRowMaxCols) + ")"};
+  return Status::success();
+}
+
+Status check_same_dtype(const char* name, DType got, const char* ref_name, DType ref) {
+  if (got != ref)
+    return invalid(std::string(name) + ": dtype " + dtype_name(got) + " differs from " + ref_name + "'s " +
+                   dtype_name(ref) + " (they must match)");
+  return Status::success();
+}
+
+// The launch, shared by both directions: the register-resident kernel when
+// every operand allows 16-byte vectors and the row fits its tiles, otherwise
+// the streaming kernel.
+Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool backward, cudaStream_t stream) {
+  if (base.rows == 0) return Status::success();
+  int device = -1;
+  DeviceLimits lim;
+  Status st = core::device_limits(&lim, &device);
+  if (!st.ok()) return st;
+  if (lim.compute_capability != 90)
+    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
+                                    std::to_string(lim.compute_capability)};
+  ops::SoftmaxParams p = base;
+  const int es = dtype_size(dtype);
+
+  RegRowProblem prob;
+  prob.rows = p.rows;
+  prob.cols = p.cols;
+  prob.x_elem_bytes = es;
+  prob.max_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_max_vpt();
+  prob.cluster_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_cluster_vpt();
+  prob.scratch_bytes = ops::kSoftmaxScratchBytes;
+  RegRowConfig cfg;
+  if (vec_io && choose_reg_row_config(prob, lim, &cfg) && check_reg_row_config(cfg, prob, lim) == nullptr) {
+    p.team = cfg.team;
+    p.cluster = cfg.cluster;
+    p.row_blocks = cfg.row_blocks;
+    switch (dtype) {
+      case DType::kFloat32: return ops::launch_softmax_reg<DType::kFloat32>(p, cfg, backward, device, stream);
+      case DType::kFloat16: return ops::launch_softmax_reg<DType::kFloat16>(p, cfg, backward, device, stream);
+      case DType::kBFloat16: return ops::launch_softmax_reg<DType::kBFloat16>(p, cfg, backward, device, stream);
+    }
+    return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+  }
+
+  // Streaming: one CTA per row, about 4 vectors a thread in flight per pass,
+  // 32..1024 threads; as many CTAs as rows, up to 32 per SM (the kernel
+  // strides over the rest).
+  const int64_t nvec = (p.cols + 16 / es - 1) / (16 / es);
+  int64_t threads = 32;
+  while (threads < kRegRowMaxThreads && threads * 4 < nvec) threads *= 2;
+  p.team = int(threads);
+  p.cluster = 1;
+  p.row_blocks = p.rows;
+  const int64_t grid = std::min<int64_t>(p.rows, int64_t(lim.num_sms) * 32);
+  switch (dtype) {
+    case DType::kFloat32:
+      return ops::launch_softmax_stream<DType::kFloat32>(p, int(threads), grid, vec_io, backward, device, stream);
+    case DType::kFloat16:
+      return ops::launch_softmax_stream<DType::kFloat16>(p, int(threads), grid, vec_io, backward, device, stream);
+    case DType::kBFloat16:
+      return ops::launch_softmax_stream<DType::kBFloat16>(p, int(threads), grid, vec_io, backward, device, stream);
+  }
+  return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+}
+
+}  // namespace
+
+Status can_implement(const SoftmaxFwdArgs& a) {
+  Status st;
+  if (!(st = check_shape(a.rows, a.cols)).ok()) return st;
+  if (!(st = detail::check_matrix("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols, true)).ok())
+    return st;
+  if (a.rows > 0 && !(st = check_same_dtype("out", a.out.dtype, "x", a.x.dtype)).ok()) return st;
+  return Status::success();
+}
+
+Status can_implement(const SoftmaxBwdArgs& a) {
+  Status st;
+  if (!(st = check_shape(a.rows, a.cols)).ok()) return st;
+  if (!(st = detail::check_matrix("y", a.y.ptr, a.y.dtype, a.y.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols, true)).ok())
+    return st;
+  if (!(st = detail::check_matrix("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols, true)).ok())
+    return st;
+  if (a.rows > 0) {
+    if (!(st = check_same_dtype("dy", a.dy.dtype, "y", a.y.dtype)).ok()) return st;
+    if (!(st = check_same_dtype("dx", a.dx.dtype, "y", a.y.dtype)).ok()) return st;
+  }
+  return Status::success();
+}
+
+Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok() || a.rows == 0) return st;
+  ops::SoftmaxParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.a = a.x.ptr;
+  p.a_stride = a.x.row_stride;
+  p.out = a.out.ptr;
+  p.out_stride = a.out.row_stride;
+  p.log = a.log;
+  const int vec = 16 / dtype_size(a.x.dtype);
+  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec);
+  return launch(p, a.x.dtype, vec_io, false, stream);
+}
+
+Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok() || a.rows == 0) return st;
+  ops::SoftmaxParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.a = a.y.ptr;
+  p.a_stride = a.y.row_stride;
+  p.b = a.dy.ptr;
+  p.b_stride = a.dy.row_stride;
+  p.out = a.dx.ptr;
+  p.out_stride = a.dx.row_stride;
+  p.log = a.log;
+  const int vec = 16 / dtype_size(a.y.dtype);
+  const bool vec_io = detail::vec_ok(a.y.ptr, a.y.dtype, a.y.row_stride, vec) &&
+                      detail::vec_ok(a.dy.ptr, a.dy.dtype, a.dy.row_stride, vec) &&
+                      detail::vec_ok(a.dx.ptr, a.dx.dtype, a.dx.row_stride, vec);
+  return launch(p, a.y.dtype, vec_io, true, stream);
+}
+
+}  // namespace quack

@@ -1,0 +1,254 @@
+// GPU tests of softmax / log-softmax, forward and backward, through the
+// public C++ API (quack::softmax_fwd / softmax_bwd).
+//
+// Every operand lives in its own poisoned, guarded buffer (support/
+// guarded_tensor.hpp). Forward outputs are compared with a float64 reference
+// of x as stored; the backward runs on y = that reference rounded to the
+// dtype and a random dy, against a float64 reference of the same. Each call is
+// repeated on freshly poisoned outputs and must give bit-identical results;
+// inputs must come back unchanged and no byte outside the outputs' elements
+// may change.
+//
+// Cases cover both kernel families: register-resident (sub-warp teams,
+// whole-CTA teams, clusters, many rows per persistent cluster) and streaming
+// (misaligned rows, padded strides, rows beyond the register tiles), plus
+// rows of +inf, -inf and NaN checked against torch's rules.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/quack.hpp"
+#include "support/cuda_test.hpp"
+#include "support/guarded_tensor.hpp"
+
+namespace quack {
+namespace {
+
+using test::GuardedTensor;
+using test::Layout;
+using test::round_to;
+
+constexpr DType kF32 = DType::kFloat32;
+constexpr DType kF16 = DType::kFloat16;
+constexpr DType kBF16 = DType::kBFloat16;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct SmCase {
+  std::string name;
+  int64_t rows, cols;
+  DType dtype;
+  bool log = false;
+  int64_t offset = 0;   // elements before row 0 (1: misaligned rows)
+  int64_t pad = 0;      // row stride = cols + pad
+  double shift = 0.0;   // added to every x (large-magnitude stability)
+  bool special = false; // rows of +inf / -inf / NaN mixed in
+};
+
+std::vector<SmCase> cases() {
+  std::vector<SmCase> v;
+  auto add = [&](SmCase c) {
+    v.push_back(c);
+    c.log = true;
+    c.name += "_log";
+    v.push_back(c);
+  };
+  // Register-resident: sub-warp teams, whole CTAs.
+  add({"N1_f32", 7, 1, kF32});
+  add({"N3_bf16_M199", 199, 3, kBF16});
+  add({"N8_f16_M1000", 1000, 8, kF16});
+  add({"N100_bf16", 37, 100, kBF16});
+  add({"N1000_f32_shift1e4", 13, 1000, kF32, false, 0, 0, 1e4});
+  add({"N4096_bf16_M8192", 8192, 4096, kBF16});
+  add({"N8191_f16", 9, 8191, kF16});
+  add({"N32768_bf16", 4, 32768, kBF16});
+  // Clusters, many rows per persistent cluster.
+  add({"N65544_bf16", 5, 65544, kBF16});
+  add({"N70000_bf16_M300", 300, 70000, kBF16});
+  add({"N131072_f32", 3, 131072, kF32});
+  add({"N262144_bf16_shift1e4", 2, 262144, kBF16, false, 0, 0, 1e4});
+  // Streaming: misaligned, padded strides, beyond the register tiles.
+  add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
+  add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
+  add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
+  add({"N300001_f32_streaming", 2, 300001, kF32});
+  add({"N1048576_bf16_streaming", 2, 1048576, kBF16});
+  // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
+  // NaN; -inf entries -> 0 / -inf).
+  add({"N64_f32_special", 8, 64, kF32, false, 0, 0, 0.0, true});
+  add({"N5000_bf16_special", 8, 5000, kBF16, false, 0, 0, 0.0, true});
+  add({"N300001_f32_special_streaming", 8, 300001, kF32, false, 0, 0, 0.0, true});
+  return v;
+}
+
+void PrintTo(const SmCase& c, std::ostream* os) { *os << c.name; }
+
+// Float64 forward reference with torch's special-value rules.
+std::vector<double> reference_fwd(const std::vector<float>& x, int64_t rows, int64_t cols, bool log) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[size_t(r * cols)];
+    double m = -kInf;
+    bool poisoned = false;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (std::isnan(xr[c]) || xr[c] == float(kInf)) poisoned = true;
+      m = std::max(m, double(xr[c]));
+    }
+    if (m == -kInf) poisoned = true;
+    double s = 0.0;
+    for (int64_t c = 0; c < cols && !poisoned; ++c) s += std::exp(double(xr[c]) - m);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double d = double(xr[c]) - m;
+      y[size_t(r * cols + c)] = poisoned ? std::nan("") : (log ? d - std::log(s) : std::exp(d) / s);
+    }
+  }
+  return y;
+}
+
+bool close(double got, double want, double scale, DType t) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  const double rtol = t == kF32 ? 2e-5 : t == kF16 ? 2e-3 : 1.6e-2;
+  return std::fabs(got - want) <= rtol * (std::fabs(want) + scale) + 1e-30;
+}
+
+// Runs `call` twice on poisoned outputs; checks guards, input integrity and
+// bit-identical repeats; returns the first run's outputs.
+template <class Call>
+void run_twice(const std::vector<GuardedTensor*>& inputs, const std::vector<std::vector<float>>& input_values,
+               GuardedTensor& out, Call&& call, std::vector<double>* got) {
+  std::vector<double> first;
+  for (int run = 0; run < 2; ++run) {
+    QUACK_ASSERT_CUDA(out.poison());
+    const Status st = call();
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    int64_t dirty = 0;
+    std::vector<double> v;
+    QUACK_ASSERT_CUDA(out.download(&v, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes outside the output's elements were written";
+    if (run == 0) {
+      first = std::move(v);
+    } else {
+      int64_t diff = 0;
+      for (size_t i = 0; i < v.size(); ++i)
+        diff += std::memcmp(&v[i], &first[i], sizeof(double)) != 0 && !(std::isnan(v[i]) && std::isnan(first[i]));
+      EXPECT_EQ(diff, 0) << "a repeated call gave different bits";
+    }
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    int64_t dirty = 0;
+    std::vector<double> v;
+    QUACK_ASSERT_CUDA(inputs[k]->download(&v, &dirty));
+    EXPECT_EQ(dirty, 0) << "an input's guard or gap changed";
+    int64_t changed = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double want = round_to(inputs[k]->layout().dtype, input_values[k][i]);
+      changed += !(v[i] == want || (std::isnan(v[i]) && std::isnan(want)));
+    }
+    EXPECT_EQ(changed, 0) << "an input was modified";
+  }
+  *got = std::move(first);
+}
+
+class SoftmaxGpu : public testing::TestWithParam<SmCase> {};
+
+TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase& c = GetParam();
+  const Layout layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset};
+  std::mt19937 gen(uint32_t(c.rows * 131 + c.cols));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+
+  // x: rows scaled 1..8 so that a row normalised with another's max shows.
+  std::vector<float> x(size_t(c.rows * c.cols));
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t j = 0; j < c.cols; ++j)
+      x[size_t(r * c.cols + j)] = float(round_to(c.dtype, float(c.shift) + float(1 + r % 8) * 2.0f * u(gen)));
+  if (c.special) {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+    const int64_t n = c.cols;
+    auto at = [&](int64_t r, int64_t j) -> float& { return x[size_t(r * n + j)]; };
+    at(0, n / 2) = inf;                                      // +inf entry: NaN row
+    for (int64_t j = 0; j < n; ++j) at(1, j) = -inf;         // all -inf: NaN row
+    at(2, n - 1) = nan;                                      // NaN entry: NaN row
+    for (int64_t j = 0; j < n; j += 3) at(3, j) = -inf;      // some -inf: 0 / -inf there
+    if (n > 1) at(3, 1) = 0.5f;
+    at(4, 0) = -inf;                                         // one -inf at the start
+  }
+
+  GuardedTensor tx(layout), ty(layout), tdy(layout), tdx(layout);
+  ASSERT_TRUE(tx.ok() && ty.ok() && tdy.ok() && tdx.ok()) << "cudaMalloc failed";
+  QUACK_ASSERT_CUDA(tx.upload(x));
+
+  // Forward.
+  SoftmaxFwdArgs fa;
+  fa.rows = c.rows;
+  fa.cols = c.cols;
+  fa.x = {tx.ptr(), c.dtype, layout.stride};
+  fa.out = {ty.ptr(), c.dtype, layout.stride};
+  fa.log = c.log;
+  std::vector<double> y;
+  run_twice({&tx}, {x}, ty, [&] { return softmax_fwd(fa, nullptr); }, &y);
+  if (HasFatalFailure()) return;
+  const std::vector<double> want_y = reference_fwd(x, c.rows, c.cols, c.log);
+  int64_t bad = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double scale = c.log ? 1.0 : 1.0 / double(c.cols);
+    if (!close(y[i], want_y[i], scale, c.dtype) && ++bad <= 5)
+      ADD_FAILURE() << "forward row " << int64_t(i) / c.cols << " col " << int64_t(i) % c.cols << ": got " << y[i]
+                    << ", want " << want_y[i];
+  }
+  EXPECT_EQ(bad, 0) << "forward elements wrong";
+  if (c.special) return;  // the backward of NaN rows is NaN; nothing more to learn
+
+  // Backward on y = the reference rounded to the dtype, and a random dy.
+  std::vector<float> yin(want_y.size()), dy(want_y.size());
+  for (size_t i = 0; i < yin.size(); ++i) {
+    yin[i] = float(round_to(c.dtype, float(want_y[i])));
+    dy[i] = float(round_to(c.dtype, u(gen)));
+  }
+  QUACK_ASSERT_CUDA(ty.upload(yin));
+  QUACK_ASSERT_CUDA(tdy.upload(dy));
+  SoftmaxBwdArgs ba;
+  ba.rows = c.rows;
+  ba.cols = c.cols;
+  ba.y = {ty.ptr(), c.dtype, layout.stride};
+  ba.dy = {tdy.ptr(), c.dtype, layout.stride};
+  ba.dx = {tdx.ptr(), c.dtype, layout.stride};
+  ba.log = c.log;
+  std::vector<double> dx;
+  run_twice({&ty, &tdy}, {yin, dy}, tdx, [&] { return softmax_bwd(ba, nullptr); }, &dx);
+  if (HasFatalFailure()) return;
+  bad = 0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double dot = 0.0, mean_abs = 0.0;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const size_t i = size_t(r * c.cols + j);
+      dot += c.log ? double(dy[i]) : double(dy[i]) * double(yin[i]);
+    }
+    std::vector<double> want(size_t(c.cols));
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const size_t i = size_t(r * c.cols + j);
+      want[size_t(j)] = c.log ? double(dy[i]) - std::exp(double(yin[i])) * dot : double(yin[i]) * (double(dy[i]) - dot);
+      mean_abs += std::fabs(want[size_t(j)]) / double(c.cols);
+    }
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const size_t i = size_t(r * c.cols + j);
+      if (!close(dx[i], want[size_t(j)], mean_abs, c.dtype) && ++bad <= 5)
+        ADD_FAILURE() << "backward row " << r << " col " << j << ": got " << dx[i] << ", want " << want[size_t(j)];
+    }
+  }
+  EXPECT_EQ(bad, 0) << "backward elements wrong";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SoftmaxGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace quack

@@ -1,0 +1,118 @@
+// Host tests of softmax's argument validation (quack::can_implement for
+// SoftmaxFwdArgs / SoftmaxBwdArgs) and of the calls that must not reach the
+// GPU (rows = 0, rejected arguments). can_implement never dereferences a
+// pointer, so plain addresses stand in for device memory.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace {
+
+constexpr int64_t kRows = 4;
+constexpr int64_t kCols = 1000;
+
+void* addr(int i, uintptr_t bytes = 0) { return reinterpret_cast<void*>((uintptr_t(i + 1) << 24) + bytes); }
+
+SoftmaxFwdArgs fwd_args() {
+  SoftmaxFwdArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.x = {addr(0), DType::kBFloat16, kCols};
+  a.out = {addr(1), DType::kBFloat16, kCols};
+  return a;
+}
+
+SoftmaxBwdArgs bwd_args() {
+  SoftmaxBwdArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.y = {addr(0), DType::kFloat16, kCols};
+  a.dy = {addr(1), DType::kFloat16, kCols + 8};
+  a.dx = {addr(2), DType::kFloat16, kCols};
+  a.log = true;
+  return a;
+}
+
+// Expects validation (and the launch, which validates first and so never
+// reaches the GPU) to reject `a`, naming `arg` at the start of the message.
+template <class Args, class Launch>
+void expect_invalid(const Args& a, const std::string& arg, Launch&& launch, Code code = Code::kInvalidArgument) {
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, code) << "expected " << arg << " to be rejected";
+  EXPECT_EQ(st.message.rfind(arg + ":", 0), 0u) << "message should name '" << arg << "': " << st.message;
+  const Status l = launch(a);
+  EXPECT_EQ(l.code, code);
+  EXPECT_EQ(l.message, st.message);
+}
+auto fwd = [](const SoftmaxFwdArgs& a) { return softmax_fwd(a, nullptr); };
+auto bwd = [](const SoftmaxBwdArgs& a) { return softmax_bwd(a, nullptr); };
+
+TEST(SoftmaxValidate, ValidArgumentsPass) {
+  EXPECT_TRUE(can_implement(fwd_args()).ok());
+  EXPECT_TRUE(can_implement(bwd_args()).ok());
+}
+
+TEST(SoftmaxValidate, ShapeErrorsNameRowsOrCols) {
+  SoftmaxFwdArgs a = fwd_args();
+  a.rows = -1;
+  expect_invalid(a, "rows", fwd);
+  a = fwd_args();
+  a.cols = 0;
+  expect_invalid(a, "cols", fwd);
+  a.cols = kRowMaxCols + 1;
+  a.x.row_stride = a.out.row_stride = a.cols;
+  expect_invalid(a, "cols", fwd, Code::kUnsupported);
+  SoftmaxBwdArgs b = bwd_args();
+  b.cols = -3;
+  expect_invalid(b, "cols", bwd);
+}
+
+TEST(SoftmaxValidate, OperandErrorsNameTheOperand) {
+  SoftmaxFwdArgs a = fwd_args();
+  a.x.ptr = nullptr;
+  expect_invalid(a, "x", fwd);
+  a = fwd_args();
+  a.out.row_stride = kCols - 1;
+  expect_invalid(a, "out", fwd);
+  a = fwd_args();
+  a.x.ptr = addr(0, 1);  // not aligned to a bf16 element
+  expect_invalid(a, "x", fwd);
+  a = fwd_args();
+  a.out.dtype = DType::kFloat32;
+  expect_invalid(a, "out", fwd);
+  a = fwd_args();
+  a.x.dtype = static_cast<DType>(7);
+  expect_invalid(a, "x", fwd);
+
+  SoftmaxBwdArgs b = bwd_args();
+  b.y.ptr = nullptr;
+  expect_invalid(b, "y", bwd);
+  b = bwd_args();
+  b.dy.dtype = DType::kFloat32;
+  expect_invalid(b, "dy", bwd);
+  b = bwd_args();
+  b.dx.dtype = DType::kBFloat16;
+  expect_invalid(b, "dx", bwd);
+  b = bwd_args();
+  b.dx.row_stride = 5;
+  expect_invalid(b, "dx", bwd);
+}
+
+TEST(SoftmaxValidate, NoRowsIsANoOpWithoutPointers) {
+  SoftmaxFwdArgs a;
+  a.rows = 0;
+  a.cols = 17;
+  EXPECT_TRUE(softmax_fwd(a, nullptr).ok());
+  SoftmaxBwdArgs b;
+  b.rows = 0;
+  b.cols = 17;
+  EXPECT_TRUE(softmax_bwd(b, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace quack
