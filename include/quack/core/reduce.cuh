@@ -28,9 +28,11 @@ struct MaxOp {
   __device__ __forceinline__ static float combine(float a, float b) { return fmaxf(a, b); }
 };
 
-// Online-softmax partial: max m and s = sum(exp2(x - m)) over the elements
-// seen (x already in log2 units). Empty partial: (-inf, 0). m ignores NaN
-// (fmaxf); a NaN element makes s NaN.
+// Online-softmax partial over the elements seen: their max m and
+// s = sum(exp(x - m)) (natural units; exp is computed as exp2 of a product
+// with log2(e) after the subtraction, so x - m keeps full precision even for
+// large |x|). Empty partial: (-inf, 0). m ignores NaN (fmaxf); a NaN element
+// makes s NaN.
 struct MaxSum {
   float m;
   float s;
@@ -44,8 +46,9 @@ struct MaxSumOp {
     // A side whose max is -inf (it saw nothing, only -inf, or only NaN)
     // contributes s * 0: 0, or NaN when it saw a NaN (s = NaN), so that NaN
     // reaches the whole row as in torch. Guards -inf - -inf.
-    const float sa = a.m == -INFINITY ? a.s * 0.0f : a.s * exp2f(a.m - m);
-    const float sb = b.m == -INFINITY ? b.s * 0.0f : b.s * exp2f(b.m - m);
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float sa = a.m == -INFINITY ? a.s * 0.0f : a.s * exp2f((a.m - m) * kLog2e);
+    const float sb = b.m == -INFINITY ? b.s * 0.0f : b.s * exp2f((b.m - m) * kLog2e);
     return {m, sa + sb};
   }
 };

@@ -12,9 +12,9 @@
 //    reduction, then for the outputs (x read twice; the second pass often
 //    hits L2).
 //
-// Arithmetic in fp32 with x in log2 units (t = x * log2(e)): the pair is
-// (m, s) = (max t, sum 2^(t - m)), so softmax = 2^(t - m) / s and
-// log_softmax = (t - m - log2 s) * ln 2. NaN and +inf propagate to the whole
+// Arithmetic in fp32: the pair is (m, s) = (max x, sum exp(x - m)), exp as
+// exp2((x - m) * log2 e) after the subtraction; softmax = exp(x - m) / s and
+// log_softmax = x - m - log2(s) ln 2. NaN and +inf propagate to the whole
 // row, an all -inf row gives NaN, as torch (core/reduce.cuh MaxSumOp).
 #pragma once
 
@@ -62,28 +62,30 @@ constexpr int softmax_fwd_max_vpt() { return 8; }
 constexpr int softmax_fwd_cluster_vpt() { return 4; }
 constexpr int softmax_bwd_max_vpt() { return 4; }
 
-// Per-thread online-softmax partial of VEC elements t[] (log2 units), the
-// first n of them valid, folded into (m, s).
+// Folds VEC elements x[], the first n of them valid, into the per-thread
+// online-softmax partial (m, s) (core::MaxSum: natural units).
 template <int VEC>
-__device__ __forceinline__ void fold_max_sum(const float (&t)[VEC], int n, float& m, float& s) {
+__device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int n, float& m, float& s) {
   float vm = -INFINITY;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j < n) vm = fmaxf(vm, t[j]);
+    if (j < n) vm = fmaxf(vm, x[j]);
   const float nm = fmaxf(m, vm);
   // Rescale the running sum; while the max is -inf the sum is 0 (or NaN
   // after a NaN), kept as such by the multiplication by 0.
-  s = m == -INFINITY ? s * 0.0f : s * exp2f(m - nm);
+  s = m == -INFINITY ? s * 0.0f : s * exp2f((m - nm) * kLog2e);
   const float base = nm == -INFINITY ? 0.0f : nm;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j < n) s += exp2f(t[j] - base);
+    if (j < n) s += exp2f((x[j] - base) * kLog2e);
   m = nm;
 }
 
-// Output of the forward from t (log2 units) and the row's (m, s).
-__device__ __forceinline__ float softmax_out(float t, float m, float inv_s, float log2_s, bool log) {
-  return log ? (t - m - log2_s) * kLn2 : exp2f(t - m) * inv_s;
+// Output of the forward for x given the row's (m, s): 1 / s and log2(s)
+// computed once per row.
+__device__ __forceinline__ float softmax_out(float x, float m, float inv_s, float log2_s, bool log) {
+  const float d = x - m;
+  return log ? d - log2_s * kLn2 : exp2f(d * kLog2e) * inv_s;
 }
 
 // ---------------------------------------------------------------------------
@@ -109,11 +111,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        float t[VEC];
-        xv[i].widen(t);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) t[j] *= kLog2e;
-        fold_max_sum(t, g.valid(i), m, s);
+        float f[VEC];
+        xv[i].widen(f);
+        fold_max_sum(f, g.valid(i), m, s);
       }
     }
     const MaxSum r = red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank);
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       float f[VEC];
       xv[i].widen(f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j] * kLog2e, r.m, inv_s, log2_s, p.log);
+      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j], r.m, inv_s, log2_s, p.log);
       RawVec<T, VEC> o;
       o.narrow(f);
       g.store(o, orow, i);
@@ -229,11 +229,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kerne
       const int n = cols - c < VEC ? cols - c : VEC;
       RawVec<T, VEC> v;
       stream_load<T, VEC, kVecIO>(v, xrow + c, n);
-      float t[VEC];
-      v.widen(t);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) t[j] *= kLog2e;
-      fold_max_sum(t, n, m, s);
+      float f[VEC];
+      v.widen(f);
+      fold_max_sum(f, n, m, s);
     }
     RowReducer<MaxSumOp> red(smem, int(blockDim.x), 1);
     // Consecutive rows alternate the scratch (one reducer per row: parity by row).
@@ -248,7 +246,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kerne
       float f[VEC];
       v.widen(f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j] * kLog2e, r.m, inv_s, log2_s, p.log);
+      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j], r.m, inv_s, log2_s, p.log);
       v.narrow(f);
       stream_store<T, VEC, kVecIO>(v, orow + c, n);
     }

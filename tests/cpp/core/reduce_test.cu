@@ -13,7 +13,7 @@
 //           in any order, so the result must equal the reference exactly;
 //           rounds 1, 2: uniform floats (tolerance; bit-equality still exact).
 //   Max     round 0 mixed signs, round 1 with some -inf, round 2 all negative.
-//   MaxSum  (m, s) partials in log2 units; rounds 1 and 2 hold identity
+//   MaxSum  (m, s) partials (s = sum exp(x - m)); rounds 1 and 2 hold identity
 //           partials (-inf, 0), round 2 so many that whole small groups are
 //           empty and must come out as the identity.
 #include <gtest/gtest.h>
@@ -177,7 +177,7 @@ std::string mismatch(const MaxSum* in, int64_t n, MaxSum got, OpKind, int) {
   double s = 0.0;
   if (m != -INFINITY)
     for (int64_t i = 0; i < n; ++i)
-      if (in[i].m != -INFINITY) s += double(in[i].s) * std::exp2(double(in[i].m) - m);
+      if (in[i].m != -INFINITY) s += double(in[i].s) * std::exp(double(in[i].m) - m);
   const bool ok = double(got.m) == m && std::fabs(double(got.s) - s) <= 3e-5 * s;
   if (!ok) return "pair " + show(got) + " != reference (" + std::to_string(m) + ", " + std::to_string(s) + ")";
   return "";
