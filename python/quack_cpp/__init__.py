@@ -3,6 +3,7 @@
     import quack_cpp
     y = quack_cpp.rmsnorm(x, weight, eps=1e-6)
     y, h = quack_cpp.rmsnorm(x, weight, residual=h, prenorm=True)
+    p = quack_cpp.softmax(logits)            # also log_softmax; autograd
     norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
 
 Ops are registered with torch.library (``torch.ops.quack_cpp.*``), so
@@ -14,6 +15,7 @@ import torch  # first: loads the CUDA runtime (libcudart) that _C links against
 
 from . import _C
 from ._rmsnorm import rmsnorm
+from ._softmax import log_softmax, softmax
 from .nn import RMSNorm
 
 __version__ = _C.version()
@@ -24,4 +26,4 @@ def version() -> str:
     return _C.version()
 
 
-__all__ = ["RMSNorm", "rmsnorm", "version", "__version__"]
+__all__ = ["RMSNorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]

@@ -128,6 +128,47 @@ void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) 
         nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"), doc);
 }
 
+constexpr const char* kSoftmax = "quack_cpp.softmax";
+
+quack::SoftmaxFwdArgs softmax_fwd_args(int64_t rows, int64_t cols, uintptr_t x_ptr, int32_t dtype, int64_t x_stride,
+                                       uintptr_t out_ptr, int64_t out_stride, bool log) {
+  quack::SoftmaxFwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = {cptr<void>(x_ptr), quack::DType(dtype), x_stride};
+  a.out = {reinterpret_cast<void*>(out_ptr), quack::DType(dtype), out_stride};
+  a.log = log;
+  return a;
+}
+
+quack::SoftmaxBwdArgs softmax_bwd_args(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int64_t y_stride,
+                                       uintptr_t dy_ptr, int64_t dy_stride, uintptr_t dx_ptr, int64_t dx_stride,
+                                       bool log) {
+  quack::SoftmaxBwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.y = {cptr<void>(y_ptr), quack::DType(dtype), y_stride};
+  a.dy = {cptr<void>(dy_ptr), quack::DType(dtype), dy_stride};
+  a.dx = {reinterpret_cast<void*>(dx_ptr), quack::DType(dtype), dx_stride};
+  a.log = log;
+  return a;
+}
+
+void softmax_fwd(int64_t rows, int64_t cols, uintptr_t x_ptr, int32_t dtype, int64_t x_stride, uintptr_t out_ptr,
+                 int64_t out_stride, bool log, uintptr_t stream) {
+  const quack::Status st = quack::softmax_fwd(softmax_fwd_args(rows, cols, x_ptr, dtype, x_stride, out_ptr, out_stride, log),
+                                              reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kSoftmax);
+}
+
+void softmax_bwd(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int64_t y_stride, uintptr_t dy_ptr,
+                 int64_t dy_stride, uintptr_t dx_ptr, int64_t dx_stride, bool log, uintptr_t stream) {
+  const quack::Status st = quack::softmax_bwd(
+      softmax_bwd_args(rows, cols, y_ptr, dtype, y_stride, dy_ptr, dy_stride, dx_ptr, dx_stride, log),
+      reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kSoftmax);
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -143,6 +184,14 @@ NB_MODULE(_C, m) {
                   "are 0 float32, 1 float16, 2 bfloat16; strides are row strides in elements.\n"
                   "Raises ValueError (invalid argument), NotImplementedError (unsupported here) or\n"
                   "RuntimeError (CUDA error).");
+  m.def("softmax_fwd", &softmax_fwd, nb::arg("rows"), nb::arg("cols"), nb::arg("x_ptr"), nb::arg("dtype"),
+        nb::arg("x_stride"), nb::arg("out_ptr"), nb::arg("out_stride"), nb::arg("log"), nb::arg("stream"),
+        "Softmax (log=False) or log-softmax forward over rows of a (rows, cols) matrix; out has x's dtype.\n"
+        "Raw device pointers, row strides in elements, dtype code as rmsnorm_fwd; launches on `stream`.");
+  m.def("softmax_bwd", &softmax_bwd, nb::arg("rows"), nb::arg("cols"), nb::arg("y_ptr"), nb::arg("dtype"),
+        nb::arg("y_stride"), nb::arg("dy_ptr"), nb::arg("dy_stride"), nb::arg("dx_ptr"), nb::arg("dx_stride"),
+        nb::arg("log"), nb::arg("stream"),
+        "Softmax / log-softmax backward from the forward's output y and dy; y, dy and dx share one dtype.");
   def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
                   "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
                   "as rmsnorm_fwd would; launches nothing and touches no device.");
