@@ -57,6 +57,15 @@ def _rows_view(t: Tensor, n: int) -> Tuple[Tensor, int]:
     return t, rs
 
 
+def _on_device(dev: int, launch, *args) -> None:
+    """Calls launch(*args) with `dev` as the current CUDA device."""
+    if _current_device() == dev:
+        launch(*args)
+    else:
+        with torch.cuda.device(dev):
+            launch(*args)
+
+
 def _launch_fwd(x: Tensor, log: bool) -> Tensor:
     """Softmax over the last dim of a CUDA tensor x; a new contiguous output."""
     n = x.shape[-1]
@@ -66,12 +75,8 @@ def _launch_fwd(x: Tensor, log: bool) -> Tensor:
     if rows == 0:
         return out
     dev = x.get_device()
-    args = (rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, out.data_ptr(), n, log, _raw_stream(dev))
-    if _current_device() == dev:
-        _C.softmax_fwd(*args)
-    else:
-        with torch.cuda.device(dev):
-            _C.softmax_fwd(*args)
+    _on_device(dev, _C.softmax_fwd, rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, out.data_ptr(), n, log,
+               _raw_stream(dev))
     return out
 
 
@@ -86,13 +91,8 @@ def _launch_bwd(y: Tensor, dy: Tensor, log: bool) -> Tensor:
     if rows == 0:
         return dx
     dev = y.get_device()
-    args = (rows, n, y.data_ptr(), _DTYPE_CODE[y.dtype], ys, dy.data_ptr(), dys, dx.data_ptr(), n, log,
-            _raw_stream(dev))
-    if _current_device() == dev:
-        _C.softmax_bwd(*args)
-    else:
-        with torch.cuda.device(dev):
-            _C.softmax_bwd(*args)
+    _on_device(dev, _C.softmax_bwd, rows, n, y.data_ptr(), _DTYPE_CODE[y.dtype], ys, dy.data_ptr(), dys,
+               dx.data_ptr(), n, log, _raw_stream(dev))
     return dx
 
 

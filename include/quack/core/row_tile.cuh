@@ -106,5 +106,18 @@ struct RowReduce {
   }
 };
 
+// Runs f(row_block) for this CTA's row blocks: its own one (one CTA or
+// cluster per row block), or, kCluster, every grid-th one from its cluster's
+// (a persistent grid of clusters).
+template <bool kCluster, class F>
+__device__ __forceinline__ void for_row_blocks(int64_t row_blocks, int cluster, F&& f) {
+  if constexpr (kCluster) {
+    const int64_t grid_blocks = gridDim.x / unsigned(cluster);
+    for (int64_t blk = blockIdx.x / unsigned(cluster); blk < row_blocks; blk += grid_blocks) f(blk);
+  } else {
+    f(int64_t(blockIdx.x));
+  }
+}
+
 }  // namespace core
 }  // namespace quack

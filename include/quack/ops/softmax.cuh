@@ -133,12 +133,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     }
   };
 
-  if constexpr (kCluster) {
-    const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
-    for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
-  } else {
-    do_rows(blockIdx.x);
-  }
+  for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
   red.finish();
 }
 
@@ -191,12 +186,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     }
   };
 
-  if constexpr (kCluster) {
-    const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
-    for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
-  } else {
-    do_rows(blockIdx.x);
-  }
+  for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
   red.finish();
 }
 
