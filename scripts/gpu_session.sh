@@ -7,8 +7,9 @@
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
 #              killed after $SANITIZE_TIMEOUT s)
-#   sweep      bench/cpp/rmsnorm_sweep for bf16 and fp32 at the defaults, then
-#              once per QUACK_TUNE variant in $SWEEP_TUNES (';'-separated)
+#   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
+#              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
+#              (';'-separated)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 # The device copy of the tree has no .git: pass the commit being measured.
@@ -38,11 +39,15 @@ for part in $parts; do
         > "$out/sweep_build.log" 2>&1 || { status=1; continue; }
       nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/rmsnorm_sweep.cu \
         build/libquack.a -o build/rmsnorm_sweep > "$out/sweep.log" 2>&1 || { status=1; continue; }
+      nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/softmax_sweep.cu \
+        build/libquack.a -o build/softmax_sweep >> "$out/sweep.log" 2>&1 || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
       for tune in "" "${tunes[@]}"; do
         for dt in bf16 f32; do
-          echo "== $dt ${tune:-defaults}" >> "$out/sweep.log"
+          echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
           QUACK_TUNE=$tune build/rmsnorm_sweep $dt >> "$out/sweep.log" 2>&1 || status=1
+          echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
+          QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
         done
       done ;;
     bench)

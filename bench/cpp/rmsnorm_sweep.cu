@@ -3,56 +3,23 @@
 // Needs no Python; used to tune the config heuristic in one device call.
 //
 //   rmsnorm_sweep [dtype=bf16|f16|f32] [total_elems=268435456] [N ...]
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
+#include "sweep_common.hpp"
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-static float bits_to_float(const void* p, quack::DType t) {
-  if (t == quack::DType::kFloat32) return *static_cast<const float*>(p);
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (t == quack::DType::kBFloat16) {
-    uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  return __half2float(*reinterpret_cast<const __half*>(&h));
-}
-static void float_to_bits(float f, void* p, quack::DType t) {
-  if (t == quack::DType::kFloat32) { *static_cast<float*>(p) = f; return; }
-  if (t == quack::DType::kBFloat16) { __nv_bfloat16 b = __float2bfloat16(f); std::memcpy(p, &b, 2); return; }
-  __half h = __float2half(f);
-  std::memcpy(p, &h, 2);
-}
+using sweep::bits_to_float;
+using sweep::float_to_bits;
 
 int main(int argc, char** argv) {
-  quack::DType dt = quack::DType::kBFloat16;
-  if (argc > 1) {
-    std::string s = argv[1];
-    dt = s == "f32" ? quack::DType::kFloat32 : s == "f16" ? quack::DType::kFloat16 : quack::DType::kBFloat16;
-  }
+  const quack::DType dt = argc > 1 ? sweep::parse_dtype(argv[1]) : quack::DType::kBFloat16;
   const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
   std::vector<int64_t> Ns;
   for (int i = 3; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
@@ -65,25 +32,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&a, bytes));
   CK(cudaMalloc(&b, bytes));
   CK(cudaMalloc(&w, size_t(4) << 22));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_ms = [&](auto&& fn, int iters) {
-    fn();
-    CK(cudaDeviceSynchronize());
-    std::vector<float> ts;
-    for (int i = 0; i < iters; ++i) {
-      CK(cudaEventRecord(e0));
-      fn();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-  };
+  sweep::Timer timer;
+  auto time_ms = [&](auto&& fn, int iters) { return timer.median_ms(fn, iters); };
   const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
   std::printf("dtype %s, M*N = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total, copy_gbs);
@@ -101,50 +51,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < (1 << 20); ++i) float_to_bits(1.0f + 0.1f * nd(rng), hw.data() + size_t(i) * es, dt);
     CK(cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice));
   }
-  // QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
-  //             reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=1024,reg_threads=256,
-  //             reg_staged=1,reg_staged_team=256"
-  quack::RowTuning tune = quack::default_row_tuning();
-  if (const char* env = std::getenv("QUACK_TUNE")) {
-    std::string spec = env;
-    size_t pos = 0;
-    while (pos < spec.size()) {
-      size_t end = spec.find(',', pos);
-      if (end == std::string::npos) end = spec.size();
-      const std::string kv = spec.substr(pos, end - pos);
-      const size_t eq = kv.find('=');
-      const std::string k = kv.substr(0, eq);
-      const long v = std::atol(kv.c_str() + eq + 1);
-      if (k == "cta_target_kb") tune.cta_target_bytes = v * 1024;
-      else if (k == "cta_max_kb") tune.cta_max_bytes = v * 1024;
-      else if (k == "vpt") tune.vpt_target = int(v);
-      else if (k == "max_team") tune.max_team = int(v);
-      else if (k == "small_threads") tune.small_team_threads = int(v);
-      else if (k == "rows") tune.max_rows_per_team = int(v);
-      else if (k == "regs") tune.regs_per_thread = int(v);
-      else if (k == "reg") tune.reg_enable = int(v);
-      else if (k == "reg_vpt") tune.reg_vpt_target = int(v);
-      else if (k == "reg_max_team") tune.reg_max_team = int(v);
-      else if (k == "reg_wide_team") tune.reg_wide_team = int(v);
-      else if (k == "reg_threads") tune.reg_small_threads = int(v);
-      else if (k == "reg_staged") tune.reg_staged = int(v);
-      else if (k == "reg_staged_team") tune.reg_staged_team = int(v);
-      else { std::fprintf(stderr, "unknown tuning key %s\n", k.c_str()); return 2; }
-      pos = end + 1;
-    }
-    quack::set_row_tuning(&tune);
-    std::printf("tuning override: %s\n", env);
-  }
-  quack::DeviceLimits lim;
-  {
-    int v;
-    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
-    lim.num_sms = v;
-    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    lim.max_smem_per_block = v;
-    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
-    lim.smem_per_sm = v;
-  }
+  if (!sweep::install_tuning_from_env()) return 2;
+  const quack::DeviceLimits lim = sweep::device_limits();
   float* rstd;
   CK(cudaMalloc(&rstd, sizeof(float) << 20));
 

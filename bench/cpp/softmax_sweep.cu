@@ -1,0 +1,138 @@
+// C++-only softmax / log-softmax sweep, forward and backward: a spot check of
+// three rows against a double CPU reference, then bandwidth against a
+// same-run device-to-device copy (model bytes: forward reads x and writes
+// out; backward reads y and dy and writes dx). Used to tune the register
+// kernels' configuration in one device call.
+//
+//   softmax_sweep [dtype=bf16|f16|f32] [log=0|1] [total_elems=268435456] [N ...]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+#include "sweep_common.hpp"
+
+namespace {
+
+// Largest relative error of rows {0, M/2, M-1} of out against the forward
+// reference of x (softmax or log-softmax, double).
+double check_fwd(const void* x, const void* out, int64_t M, int64_t N, quack::DType dt, bool log) {
+  const int es = quack::dtype_size(dt);
+  double worst = 0.0;
+  for (int64_t r : {int64_t(0), M / 2, M - 1}) {
+    std::vector<uint8_t> hx(size_t(N) * es), hy(size_t(N) * es);
+    CK(cudaMemcpy(hx.data(), static_cast<const char*>(x) + size_t(r) * N * es, hx.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hy.data(), static_cast<const char*>(out) + size_t(r) * N * es, hy.size(), cudaMemcpyDeviceToHost));
+    double m = -INFINITY, s = 0.0;
+    for (int64_t c = 0; c < N; ++c) m = std::max(m, double(sweep::bits_to_float(hx.data() + c * es, dt)));
+    for (int64_t c = 0; c < N; ++c) s += std::exp(double(sweep::bits_to_float(hx.data() + c * es, dt)) - m);
+    for (int64_t c = 0; c < N; ++c) {
+      const double d = double(sweep::bits_to_float(hx.data() + c * es, dt)) - m;
+      const double ref = log ? d - std::log(s) : std::exp(d) / s;
+      const double got = sweep::bits_to_float(hy.data() + c * es, dt);
+      const double err = std::fabs(got - ref) / (std::fabs(ref) + (log ? 1.0 : 1.0 / double(N)));
+      worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+    }
+  }
+  return worst;
+}
+
+// The configuration the library takes for an aligned (M, N) row problem.
+std::string describe(int64_t M, int64_t N, int es, bool backward, const quack::DeviceLimits& lim) {
+  quack::RegRowProblem prob;
+  prob.rows = M;
+  prob.cols = N;
+  prob.x_elem_bytes = es;
+  prob.max_vpt = backward ? 4 : 8;  // ops/softmax.cuh: softmax_{fwd,bwd}_max_vpt
+  prob.cluster_vpt = 4;             // softmax_fwd_cluster_vpt, softmax_bwd_max_vpt
+  prob.scratch_bytes = 1024;        // kSoftmaxScratchBytes
+  quack::RegRowConfig c;
+  char buf[96];
+  if (quack::choose_reg_row_config(prob, lim, &c))
+    std::snprintf(buf, sizeof buf, "reg %4d %5d %3d %3d %7lld", c.team, c.threads, c.cluster, c.vpt,
+                  (long long)c.grid);
+  else
+    std::snprintf(buf, sizeof buf, "stream (2 passes)              ");
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const quack::DType dt = argc > 1 ? sweep::parse_dtype(argv[1]) : quack::DType::kBFloat16;
+  const bool log = argc > 2 && std::atoi(argv[2]) != 0;
+  const int64_t total = argc > 3 ? std::atoll(argv[3]) : (int64_t(1) << 28);
+  std::vector<int64_t> Ns;
+  for (int i = 4; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
+  if (Ns.empty()) Ns = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576};
+  const int es = quack::dtype_size(dt);
+  if (!sweep::install_tuning_from_env()) return 2;
+  const quack::DeviceLimits lim = sweep::device_limits();
+
+  const size_t bytes = size_t(total) * es;
+  void *x, *y, *dy, *dx;
+  CK(cudaMalloc(&x, bytes));
+  CK(cudaMalloc(&y, bytes));
+  CK(cudaMalloc(&dy, bytes));
+  CK(cudaMalloc(&dx, bytes));
+  sweep::Timer timer;
+  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<uint8_t> h(bytes);
+    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(2.0f * nd(rng), h.data() + i * es, dt);
+    CK(cudaMemcpy(x, h.data(), bytes, cudaMemcpyHostToDevice));
+    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(nd(rng), h.data() + i * es, dt);
+    CK(cudaMemcpy(dy, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  std::printf("%s, dtype %s, M*N = %lld, copy %.1f GB/s\n", log ? "log_softmax" : "softmax", quack::dtype_name(dt),
+              (long long)total, copy_gbs);
+  std::printf("%9s %8s | %-32s | %9s %6s | %-32s | %9s %6s | %s\n", "N", "M", "forward: krn team thr cl vpt grid",
+              "fwd us", "%copy", "backward: krn team thr cl vpt grid", "bwd us", "%copy", "fwd max rel err");
+
+  for (int64_t N : Ns) {
+    const int64_t M = std::max<int64_t>(1, total / N);
+    quack::SoftmaxFwdArgs fa;
+    fa.rows = M;
+    fa.cols = N;
+    fa.x = {x, dt, N};
+    fa.out = {y, dt, N};
+    fa.log = log;
+    quack::SoftmaxBwdArgs ba;
+    ba.rows = M;
+    ba.cols = N;
+    ba.y = {y, dt, N};
+    ba.dy = {dy, dt, N};
+    ba.dx = {dx, dt, N};
+    ba.log = log;
+    CK(cudaMemset(y, 0xff, size_t(M) * N * es));  // poison (NaN) before the checked run
+    quack::Status st = quack::softmax_fwd(fa, nullptr);
+    if (!st.ok()) {
+      std::printf("%9lld: forward error %s\n", (long long)N, st.message.c_str());
+      continue;
+    }
+    CK(cudaDeviceSynchronize());
+    const double err = check_fwd(x, y, M, N, dt, log);
+    const float fwd_ms = timer.median_ms([&] { (void)quack::softmax_fwd(fa, nullptr); }, 20);
+    st = quack::softmax_bwd(ba, nullptr);
+    if (!st.ok()) {
+      std::printf("%9lld: backward error %s\n", (long long)N, st.message.c_str());
+      continue;
+    }
+    const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
+    const double fwd_pct = 100.0 * (2.0 * M * N * es / fwd_ms / 1e6) / copy_gbs;
+    const double bwd_pct = 100.0 * (3.0 * M * N * es / bwd_ms / 1e6) / copy_gbs;
+    std::printf("%9lld %8lld | %s | %9.1f %5.1f%% | %s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
+                describe(M, N, es, false, lim).c_str(), fwd_ms * 1e3, fwd_pct, describe(M, N, es, true, lim).c_str(),
+                bwd_ms * 1e3, bwd_pct, err);
+  }
+  CK(cudaGetLastError());
+  return 0;
+}

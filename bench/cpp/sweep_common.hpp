@@ -1,0 +1,146 @@
+// Shared by the C++ tuning sweeps (bench/cpp/*_sweep.cu): CUDA error checks,
+// host element conversions, CUDA-event timing (median), the QUACK_TUNE
+// override of the row-kernel tuning, and the device's limits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+namespace sweep {
+
+inline quack::DType parse_dtype(const char* s) {
+  const std::string v = s;
+  return v == "f32" ? quack::DType::kFloat32 : v == "f16" ? quack::DType::kFloat16 : quack::DType::kBFloat16;
+}
+
+inline float bits_to_float(const void* p, quack::DType t) {
+  if (t == quack::DType::kFloat32) return *static_cast<const float*>(p);
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (t == quack::DType::kBFloat16) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  return __half2float(*reinterpret_cast<const __half*>(&h));
+}
+inline void float_to_bits(float f, void* p, quack::DType t) {
+  if (t == quack::DType::kFloat32) {
+    *static_cast<float*>(p) = f;
+    return;
+  }
+  if (t == quack::DType::kBFloat16) {
+    __nv_bfloat16 b = __float2bfloat16(f);
+    std::memcpy(p, &b, 2);
+    return;
+  }
+  __half h = __float2half(f);
+  std::memcpy(p, &h, 2);
+}
+
+// Median of `iters` CUDA-event timed calls (after one warm-up), in ms.
+class Timer {
+ public:
+  Timer() {
+    CK(cudaEventCreate(&e0_));
+    CK(cudaEventCreate(&e1_));
+  }
+  template <class F>
+  float median_ms(F&& fn, int iters) {
+    fn();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ts;
+    for (int i = 0; i < iters; ++i) {
+      CK(cudaEventRecord(e0_));
+      fn();
+      CK(cudaEventRecord(e1_));
+      CK(cudaEventSynchronize(e1_));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0_, e1_));
+      ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  }
+
+ private:
+  cudaEvent_t e0_, e1_;
+};
+
+// Installs QUACK_TUNE's overrides of the row-kernel tuning, if set:
+//   QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
+//               reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=1024,reg_threads=256,
+//               reg_staged=1,reg_staged_team=256"
+// Returns false (after printing the key) on an unknown key.
+inline bool install_tuning_from_env() {
+  const char* env = std::getenv("QUACK_TUNE");
+  if (env == nullptr) return true;
+  static quack::RowTuning tune = quack::default_row_tuning();
+  const std::string spec = env;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    const std::string kv = spec.substr(pos, end - pos);
+    const size_t eq = kv.find('=');
+    const std::string k = kv.substr(0, eq);
+    const long v = std::atol(kv.c_str() + eq + 1);
+    if (k == "cta_target_kb") tune.cta_target_bytes = v * 1024;
+    else if (k == "cta_max_kb") tune.cta_max_bytes = v * 1024;
+    else if (k == "vpt") tune.vpt_target = int(v);
+    else if (k == "max_team") tune.max_team = int(v);
+    else if (k == "small_threads") tune.small_team_threads = int(v);
+    else if (k == "rows") tune.max_rows_per_team = int(v);
+    else if (k == "regs") tune.regs_per_thread = int(v);
+    else if (k == "reg") tune.reg_enable = int(v);
+    else if (k == "reg_vpt") tune.reg_vpt_target = int(v);
+    else if (k == "reg_max_team") tune.reg_max_team = int(v);
+    else if (k == "reg_wide_team") tune.reg_wide_team = int(v);
+    else if (k == "reg_threads") tune.reg_small_threads = int(v);
+    else if (k == "reg_staged") tune.reg_staged = int(v);
+    else if (k == "reg_staged_team") tune.reg_staged_team = int(v);
+    else {
+      std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());
+      return false;
+    }
+    pos = end + 1;
+  }
+  quack::set_row_tuning(&tune);
+  std::printf("tuning override: %s\n", env);
+  return true;
+}
+
+inline quack::DeviceLimits device_limits() {
+  quack::DeviceLimits lim;
+  int v;
+  CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
+  lim.num_sms = v;
+  CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  lim.max_smem_per_block = size_t(v);
+  CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  lim.smem_per_sm = size_t(v);
+  return lim;
+}
+
+}  // namespace sweep
