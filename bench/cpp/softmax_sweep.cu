@@ -113,17 +113,17 @@ int main(int argc, char** argv) {
     ba.dx = {dx, dt, N};
     ba.log = log;
     CK(cudaMemset(y, 0xff, size_t(M) * N * es));  // poison (NaN) before the checked run
-    quack::Status st = quack::softmax_fwd(fa, nullptr);
-    if (!st.ok()) {
-      std::printf("%9lld: forward error %s\n", (long long)N, st.message.c_str());
+    const quack::Status fst = quack::softmax_fwd(fa, nullptr);
+    if (!fst.ok()) {
+      std::printf("%9lld: forward error %s\n", (long long)N, fst.message.c_str());
       continue;
     }
     CK(cudaDeviceSynchronize());
     const double err = check_fwd(x, y, M, N, dt, log);
     const float fwd_ms = timer.median_ms([&] { (void)quack::softmax_fwd(fa, nullptr); }, 20);
-    st = quack::softmax_bwd(ba, nullptr);
-    if (!st.ok()) {
-      std::printf("%9lld: backward error %s\n", (long long)N, st.message.c_str());
+    const quack::Status bst = quack::softmax_bwd(ba, nullptr);
+    if (!bst.ok()) {
+      std::printf("%9lld: backward error %s\n", (long long)N, bst.message.c_str());
       continue;
     }
     const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
