@@ -33,6 +33,20 @@ struct MaxOp {
 // with log2(e) after the subtraction, so x - m keeps full precision even for
 // large |x|). Empty partial: (-inf, 0). m ignores NaN (fmaxf); a NaN element
 // makes s NaN.
+// 2^x and log2(x) in one MUFU instruction each (ex2/lg2.approx.ftz: about
+// 2 ulp; results below 2^-126 flush to zero). exp2f / log2f add range
+// fix-ups around the same instruction.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 struct MaxSum {
   float m;
   float s;
@@ -46,9 +60,12 @@ struct MaxSumOp {
     // A side whose max is -inf (it saw nothing, only -inf, or only NaN)
     // contributes s * 0: 0, or NaN when it saw a NaN (s = NaN), so that NaN
     // reaches the whole row as in torch. Guards -inf - -inf.
+    // The products are rounded on their own (__fmul_rn: no fused multiply-add
+    // with the sum), so combine(a, b) and combine(b, a) agree to the bit and
+    // both lanes of a butterfly step hold the same pair.
     constexpr float kLog2e = 1.4426950408889634f;
-    const float sa = a.m == -INFINITY ? a.s * 0.0f : a.s * exp2f((a.m - m) * kLog2e);
-    const float sb = b.m == -INFINITY ? b.s * 0.0f : b.s * exp2f((b.m - m) * kLog2e);
+    const float sa = a.m == -INFINITY ? __fmul_rn(a.s, 0.0f) : __fmul_rn(a.s, exp2f((a.m - m) * kLog2e));
+    const float sb = b.m == -INFINITY ? __fmul_rn(b.s, 0.0f) : __fmul_rn(b.s, exp2f((b.m - m) * kLog2e));
     return {m, sa + sb};
   }
 };

@@ -292,6 +292,20 @@ struct RawVec {
       }
     }
   }
+  // Elements [valid, VEC) set to the bit pattern `bits` (T's width), e.g.
+  // -inf so that padding drops out of a max and of a sum of exponentials.
+  __device__ __forceinline__ void fill_tail(int valid, uint32_t bits) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) w[i] = i < valid ? w[i] : bits;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        if (2 * i >= valid) w[i] = (w[i] & 0xffff0000u) | bits;
+        if (2 * i + 1 >= valid) w[i] = (w[i] & 0x0000ffffu) | (bits << 16);
+      }
+    }
+  }
   __device__ __forceinline__ void zero() {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) w[i] = 0u;

@@ -63,7 +63,9 @@ constexpr int softmax_fwd_cluster_vpt() { return 4; }
 constexpr int softmax_bwd_max_vpt() { return 4; }
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
-// online-softmax partial (m, s) (core::MaxSum: natural units).
+// online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
+// kernels; the register kernel takes the thread's max first and needs no
+// rescaling.
 template <int VEC>
 __device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int n, float& m, float& s) {
   float vm = -INFINITY;
@@ -73,19 +75,33 @@ __device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int n, float
   const float nm = fmaxf(m, vm);
   // Rescale the running sum; while the max is -inf the sum is 0 (or NaN
   // after a NaN), kept as such by the multiplication by 0.
-  s = m == -INFINITY ? s * 0.0f : s * exp2f((m - nm) * kLog2e);
+  s = m == -INFINITY ? s * 0.0f : s * core::fast_exp2((m - nm) * kLog2e);
   const float base = nm == -INFINITY ? 0.0f : nm;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j < n) s += exp2f((x[j] - base) * kLog2e);
+    if (j < n) s += core::fast_exp2((x[j] - base) * kLog2e);
   m = nm;
 }
 
-// Output of the forward for x given the row's (m, s): 1 / s and log2(s)
-// computed once per row.
-__device__ __forceinline__ float softmax_out(float x, float m, float inv_s, float log2_s, bool log) {
-  const float d = x - m;
-  return log ? d - log2_s * kLn2 : exp2f(d * kLog2e) * inv_s;
+// The row's constants for the outputs, from its (m, s): softmax is
+// exp2((x - m) log2 e - log2 s) -- an FADD, an FFMA and one MUFU per element,
+// with the division folded into the exponent -- and log_softmax is
+// x - m - ln s.
+struct SoftmaxRow {
+  float m, log2_s, ln_s;
+  __device__ __forceinline__ explicit SoftmaxRow(core::MaxSum r)
+      : m(r.m), log2_s(core::fast_log2(r.s)), ln_s(log2_s * kLn2) {}
+  __device__ __forceinline__ float out(float x, bool log) const {
+    const float d = x - m;
+    return log ? d - ln_s : core::fast_exp2(fmaf(d, kLog2e, -log2_s));
+  }
+};
+
+// -inf in T's bits: the fill for padding, which then drops out of the max and
+// the sum of exponentials with no per-element mask.
+template <typename T>
+constexpr uint32_t neg_inf_bits() {
+  return sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00u : 0xff80u;
 }
 
 // ---------------------------------------------------------------------------
@@ -109,16 +125,31 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+      if (!g.whole) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+      }
+      // The thread's max first (the elements are in registers), then one
+      // exponential per element against it: no online rescaling.
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         float f[VEC];
         xv[i].widen(f);
-        fold_max_sum(f, g.valid(i), m, s);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m = fmaxf(m, f[j]);
+      }
+      // A thread with only -inf (or padding) has sum 0: exp2(-inf) = 0.
+      const float base = m == -INFINITY ? 0.0f : m;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float f[VEC];
+        xv[i].widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - base) * kLog2e);
       }
     }
-    const MaxSum r = red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank);
+    const SoftmaxRow r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank));
     if (!active) return;
-    const float inv_s = 1.0f / r.s, log2_s = __log2f(r.s);
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
@@ -126,7 +157,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       float f[VEC];
       xv[i].widen(f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j], r.m, inv_s, log2_s, p.log);
+      for (int j = 0; j < VEC; ++j) f[j] = r.out(f[j], p.log);
       RawVec<T, VEC> o;
       o.narrow(f);
       g.store(o, orow, i);
@@ -179,7 +210,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
       yv[i].widen(y);
       dyv[i].widen(dy);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - exp2f(y[j] * kLog2e) * dot : y[j] * (dy[j] - dot);
+      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - __expf(y[j]) * dot : y[j] * (dy[j] - dot);
       RawVec<T, VEC> o;
       o.narrow(y);
       g.store(o, dxrow, i);
@@ -226,8 +257,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kerne
     RowReducer<MaxSumOp> red(smem, int(blockDim.x), 1);
     // Consecutive rows alternate the scratch (one reducer per row: parity by row).
     red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
-    const MaxSum r = red.reduce(MaxSum{m, s});
-    const float inv_s = 1.0f / r.s, log2_s = __log2f(r.s);
+    const SoftmaxRow r(red.reduce(MaxSum{m, s}));
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
     for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
       const int n = cols - c < VEC ? cols - c : VEC;
@@ -236,7 +266,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kerne
       float f[VEC];
       v.widen(f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = softmax_out(f[j], r.m, inv_s, log2_s, p.log);
+      for (int j = 0; j < VEC; ++j) f[j] = r.out(f[j], p.log);
       v.narrow(f);
       stream_store<T, VEC, kVecIO>(v, orow + c, n);
     }
@@ -277,7 +307,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
       yv.widen(y);
       dyv.widen(dy);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - exp2f(y[j] * kLog2e) * dot : y[j] * (dy[j] - dot);
+      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - __expf(y[j]) * dot : y[j] * (dy[j] - dot);
       yv.narrow(y);
       stream_store<T, VEC, kVecIO>(yv, dxrow + c, n);
     }
