@@ -9,7 +9,7 @@
 #              killed after $SANITIZE_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
-#              (';'-separated)
+#              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax")
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 # The device copy of the tree has no .git: pass the commit being measured.
@@ -44,10 +44,14 @@ for part in $parts; do
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
       for tune in "" "${tunes[@]}"; do
         for dt in bf16 f32; do
-          echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
-          QUACK_TUNE=$tune build/rmsnorm_sweep $dt >> "$out/sweep.log" 2>&1 || status=1
-          echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
-          QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm "* ]]; then
+            echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
+            QUACK_TUNE=$tune build/rmsnorm_sweep $dt >> "$out/sweep.log" 2>&1 || status=1
+          fi
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
+            echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
+            QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
+          fi
         done
       done ;;
     bench)

@@ -82,6 +82,13 @@ RowTuning default_row_tuning() {
   // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
   t.reg_staged_team = 256;
+  // Chunked rows (softmax): only rows the register tiles cannot hold, until
+  // measured otherwise; 128 KB of the row per CTA, 96 KB of it staged, so
+  // that two 512-thread CTAs share an SM.
+  t.chunk_min_bytes = int64_t(1) << 40;
+  t.chunk_cta_bytes = 128 << 10;
+  t.chunk_stage_bytes = 96 << 10;
+  t.chunk_threads = 512;
   return t;
 }
 
@@ -293,6 +300,54 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid != c.row_blocks * c.cluster) return "grid is not one cluster per row block";
+  return nullptr;
+}
+
+ChunkRowConfig choose_chunk_row_config(const ChunkRowProblem& prob, const DeviceLimits& lim) {
+  return choose_chunk_row_config(prob, lim, current_row_tuning());
+}
+
+ChunkRowConfig choose_chunk_row_config(const ChunkRowProblem& prob, const DeviceLimits& lim,
+                                       const RowTuning& tune) {
+  ChunkRowConfig c;
+  c.vec = 16 / prob.elem_bytes;
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  const int64_t row_bytes = nvec * 16 * prob.tensors;
+  const int max_cluster = std::min(16, std::max(lim.max_cluster, 1));
+  const int64_t cta_bytes = std::max<int64_t>(tune.chunk_cta_bytes, 16);
+  while (c.cluster < max_cluster && row_bytes > int64_t(c.cluster) * cta_bytes) c.cluster *= 2;
+  c.chunk_vecs = ceil_div(nvec, c.cluster);
+  // Threads: the CTA size asked for, fewer when the chunk gives each thread
+  // less than one unrolled step (4 vectors); at least 128 (the kernel orders
+  // its staging stores by the CTA reduction's barrier).
+  const int64_t want = std::min<int64_t>(pow2_ceil(std::max(tune.chunk_threads, 128)), kRegRowMaxThreads);
+  c.threads = int(std::clamp<int64_t>(pow2_ceil(ceil_div(c.chunk_vecs, 4)), 128, want));
+  const int64_t room = int64_t(lim.max_smem_per_block) - int64_t(prob.scratch_bytes);
+  const int64_t stage_bytes = std::max<int64_t>(std::min<int64_t>(tune.chunk_stage_bytes, room), 0);
+  c.stage_vecs = int(std::min<int64_t>(c.chunk_vecs, stage_bytes / (16 * prob.tensors)));
+  c.smem_bytes = prob.scratch_bytes + size_t(c.stage_vecs) * 16 * prob.tensors;
+  // Persistent: at most 32 clusters' worth per SM are ever resident.
+  c.grid = std::min<int64_t>(prob.rows, int64_t(lim.num_sms) * 32) * c.cluster;
+  return c;
+}
+
+const char* check_chunk_row_config(const ChunkRowConfig& c, const ChunkRowProblem& prob, const DeviceLimits& lim) {
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  if (c.vec * prob.elem_bytes != 16) return "vector is not 16 bytes";
+  if (c.threads < 128 || c.threads > kRegRowMaxThreads || (c.threads & (c.threads - 1)))
+    return "threads is not a power of two in [128, 1024]";
+  if (c.cluster < 1 || c.cluster > 16 || c.cluster > lim.max_cluster || (c.cluster & (c.cluster - 1)))
+    return "cluster is not a power of two in [1, max_cluster]";
+  if (c.chunk_vecs * c.cluster < nvec) return "chunks do not cover the row";
+  if (c.chunk_vecs > int64_t(0x7fffffff) / 2) return "chunk too long for int indexing";
+  if (c.stage_vecs < 0 || c.stage_vecs > c.chunk_vecs) return "staging outside [0, chunk]";
+  if (c.smem_bytes != prob.scratch_bytes + size_t(c.stage_vecs) * 16 * prob.tensors ||
+      c.smem_bytes > lim.max_smem_per_block)
+    return "shared memory is not scratch + staging within the per-CTA limit";
+  if (c.grid % c.cluster) return "grid is not a whole number of clusters";
+  if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
+  if (c.grid / c.cluster > prob.rows) return "more clusters than rows";
+  if (c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   return nullptr;
 }
 

@@ -1,6 +1,8 @@
 // Softmax host entry points: validation, configuration, and the one
 // run-time -> template dispatch for the op (ops/softmax.cuh).
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "quack/core/config.hpp"
 #include "quack/ops/softmax.cuh"
@@ -29,9 +31,43 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
   return Status::success();
 }
 
-// The launch, shared by both directions: the register-resident kernel when
-// every operand allows 16-byte vectors and the row fits its tiles, otherwise
-// the streaming kernel.
+// Which kernel serves an aligned row problem, and its configuration:
+// the register-resident kernels where the row fits their tiles (unless the
+// tuning chunks rows this long), otherwise the chunked two-pass kernel.
+struct Plan {
+  bool reg = false;
+  RegRowConfig reg_cfg;
+  ChunkRowConfig chunk_cfg;
+};
+
+Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const DeviceLimits& lim) {
+  const RowTuning tune = current_row_tuning();
+  Plan plan;
+  RegRowProblem prob;
+  prob.rows = rows;
+  prob.cols = cols;
+  prob.x_elem_bytes = es;
+  prob.max_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_max_vpt();
+  prob.cluster_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_cluster_vpt();
+  prob.scratch_bytes = ops::kSoftmaxScratchBytes;
+  const int tensors = backward ? 2 : 1;
+  const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
+  plan.reg = row_bytes < tune.chunk_min_bytes && choose_reg_row_config(prob, lim, tune, &plan.reg_cfg) &&
+             check_reg_row_config(plan.reg_cfg, prob, lim) == nullptr;
+  if (!plan.reg) {
+    ChunkRowProblem cp;
+    cp.rows = rows;
+    cp.cols = cols;
+    cp.elem_bytes = es;
+    cp.tensors = tensors;
+    cp.scratch_bytes = ops::kSoftmaxScratchBytes;
+    plan.chunk_cfg = choose_chunk_row_config(cp, lim, tune);
+  }
+  return plan;
+}
+
+// The launch, shared by both directions: aligned rows by plan_aligned,
+// misaligned rows (or strides) by the streaming kernel.
 Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool backward, cudaStream_t stream) {
   if (base.rows == 0) return Status::success();
   int device = -1;
@@ -44,22 +80,30 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
   ops::SoftmaxParams p = base;
   const int es = dtype_size(dtype);
 
-  RegRowProblem prob;
-  prob.rows = p.rows;
-  prob.cols = p.cols;
-  prob.x_elem_bytes = es;
-  prob.max_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_max_vpt();
-  prob.cluster_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_cluster_vpt();
-  prob.scratch_bytes = ops::kSoftmaxScratchBytes;
-  RegRowConfig cfg;
-  if (vec_io && choose_reg_row_config(prob, lim, &cfg) && check_reg_row_config(cfg, prob, lim) == nullptr) {
-    p.team = cfg.team;
+  if (vec_io) {
+    const Plan plan = plan_aligned(p.rows, p.cols, es, backward, lim);
+    if (plan.reg) {
+      const RegRowConfig& cfg = plan.reg_cfg;
+      p.team = cfg.team;
+      p.cluster = cfg.cluster;
+      p.row_blocks = cfg.row_blocks;
+      switch (dtype) {
+        case DType::kFloat32: return ops::launch_softmax_reg<DType::kFloat32>(p, cfg, backward, device, stream);
+        case DType::kFloat16: return ops::launch_softmax_reg<DType::kFloat16>(p, cfg, backward, device, stream);
+        case DType::kBFloat16: return ops::launch_softmax_reg<DType::kBFloat16>(p, cfg, backward, device, stream);
+      }
+      return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+    }
+    const ChunkRowConfig& cfg = plan.chunk_cfg;
+    p.team = cfg.threads;
     p.cluster = cfg.cluster;
-    p.row_blocks = cfg.row_blocks;
+    p.row_blocks = p.rows;
+    p.chunk_vecs = cfg.chunk_vecs;
+    p.stage_vecs = cfg.stage_vecs;
     switch (dtype) {
-      case DType::kFloat32: return ops::launch_softmax_reg<DType::kFloat32>(p, cfg, backward, device, stream);
-      case DType::kFloat16: return ops::launch_softmax_reg<DType::kFloat16>(p, cfg, backward, device, stream);
-      case DType::kBFloat16: return ops::launch_softmax_reg<DType::kBFloat16>(p, cfg, backward, device, stream);
+      case DType::kFloat32: return ops::launch_softmax_chunk<DType::kFloat32>(p, cfg, backward, device, stream);
+      case DType::kFloat16: return ops::launch_softmax_chunk<DType::kFloat16>(p, cfg, backward, device, stream);
+      case DType::kBFloat16: return ops::launch_softmax_chunk<DType::kBFloat16>(p, cfg, backward, device, stream);
     }
     return invalid("unsupported dtype code " + std::to_string(int(dtype)));
   }
@@ -86,6 +130,21 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
 }
 
 }  // namespace
+
+std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward,
+                                     const DeviceLimits& lim) {
+  const Plan plan = plan_aligned(rows, cols, dtype_size(dtype), backward, lim);
+  char buf[128];
+  if (plan.reg) {
+    const RegRowConfig& c = plan.reg_cfg;
+    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", c.team, c.threads, c.cluster, c.vpt);
+  } else {
+    const ChunkRowConfig& c = plan.chunk_cfg;
+    std::snprintf(buf, sizeof buf, "chunk thr %4d cl %2d vecs %lld staged %d", c.threads, c.cluster,
+                  (long long)c.chunk_vecs, c.stage_vecs);
+  }
+  return buf;
+}
 
 Status can_implement(const SoftmaxFwdArgs& a) {
   Status st;

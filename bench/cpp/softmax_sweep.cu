@@ -42,25 +42,6 @@ double check_fwd(const void* x, const void* out, int64_t M, int64_t N, quack::DT
   return worst;
 }
 
-// The configuration the library takes for an aligned (M, N) row problem.
-std::string describe(int64_t M, int64_t N, int es, bool backward, const quack::DeviceLimits& lim) {
-  quack::RegRowProblem prob;
-  prob.rows = M;
-  prob.cols = N;
-  prob.x_elem_bytes = es;
-  prob.max_vpt = backward ? 4 : 8;  // ops/softmax.cuh: softmax_{fwd,bwd}_max_vpt
-  prob.cluster_vpt = 4;             // softmax_fwd_cluster_vpt, softmax_bwd_max_vpt
-  prob.scratch_bytes = 1024;        // kSoftmaxScratchBytes
-  quack::RegRowConfig c;
-  char buf[96];
-  if (quack::choose_reg_row_config(prob, lim, &c))
-    std::snprintf(buf, sizeof buf, "reg %4d %5d %3d %3d %7lld", c.team, c.threads, c.cluster, c.vpt,
-                  (long long)c.grid);
-  else
-    std::snprintf(buf, sizeof buf, "stream (2 passes)              ");
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,8 +75,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%s, dtype %s, M*N = %lld, copy %.1f GB/s\n", log ? "log_softmax" : "softmax", quack::dtype_name(dt),
               (long long)total, copy_gbs);
-  std::printf("%9s %8s | %-32s | %9s %6s | %-32s | %9s %6s | %s\n", "N", "M", "forward: krn team thr cl vpt grid",
-              "fwd us", "%copy", "backward: krn team thr cl vpt grid", "bwd us", "%copy", "fwd max rel err");
+  std::printf("%9s %8s | %-40s | %9s %6s | %-40s | %9s %6s | %s\n", "N", "M", "forward kernel", "fwd us", "%copy",
+              "backward kernel", "bwd us", "%copy", "fwd max rel err");
 
   for (int64_t N : Ns) {
     const int64_t M = std::max<int64_t>(1, total / N);
@@ -129,9 +110,9 @@ int main(int argc, char** argv) {
     const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
     const double fwd_pct = 100.0 * (2.0 * M * N * es / fwd_ms / 1e6) / copy_gbs;
     const double bwd_pct = 100.0 * (3.0 * M * N * es / bwd_ms / 1e6) / copy_gbs;
-    std::printf("%9lld %8lld | %s | %9.1f %5.1f%% | %s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
-                describe(M, N, es, false, lim).c_str(), fwd_ms * 1e3, fwd_pct, describe(M, N, es, true, lim).c_str(),
-                bwd_ms * 1e3, bwd_pct, err);
+    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
+                quack::softmax_plan_description(M, N, dt, false, lim).c_str(), fwd_ms * 1e3, fwd_pct,
+                quack::softmax_plan_description(M, N, dt, true, lim).c_str(), bwd_ms * 1e3, bwd_pct, err);
   }
   CK(cudaGetLastError());
   return 0;

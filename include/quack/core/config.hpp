@@ -19,6 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "quack/quack.hpp"
 
 namespace quack {
 
@@ -89,6 +92,12 @@ struct RowTuning {
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
   int reg_staged_team;       // the CTA size of staged clustered rows
+  // Chunked two-pass rows (ChunkRowConfig below).
+  int64_t chunk_min_bytes;   // rows of at least this many bytes (all tensors) are chunked
+                             // even where the register-resident kernels fit
+  int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
+  int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
+  int chunk_threads;         // CTA size
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -154,5 +163,38 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, R
 bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                            RegRowConfig* out);
 const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
+
+// ---------------------------------------------------------------------------
+// Chunked two-pass rows (softmax's long rows): a row split over a cluster of
+// up to 16 CTAs, each reading its chunk twice -- from HBM, then from shared
+// memory (the first stage_vecs vectors) and L2 (the rest). Any row length;
+// 16-byte-aligned rows. Persistent grid (clamped at launch to the resident
+// clusters).
+struct ChunkRowProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int elem_bytes = 2;        // every tensor's; the vector is 16 bytes
+  int tensors = 1;           // tensors read per element (staged alike)
+  size_t scratch_bytes = 0;  // shared memory before the staging area
+};
+
+struct ChunkRowConfig {
+  int vec = 1;             // elements per vector
+  int threads = 128;       // per CTA, a power of two in [128, 1024]
+  int cluster = 1;         // CTAs per row (power of two <= 16)
+  int64_t chunk_vecs = 0;  // vectors of the row per CTA (the last CTAs may have fewer or none)
+  int stage_vecs = 0;      // vectors per tensor a CTA keeps in shared memory
+  size_t smem_bytes = 0;   // scratch + staging
+  int64_t grid = 0;        // rows * cluster (the launch clamps it)
+};
+
+ChunkRowConfig choose_chunk_row_config(const ChunkRowProblem& prob, const DeviceLimits& lim);
+ChunkRowConfig choose_chunk_row_config(const ChunkRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune);
+const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProblem& prob, const DeviceLimits& lim);
+
+// The kernel and configuration softmax_fwd (backward: softmax_bwd) takes for
+// 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
+// and their records (src/softmax.cu).
+std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
 
 }  // namespace quack

@@ -42,6 +42,10 @@ struct SoftmaxParams {
   bool log;
   int team, cluster;
   int64_t row_blocks;
+  // Chunked kernels: vectors of the row per CTA, and how many of them a CTA
+  // keeps in shared memory between its two passes.
+  int64_t chunk_vecs;
+  int stage_vecs;
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -333,6 +337,193 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
 }
 
 // ---------------------------------------------------------------------------
+// Chunked kernels for long 16-byte-aligned rows: a row is split over a
+// cluster of p.cluster CTAs (1..16); CTA r owns vectors [r, r + 1) *
+// p.chunk_vecs of it. Pass 1 reads the chunk from HBM, 64 bytes a thread in
+// flight (4 vectors forward, 2 of y and 2 of dy backward), folds it into the row's reduction and keeps its first
+// p.stage_vecs vectors in shared memory. After the reduction over the CTA and
+// the cluster, pass 2 walks the chunk backwards -- the most recently read
+// lines first -- taking the staged vectors from shared memory and the rest
+// from global memory again, where pass 1 left them in L2. HBM traffic stays
+// one read and one write while the chunk's L2 tail is small against L2.
+// Persistent: a cluster walks rows first, first + clusters, ...
+template <typename T, bool kBackward, bool kCluster>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(const SoftmaxParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int U = kBackward ? 2 : 4;
+  using V = RawVec<T, VEC>;
+  using Op = std::conditional_t<kBackward, SumOp, MaxSumOp>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // The row reduction: over the CTA, then the cluster (ClusterExchange); an
+  // unclustered CTA alternates RowReducer's two scratch halves row by row.
+  RowReduce<Op, kCluster> cred;
+  cred.start(smem);
+  [[maybe_unused]] RowReducer<Op> bred(smem, int(blockDim.x), 1);
+  uint4* stage_a = reinterpret_cast<uint4*>(smem + kSoftmaxScratchBytes);
+  uint4* stage_b = stage_a + p.stage_vecs;  // backward: dy
+
+  const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
+  // This CTA's vectors: nfull whole ones, then (in the CTA holding the row's
+  // end, when N is not a multiple of VEC) one partial vector of `tail`
+  // elements, handled by thread 0 outside the unrolled loops.
+  const int64_t v0 = int64_t(crank) * p.chunk_vecs;
+  const int64_t full_row = p.cols / VEC;
+  const int nfull = int(v0 >= full_row ? 0 : (full_row - v0 < p.chunk_vecs ? full_row - v0 : p.chunk_vecs));
+  const int tail = (v0 + nfull == full_row && nfull < p.chunk_vecs) ? int(p.cols - full_row * VEC) : 0;
+  const int nstage = nfull < p.stage_vecs ? nfull : p.stage_vecs;
+
+  // Forward: folds vectors into the thread's online (m, s), one rescale per
+  // call (padding must hold -inf).
+  auto fold = [](auto& vs, float& m, float& s) {
+    const float nm = fmaxf(m, max_of(vs));
+    s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+    const float base = nm == -INFINITY ? 0.0f : nm;
+#pragma unroll
+    for (auto& v : vs) {
+      float f[VEC];
+      v.widen(f);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - base) * kLog2e);
+    }
+    m = nm;
+  };
+  // Backward: the dot product's terms (padding holds zeros).
+  auto dot = [&](const V& y, const V& dy, float& acc) {
+    float fy[VEC], fdy[VEC];
+    y.widen(fy);
+    dy.widen(fdy);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) acc = p.log ? acc + fdy[j] : fmaf(fdy[j], fy[j], acc);
+  };
+
+  const int64_t clusters = gridDim.x / unsigned(p.cluster);
+  for (int64_t row = blockIdx.x / unsigned(p.cluster); row < p.rows; row += clusters) {
+    // Opaque per row: otherwise ptxas precomputes every unrolled step's
+    // offsets once, keeps them live across the row loop and spills (as in the
+    // register kernels).
+    int nfull_r = nfull, nstage_r = nstage, tail_r = tail, tid = int(threadIdx.x), nthr = int(blockDim.x);
+    asm volatile("" : "+r"(nfull_r), "+r"(nstage_r), "+r"(tail_r), "+r"(tid), "+r"(nthr));
+    const T* a = static_cast<const T*>(p.a) + row * p.a_stride + v0 * VEC;
+    const T* b = kBackward ? static_cast<const T*>(p.b) + row * p.b_stride + v0 * VEC : nullptr;
+    T* o = static_cast<T*>(p.out) + row * p.out_stride + v0 * VEC;
+
+    // Pass 1.
+    float m = -INFINITY, s = 0.0f, acc = 0.0f;
+#pragma unroll 1
+    for (int k0 = tid; k0 < nfull_r; k0 += U * nthr) {
+      V va[U], vb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = k0 + u * nthr;
+        if (k < nfull_r) {
+          va[u].load(a + int64_t(k) * VEC);
+          if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+        } else if constexpr (kBackward) {
+          va[u].zero();
+          vb[u].zero();
+        } else {
+          va[u].fill_tail(0, neg_inf_bits<T>());
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = k0 + u * nthr;
+        if (k < nstage_r) {
+          stage_a[k] = *reinterpret_cast<const uint4*>(va[u].w);
+          if constexpr (kBackward) stage_b[k] = *reinterpret_cast<const uint4*>(vb[u].w);
+        }
+      }
+      if constexpr (kBackward) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) dot(va[u], vb[u], acc);
+      } else {
+        fold(va, m, s);
+      }
+    }
+    // The row's partial last vector. Its addresses are made opaque, or ptxas
+    // precomputes its per-element addresses outside the row loop and spills.
+    auto tail_ptr = [&](auto* base) {
+      auto* t = base + int64_t(nfull_r) * VEC;
+      asm volatile("" : "+l"(t));
+      return t;
+    };
+    if (tail_r > 0 && tid == 0) {
+      V va[1], vb;
+      va[0].load_partial(tail_ptr(a), tail_r);
+      if constexpr (kBackward) {
+        vb.load_partial(tail_ptr(b), tail_r);
+        dot(va[0], vb, acc);
+      } else {
+        va[0].fill_tail(tail_r, neg_inf_bits<T>());
+        fold(va, m, s);
+      }
+    }
+
+    // The reduction's __syncthreads also orders pass 1's staging stores
+    // before pass 2's loads of other threads' vectors (CTAs >= 64 threads).
+    typename Op::T part;
+    if constexpr (kBackward) part = acc;
+    else part = MaxSum{m, s};
+    if constexpr (kCluster) part = cred.reduce(part, nthr, p.cluster, crank);
+    else part = bred.reduce(part);
+    // Backward: the row's dot product; forward: the output constants.
+    const std::conditional_t<kBackward, float, SoftmaxRow> rc(part);
+    auto out = [&](const V& va, const V& vb, V& o) {
+      float f[VEC];
+      va.widen(f);
+      if constexpr (kBackward) {
+        float dy[VEC];
+        vb.widen(dy);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = p.log ? dy[j] - __expf(f[j]) * rc : f[j] * (dy[j] - rc);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = rc.out(f[j], p.log);
+      }
+      o.narrow(f);
+    };
+
+    // Pass 2, backwards over the chunk.
+#pragma unroll 1
+    for (int j0 = tid; j0 < nfull_r; j0 += U * nthr) {
+      V va[U], vb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = nfull_r - 1 - (j0 + u * nthr);
+        if (k < 0) continue;
+        if (k < nstage_r) {
+          *reinterpret_cast<uint4*>(va[u].w) = stage_a[k];
+          if constexpr (kBackward) *reinterpret_cast<uint4*>(vb[u].w) = stage_b[k];
+        } else {
+          va[u].load(a + int64_t(k) * VEC);
+          if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = nfull_r - 1 - (j0 + u * nthr);
+        if (k < 0) continue;
+        V vo;
+        out(va[u], vb[u], vo);
+        vo.store(o + int64_t(k) * VEC);
+      }
+    }
+    if (tail_r > 0 && tid == 0) {
+      V va, vb, vo;
+      va.load_partial(tail_ptr(a), tail_r);
+      if constexpr (kBackward) vb.load_partial(tail_ptr(b), tail_r);
+      out(va, vb, vo);
+      vo.store_partial(tail_ptr(o), tail_r);
+    }
+    // The next row's pass 1 overwrites the staged vectors: every thread must
+    // be done reading them.
+    __syncthreads();
+  }
+  cred.finish();
+}
+
+// ---------------------------------------------------------------------------
 // Launchers, explicitly instantiated once per dtype (src/ops/softmax_<dt>.cu).
 
 template <auto kKernel>
@@ -391,7 +582,23 @@ Status launch_softmax_stream(const SoftmaxParams& p, int threads, int64_t grid, 
   return launch_softmax_kernel<softmax_bwd_stream_kernel<T, false>>(p, shape, device, stream);
 }
 
+// Chunked: cfg from choose_chunk_row_config.
+template <DType kX>
+Status launch_softmax_chunk(const SoftmaxParams& p, const ChunkRowConfig& cfg, bool backward, int device,
+                            cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, true};
+  if (!backward) {
+    if (cfg.cluster > 1) return launch_softmax_kernel<softmax_chunk_kernel<T, false, true>>(p, shape, device, stream);
+    return launch_softmax_kernel<softmax_chunk_kernel<T, false, false>>(p, shape, device, stream);
+  }
+  if (cfg.cluster > 1) return launch_softmax_kernel<softmax_chunk_kernel<T, true, true>>(p, shape, device, stream);
+  return launch_softmax_kernel<softmax_chunk_kernel<T, true, false>>(p, shape, device, stream);
+}
+
 #define QUACK_SOFTMAX_INSTANTIATION(EXTERN, DT)                                                              \
+  EXTERN template Status launch_softmax_chunk<DT>(const SoftmaxParams&, const ChunkRowConfig&, bool, int,    \
+                                                  cudaStream_t);                                             \
   EXTERN template Status launch_softmax_reg<DT>(const SoftmaxParams&, const RegRowConfig&, bool, int,        \
                                                 cudaStream_t);                                               \
   EXTERN template Status launch_softmax_stream<DT>(const SoftmaxParams&, int, int64_t, bool, bool, int,      \

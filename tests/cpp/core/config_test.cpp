@@ -417,5 +417,74 @@ TEST(RegConfigShapes, TypicalShapes) {
   EXPECT_FALSE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &c));
 }
 
+// ---------------------------------------------------------------------------
+// Chunked two-pass rows (choose_chunk_row_config): valid for every N and
+// every tuning the tools may pass, clusters only as large as the row needs,
+// and no staging beyond the chunk.
+struct ChunkCase {
+  int elem_bytes, tensors;
+  int64_t cta_kb, stage_kb;
+  int threads;
+};
+
+void chunk_sweep(const ChunkCase& k, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+  RowTuning t = default_row_tuning();
+  t.chunk_cta_bytes = k.cta_kb << 10;
+  t.chunk_stage_bytes = k.stage_kb << 10;
+  t.chunk_threads = k.threads;
+  for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
+    ChunkRowProblem p;
+    p.rows = rows;
+    p.cols = n;
+    p.elem_bytes = k.elem_bytes;
+    p.tensors = k.tensors;
+    p.scratch_bytes = 1024;
+    const ChunkRowConfig c = choose_chunk_row_config(p, lim, t);
+    const char* why = check_chunk_row_config(c, p, lim);
+    const int64_t row_bytes = ceil_div(n, c.vec) * 16 * k.tensors;
+    if (why == nullptr && c.cluster > 1 && row_bytes <= int64_t(c.cluster / 2) * t.chunk_cta_bytes)
+      why = "a cluster larger than the row needs";
+    if (why == nullptr && c.cluster < std::min(16, lim.max_cluster) && row_bytes > int64_t(c.cluster) * t.chunk_cta_bytes)
+      why = "chunks above the target although the cluster could grow";
+    if (why == nullptr && int64_t(c.stage_vecs) * 16 * k.tensors > t.chunk_stage_bytes) why = "staging beyond the tuning";
+    return why == nullptr ? std::string()
+                          : std::string(why) + " (N " + std::to_string(n) + ", rows " + std::to_string(rows) +
+                                ", cluster " + std::to_string(c.cluster) + ")";
+  });
+}
+
+class ChunkConfigSweep : public testing::TestWithParam<ChunkCase> {};
+
+TEST_P(ChunkConfigSweep, EveryNUpTo2Pow21IsValidOnH200) { chunk_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 1); }
+TEST_P(ChunkConfigSweep, ValidWithPortableClusterOf8AndWithoutClusters) {
+  DeviceLimits lim;
+  lim.max_cluster = 8;
+  chunk_sweep(GetParam(), lim, kSweepMaxN, 7);
+  lim.max_cluster = 1;
+  chunk_sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Softmax, ChunkConfigSweep,
+                         testing::Values(ChunkCase{2, 1, 128, 96, 512}, ChunkCase{4, 1, 128, 96, 512},
+                                         ChunkCase{2, 2, 128, 96, 512}, ChunkCase{4, 2, 16, 8, 128},
+                                         ChunkCase{2, 1, 1, 300, 1024}, ChunkCase{4, 2, 1 << 20, 0, 64}));
+
+TEST(ChunkConfig, StagingIsClampedToTheSharedMemoryLimit) {
+  ChunkRowProblem p;
+  p.rows = 3;
+  p.cols = int64_t(1) << 24;
+  p.elem_bytes = 4;
+  p.tensors = 2;
+  p.scratch_bytes = 1024;
+  RowTuning t = default_row_tuning();
+  t.chunk_stage_bytes = int64_t(1) << 30;
+  const DeviceLimits lim;
+  const ChunkRowConfig c = choose_chunk_row_config(p, lim, t);
+  EXPECT_EQ(check_chunk_row_config(c, p, lim), nullptr);
+  EXPECT_LE(c.smem_bytes, lim.max_smem_per_block);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.grid, 3 * 16);
+}
+
 }  // namespace
 }  // namespace quack

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "quack/core/config.hpp"
 #include "quack/quack.hpp"
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
@@ -72,17 +73,18 @@ std::vector<SmCase> cases() {
   add({"N70000_bf16_M300", 300, 70000, kBF16});
   add({"N131072_f32", 3, 131072, kF32});
   add({"N262144_bf16_shift1e4", 2, 262144, kBF16, false, 0, 0, 1e4});
-  // Streaming: misaligned, padded strides, beyond the register tiles.
+  // Streaming: misaligned rows or strides.
   add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
-  add({"N300001_f32_streaming", 2, 300001, kF32});
-  add({"N1048576_bf16_streaming", 2, 1048576, kBF16});
+  // Chunked: beyond the register tiles (a partial last vector in the first).
+  add({"N300001_f32_chunked", 2, 300001, kF32});
+  add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
   // NaN; -inf entries -> 0 / -inf).
   add({"N64_f32_special", 8, 64, kF32, false, 0, 0, 0.0, true});
   add({"N5000_bf16_special", 8, 5000, kBF16, false, 0, 0, 0.0, true});
-  add({"N300001_f32_special_streaming", 8, 300001, kF32, false, 0, 0, 0.0, true});
+  add({"N300001_f32_special_chunked", 8, 300001, kF32, false, 0, 0, 0.0, true});
   return v;
 }
 
@@ -160,11 +162,8 @@ void run_twice(const std::vector<GuardedTensor*>& inputs, const std::vector<std:
   *got = std::move(first);
 }
 
-class SoftmaxGpu : public testing::TestWithParam<SmCase> {};
-
-TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
-  QUACK_REQUIRE_SM90();
-  const SmCase& c = GetParam();
+// Forward, then backward, of one case against float64.
+void run_case(const SmCase& c) {
   const Layout layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset};
   std::mt19937 gen(uint32_t(c.rows * 131 + c.cols));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -199,7 +198,7 @@ TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
   fa.log = c.log;
   std::vector<double> y;
   run_twice({&tx}, {x}, ty, [&] { return softmax_fwd(fa, nullptr); }, &y);
-  if (HasFatalFailure()) return;
+  if (testing::Test::HasFatalFailure()) return;
   const std::vector<double> want_y = reference_fwd(x, c.rows, c.cols, c.log);
   int64_t bad = 0;
   for (size_t i = 0; i < y.size(); ++i) {
@@ -228,7 +227,7 @@ TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
   ba.log = c.log;
   std::vector<double> dx;
   run_twice({&ty, &tdy}, {yin, dy}, tdx, [&] { return softmax_bwd(ba, nullptr); }, &dx);
-  if (HasFatalFailure()) return;
+  if (testing::Test::HasFatalFailure()) return;
   // fp32 arithmetic cannot do better than its rounding of the terms: dot
   // is a sum of N terms (sequential per thread, then a tree) whose error is
   // up to (64 + log2 N) fp32 ulps of sum |terms|, and dy - dot cancels. The
@@ -260,7 +259,39 @@ TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
   EXPECT_EQ(bad, 0) << "backward elements wrong";
 }
 
+class SoftmaxGpu : public testing::TestWithParam<SmCase> {};
+
+TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, SoftmaxGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The same cases with every aligned row chunked, in small chunks (clusters
+// from N = 8K bf16), half staged in shared memory and half re-read from
+// global memory, by 128-thread CTAs: the chunked kernel on every shape,
+// with several loop trips, tails, and both halves of pass 2.
+class SoftmaxGpuChunked : public testing::TestWithParam<SmCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.chunk_min_bytes = 0;
+    t.chunk_cta_bytes = 16 << 10;
+    t.chunk_stage_bytes = 8 << 10;
+    t.chunk_threads = 128;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(SoftmaxGpuChunked, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkCases, SoftmaxGpuChunked, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 }  // namespace
