@@ -82,10 +82,20 @@ RowTuning default_row_tuning() {
   // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
   t.reg_staged_team = 256;
-  // Chunked rows (softmax): only rows the register tiles cannot hold, until
-  // measured otherwise; 128 KB of the row per CTA, 96 KB of it staged, so
-  // that two 512-thread CTAs share an SM.
-  t.chunk_min_bytes = int64_t(1) << 40;
+  // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
+  // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
+  // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
+  // staging 200 KB (bf16 N = 1M forward 70.7% vs 60.7%, fp32 73.2% vs 63.6%)
+  // and 256-thread CTAs with 64 KB chunks (69.9%, 64.0%). Forward rows of
+  // 256 KB and more are chunked although the clustered register kernel fits
+  // (bf16 N = 128K / 256K: 79.8% / 75.1% against 56.1% / 55.8%; fp32 N = 64K
+  // .. 256K: 89.3 / 86.9 / 84.0% against 63.0 / 61.8 / 52.3%); at 128 KB the
+  // register kernel wins for fp32 N = 32K (97.1% vs 94.2%) and loses for
+  // bf16 N = 64K (85.2% vs 88.8%). Backward (y and dy) the register kernels
+  // win up to 1 MB (bf16 N = 256K: 97.0% vs 86.8%, fp32 N = 128K: 96.3% vs
+  // 91.2%) and lose at 2 MB (fp32 N = 256K: 71.1% vs 87.9%).
+  t.chunk_min_bytes = 256 << 10;
+  t.chunk_min_bytes_bwd = 2 << 20;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -222,15 +232,16 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
 
   // Vectors per thread aimed for; fewer for decode-sized batches, whose rows
   // cannot fill the GPU: a shorter chain per thread, more threads per row.
+  const int asked_vpt = prob.vpt_target > 0 ? prob.vpt_target : tune.reg_vpt_target;
   int vpt_target = 1;
   for (int b : kRegRowVptBuckets)
-    if (b <= std::min(tune.reg_vpt_target, max_vpt)) vpt_target = b;
+    if (b <= std::min(asked_vpt, max_vpt)) vpt_target = b;
   const int64_t fill_threads = int64_t(lim.num_sms) * kFillThreadsPerSm;
   while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads) vpt_target /= 2;
 
   // 1. A team of up to max_team threads at the target (up to wide_team for
   //    decode-sized batches, whose target was lowered to spread the row).
-  const int64_t stage1_cap = vpt_target < std::min(tune.reg_vpt_target, max_vpt) ? wide_team : max_team;
+  const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team : max_team;
   int64_t team = pow2_ceil(ceil_div(nvec, vpt_target));
   int64_t cluster = 1;
   if (team > stage1_cap) {

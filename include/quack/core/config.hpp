@@ -93,8 +93,9 @@ struct RowTuning {
   int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
   int reg_staged_team;       // the CTA size of staged clustered rows
   // Chunked two-pass rows (ChunkRowConfig below).
-  int64_t chunk_min_bytes;   // rows of at least this many bytes (all tensors) are chunked
-                             // even where the register-resident kernels fit
+  int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
+                             // where the register-resident kernels fit
+  int64_t chunk_min_bytes_bwd;  // the same for backward rows (bytes of y and dy)
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -137,6 +138,7 @@ struct RegRowProblem {
   int max_vpt = 8;       // largest bucket the kernel family is built with
   int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
+  int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
   int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };

@@ -278,6 +278,7 @@ class SoftmaxGpuChunked : public testing::TestWithParam<SmCase> {
   void SetUp() override {
     RowTuning t = default_row_tuning();
     t.chunk_min_bytes = 0;
+    t.chunk_min_bytes_bwd = 0;
     t.chunk_cta_bytes = 16 << 10;
     t.chunk_stage_bytes = 8 << 10;
     t.chunk_threads = 128;
