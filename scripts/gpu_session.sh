@@ -7,6 +7,8 @@
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
 #              killed after $SANITIZE_TIMEOUT s)
+#   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
+#              hazards; killed after $RACECHECK_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax")
@@ -35,6 +37,11 @@ for part in $parts; do
         build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \
         > "$out/memcheck.log" 2>&1 || status=1
       tail -4 "$out/memcheck.log" ;;
+    racecheck)
+      timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 \
+        build/tests/cpp/quack_gpu_tests --gtest_filter="${RACECHECK_FILTER:-ChunkCases/*N8191*}" \
+        > "$out/racecheck.log" 2>&1 || status=1
+      tail -4 "$out/racecheck.log" ;;
     sweep)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
         > "$out/sweep_build.log" 2>&1 || { status=1; continue; }
