@@ -339,11 +339,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
 // ---------------------------------------------------------------------------
 // Chunked kernels for long 16-byte-aligned rows: a row is split over a
 // cluster of p.cluster CTAs (1..16); CTA r owns vectors [r, r + 1) *
-// p.chunk_vecs of it. Pass 1 reads the chunk from HBM: its first
-// p.stage_vecs vectors by cp.async into shared memory, all issued up front,
-// and meanwhile the rest into registers, 64 bytes a thread in flight (4
-// vectors forward, 2 of y and 2 of dy backward); both are folded into the
-// row's reduction. After the reduction over the CTA and
+// p.chunk_vecs of it. Pass 1 reads the chunk from HBM, 64 bytes a thread in
+// flight (4 vectors forward, 2 of y and 2 of dy backward), folds it into the row's reduction and keeps its first
+// p.stage_vecs vectors in shared memory. After the reduction over the CTA and
 // the cluster, pass 2 walks the chunk backwards -- the most recently read
 // lines first -- taking the staged vectors from shared memory and the rest
 // from global memory again, where pass 1 left them in L2. HBM traffic stays
@@ -410,37 +408,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
     const T* b = kBackward ? static_cast<const T*>(p.b) + row * p.b_stride + v0 * VEC : nullptr;
     T* o = static_cast<T*>(p.out) + row * p.out_stride + v0 * VEC;
 
-    // Pass 1. The staged part streams into shared memory (cp.async, every
-    // copy issued up front) while the rest is loaded into registers and
-    // folded; then the staged part is folded, each thread its own vectors
-    // (its own cp.async.wait_all makes them visible to it).
+    // Pass 1.
     float m = -INFINITY, s = 0.0f, acc = 0.0f;
-    auto consume = [&](V (&va)[U], V (&vb)[U]) {
-      if constexpr (kBackward) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) dot(va[u], vb[u], acc);
-      } else {
-        fold(va, m, s);
-      }
-    };
-    // Vectors past `end` of an unrolled step: zeros (backward), -inf (forward).
-    auto pad = [&](V& va, V& vb) {
-      if constexpr (kBackward) {
-        va.zero();
-        vb.zero();
-      } else {
-        va.fill_tail(0, neg_inf_bits<T>());
-      }
-    };
-    const uint32_t sa = smem_addr(stage_a), sb = smem_addr(stage_b);
-#pragma unroll 4
-    for (int k = tid; k < nstage_r; k += nthr) {
-      cp_async_zfill<16>(sa + 16 * uint32_t(k), a + int64_t(k) * VEC, 16);
-      if constexpr (kBackward) cp_async_zfill<16>(sb + 16 * uint32_t(k), b + int64_t(k) * VEC, 16);
-    }
-    cp_async_commit();
 #pragma unroll 1
-    for (int k0 = nstage_r + tid; k0 < nfull_r; k0 += U * nthr) {
+    for (int k0 = tid; k0 < nfull_r; k0 += U * nthr) {
       V va[U], vb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -448,27 +419,27 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
         if (k < nfull_r) {
           va[u].load(a + int64_t(k) * VEC);
           if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+        } else if constexpr (kBackward) {
+          va[u].zero();
+          vb[u].zero();
         } else {
-          pad(va[u], vb[u]);
+          va[u].fill_tail(0, neg_inf_bits<T>());
         }
       }
-      consume(va, vb);
-    }
-    cp_async_wait_all();
-#pragma unroll 1
-    for (int k0 = tid; k0 < nstage_r; k0 += U * nthr) {
-      V va[U], vb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int k = k0 + u * nthr;
         if (k < nstage_r) {
-          *reinterpret_cast<uint4*>(va[u].w) = stage_a[k];
-          if constexpr (kBackward) *reinterpret_cast<uint4*>(vb[u].w) = stage_b[k];
-        } else {
-          pad(va[u], vb[u]);
+          stage_a[k] = *reinterpret_cast<const uint4*>(va[u].w);
+          if constexpr (kBackward) stage_b[k] = *reinterpret_cast<const uint4*>(vb[u].w);
         }
       }
-      consume(va, vb);
+      if constexpr (kBackward) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) dot(va[u], vb[u], acc);
+      } else {
+        fold(va, m, s);
+      }
     }
     // The row's partial last vector. Its addresses are made opaque, or ptxas
     // precomputes its per-element addresses outside the row loop and spills.
@@ -489,9 +460,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
       }
     }
 
-    // The reduction's __syncthreads also makes every thread's staged
-    // vectors (each waited for by its own thread) visible to pass 2, which
-    // reads other threads' vectors (CTAs >= 64 threads).
+    // The reduction's __syncthreads also orders pass 1's staging stores
+    // before pass 2's loads of other threads' vectors (CTAs >= 64 threads).
     typename Op::T part;
     if constexpr (kBackward) part = acc;
     else part = MaxSum{m, s};
