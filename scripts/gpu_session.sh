@@ -12,6 +12,7 @@
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax")
+#   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax  bench/bench_softmax.py likewise (bench_softmax.md / .json)
@@ -22,9 +23,19 @@ shift
 out=${OUT:?set OUT to the directory for the logs}
 parts=${*:-tests sweep bench}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+
+# libquack and the C++ sweeps (build/rmsnorm_sweep, build/softmax_sweep).
+build_sweeps() {
+  { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
+    > "$out/sweep_build.log" 2>&1 || return 1
+  for s in rmsnorm_sweep softmax_sweep; do
+    nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
+      build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
+  done
+}
 
 for part in $parts; do
   start=$SECONDS
@@ -43,12 +54,7 @@ for part in $parts; do
         > "$out/racecheck.log" 2>&1 || status=1
       tail -4 "$out/racecheck.log" ;;
     sweep)
-      { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
-        > "$out/sweep_build.log" 2>&1 || { status=1; continue; }
-      nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/rmsnorm_sweep.cu \
-        build/libquack.a -o build/rmsnorm_sweep > "$out/sweep.log" 2>&1 || { status=1; continue; }
-      nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude bench/cpp/softmax_sweep.cu \
-        build/libquack.a -o build/softmax_sweep >> "$out/sweep.log" 2>&1 || { status=1; continue; }
+      build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
       for tune in "" "${tunes[@]}"; do
         for dt in bf16 f32; do
@@ -61,6 +67,24 @@ for part in $parts; do
             QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
           fi
         done
+      done ;;
+    ncu)
+      # One ncu report per entry of $NCU_RUNS, ';'-separated entries of
+      # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
+      #   NCU_RUNS="softmax_chunk||softmax_sweep bf16 0 268435456 1048576"
+      # (the 4th timed launch of the first matching kernel).
+      build_sweeps || { status=1; continue; }
+      IFS=';' read -r -a runs <<< "${NCU_RUNS:-}"
+      i=0
+      for run in "${runs[@]}"; do
+        IFS='|' read -r kernel tune cmd <<< "$run"
+        i=$((i + 1))
+        # shellcheck disable=SC2086
+        QUACK_TUNE=$tune timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+          --section SchedulerStats -k "regex:$kernel" --launch-skip 3 --launch-count 1 build/$cmd \
+          > "$out/ncu_$i.txt" 2>&1 || status=1
+        grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
     bench)
       # shellcheck source=/dev/null
