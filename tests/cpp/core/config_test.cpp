@@ -363,52 +363,38 @@ TEST(RegConfigShapes, DisabledByTuning) {
 }
 
 TEST(RegConfigShapes, TypicalShapes) {
-  auto cfg = [](int64_t rows, int64_t n, int x_bytes) {
-    RegRowProblem p;
-    p.rows = rows;
-    p.cols = n;
-    p.x_elem_bytes = x_bytes;
-    RegRowConfig c;
-    EXPECT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &c)) << n;
-    return c;
+  // Expected layouts of bf16 rows; -1: not checked.
+  struct Shape {
+    const char* why;
+    int64_t rows, n;
+    int team, vpt, cluster, threads;
   };
-  // Short rows: sub-warp teams sharing a CTA.
-  RegRowConfig c = cfg(1 << 20, 256, 2);
-  EXPECT_EQ(c.team, 8);
-  EXPECT_EQ(c.vpt, 4);
-  EXPECT_EQ(c.threads, 256);
-  // A 4K row at training batch: one 128-thread CTA per row, 4 vectors each.
-  c = cfg(65536, 4096, 2);
-  EXPECT_EQ(c.team, 128);
-  EXPECT_EQ(c.vpt, 4);
-  EXPECT_EQ(c.cluster, 1);
-  // Past 256 threads at 4 vectors: 8 vectors per thread, then up to 512 threads.
-  c = cfg(16384, 16384, 2);
-  EXPECT_EQ(c.team, 256);
-  EXPECT_EQ(c.vpt, 8);
-  EXPECT_EQ(c.cluster, 1);
-  c = cfg(8192, 32768, 2);
-  EXPECT_EQ(c.team, 512);
-  EXPECT_EQ(c.vpt, 8);
-  EXPECT_EQ(c.cluster, 1);
-  // Then one 1024-thread CTA, then clusters of them.
-  c = cfg(4096, 65536, 2);
-  EXPECT_EQ(c.team, 1024);
-  EXPECT_EQ(c.vpt, 8);
-  EXPECT_EQ(c.cluster, 1);
-  c = cfg(2048, 131072, 2);
-  EXPECT_EQ(c.team, 1024);
-  EXPECT_EQ(c.vpt, 8);
-  EXPECT_EQ(c.cluster, 2);
-  // Decode (one row): spread over more threads, one vector each.
-  c = cfg(1, 4096, 2);
-  EXPECT_EQ(c.vpt, 1);
-  EXPECT_EQ(c.team, 512);
-  // Long rows: clusters; 1M bf16 takes the whole 16 x 1024 x 8 tile.
-  c = cfg(256, 1 << 20, 2);
-  EXPECT_EQ(c.cluster, 16);
-  EXPECT_EQ(c.team, 1024);
-  EXPECT_EQ(c.vpt, 8);
+  const Shape shapes[] = {
+      {"short rows: sub-warp teams sharing a CTA", 1 << 20, 256, 8, 4, -1, 256},
+      {"a 4K row at training batch: one 128-thread CTA per row, 4 vectors each", 65536, 4096, 128, 4, 1, -1},
+      {"past 256 threads at 4 vectors: 8 vectors per thread", 16384, 16384, 256, 8, 1, -1},
+      {"... then up to 512 threads", 8192, 32768, 512, 8, 1, -1},
+      {"then one 1024-thread CTA", 4096, 65536, 1024, 8, 1, -1},
+      {"then clusters of them", 2048, 131072, 1024, 8, 2, -1},
+      {"decode (one row): spread over more threads, one vector each", 1, 4096, 512, 1, -1, -1},
+      {"long rows: 1M bf16 takes the whole 16 x 1024 x 8 tile", 256, 1 << 20, 1024, 8, 16, -1},
+  };
+  RegRowConfig c;
+  for (const Shape& s : shapes) {
+    RegRowProblem p;
+    p.rows = s.rows;
+    p.cols = s.n;
+    p.x_elem_bytes = 2;
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &c)) << s.why;
+    EXPECT_EQ(c.team, s.team) << s.why;
+    EXPECT_EQ(c.vpt, s.vpt) << s.why;
+    if (s.cluster >= 0) {
+      EXPECT_EQ(c.cluster, s.cluster) << s.why;
+    }
+    if (s.threads >= 0) {
+      EXPECT_EQ(c.threads, s.threads) << s.why;
+    }
+  }
   // 1M fp32 does not fit: the staged kernel's business.
   RegRowProblem p;
   p.rows = 256;
