@@ -314,6 +314,62 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   return nullptr;
 }
 
+bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out) {
+  if (prob.x_elem_bytes <= 0 || 16 % prob.x_elem_bytes) return false;
+  RegRowConfig c;
+  c.vec = 16 / prob.x_elem_bytes;
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  for (int b : kRegRowVptBuckets)
+    if (b <= prob.max_vpt) c.vpt = b;
+  const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
+  if (nvec > int64_t(kRegRowMaxThreads) * c.vpt * max_cluster) return false;
+  // The largest tile, then as many threads as the row needs; past one
+  // 1024-thread CTA, a cluster of them.
+  int64_t team = pow2_ceil(ceil_div(nvec, c.vpt));
+  if (team > kRegRowMaxThreads) {
+    c.cluster = int(ceil_div(nvec, int64_t(kRegRowMaxThreads) * c.vpt));
+    team = kRegRowMaxThreads;
+  }
+  c.team = int(team);
+  // Teams of up to a warp share 256-thread CTAs; larger teams own theirs.
+  c.threads = c.team <= 32 ? 256 : c.team;
+  c.smem_bytes = prob.scratch_bytes + size_t(c.threads) * c.vpt * c.vec * 8;
+  if (c.smem_bytes > lim.max_smem_per_block) return false;
+  c.row_blocks = c.cluster > 1 ? prob.rows : ceil_div(prob.rows, c.teams_per_cta());
+  // Persistent: as many CTAs as fit at once (64 registers a thread: 1024
+  // threads an SM; the accumulators' shared memory).
+  const int64_t by_threads = kRegRowMaxThreads / c.threads;
+  const int64_t by_smem = int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024);
+  const int64_t per_sm = std::max<int64_t>(1, std::min({by_threads, by_smem, int64_t(32)}));
+  const int64_t resident = std::max<int64_t>(1, per_sm * lim.num_sms / c.cluster);
+  c.grid = std::min(c.row_blocks, resident) * c.cluster;
+  *out = c;
+  return true;
+}
+
+const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& prob, const DeviceLimits& lim) {
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
+  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
+    return "threads is not a whole number of warps and teams in [team, 1024]";
+  if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
+  if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";
+  if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
+  bool bucket = false;
+  for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
+  if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
+  if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
+  if (c.smem_bytes != prob.scratch_bytes + size_t(c.threads) * c.vpt * c.vec * 8 || c.smem_bytes > lim.max_smem_per_block)
+    return "shared memory is not scratch + the accumulators within the per-CTA limit";
+  if (c.row_blocks * (c.cluster > 1 ? 1 : c.teams_per_cta()) < prob.rows) return "row blocks do not cover the rows";
+  if (c.grid % c.cluster) return "grid is not a whole number of clusters";
+  if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
+  if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
+  if (c.grid > int64_t(lim.num_sms) * 32) return "grid beyond the resident CTAs";
+  return nullptr;
+}
+
 ChunkRowConfig choose_chunk_row_config(const ChunkRowProblem& prob, const DeviceLimits& lim) {
   return choose_chunk_row_config(prob, lim, current_row_tuning());
 }

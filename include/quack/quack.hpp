@@ -83,6 +83,46 @@ Status can_implement(const RMSNormFwdArgs& args);
 Status rmsnorm_fwd(const RMSNormFwdArgs& args, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
+// RMSNorm backward: the gradients of RMSNormFwdArgs' outputs, from the
+// forward's normalised input h (x, or residual_out when the forward had a
+// residual) and its rstd:
+//   xhat = h * rstd,  g = dy * (weight + weight_offset)   (g = dy without a weight)
+//   dh   = rstd * (g - xhat * mean(g * xhat)) + dresidual_out
+//   dx = dh in dx's dtype; dresidual (optional) = dh in its own dtype
+//   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy
+// dweight and dbias are accumulated in fp32 and are deterministic: per-CTA
+// partial sums in `workspace`, then a fixed-order reduction; bit-identical
+// run after run on the same device. No float atomics.
+struct MutVectorRef {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+};
+
+struct RMSNormBwdArgs {
+  int64_t rows = 0;  // M (0 is allowed: the weight gradients are zeroed)
+  int64_t cols = 0;  // N >= 1
+  MatrixRef h;               // the forward's normalised input
+  MatrixRef dy;              // gradient of out
+  MatrixRef dresidual_out;   // ptr == nullptr: none (gradient arriving on residual_out)
+  VectorRef weight;          // ptr == nullptr: none
+  const float* rstd = nullptr;  // [rows] fp32, from the forward
+  MutMatrixRef dx;
+  MutMatrixRef dresidual;    // ptr == nullptr: not written
+  MutVectorRef dweight;      // ptr == nullptr: not computed (needs weight)
+  MutVectorRef dbias;        // ptr == nullptr: not computed
+  float weight_offset = 0.0f;
+  void* workspace = nullptr;    // rmsnorm_bwd_workspace_bytes(args) bytes, 16-byte aligned
+  size_t workspace_bytes = 0;
+};
+
+Status can_implement(const RMSNormBwdArgs& args);
+// *bytes: the device memory the call needs in args.workspace (0 when neither
+// dweight nor dbias is asked for); depends on the shape, dtypes, alignment
+// and the current device only.
+Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, size_t* bytes);
+Status rmsnorm_bwd(const RMSNormBwdArgs& args, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
 // Softmax and log-softmax over each row (the last dimension), forward
 //   softmax:     out = exp(x - max(x)) / sum(exp(x - max(x)))
 //   log_softmax: out = x - max(x) - log(sum(exp(x - max(x))))

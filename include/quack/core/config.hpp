@@ -167,6 +167,18 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
 const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
 
 // ---------------------------------------------------------------------------
+// Register-resident norm backward (ops/rmsnorm_bwd.cuh): the RegRowConfig
+// layout, persistent -- grid / cluster CTAs (clusters) walk the row blocks and
+// each leaves one partial row of weight gradients -- with shared memory of
+// scratch + threads * vpt * vec * 8 bytes (a thread's fp32 accumulator
+// pairs). prob.max_vpt: the kernel family's largest tile. Returns false when
+// the row exceeds a cluster of max_cluster 1024-thread CTAs at that tile.
+bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out);
+const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
+// rmsnorm_bwd_workspace_bytes for given device limits (src/rmsnorm_bwd.cu).
+size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, const DeviceLimits& lim);
+
+// ---------------------------------------------------------------------------
 // Chunked two-pass rows (softmax's long rows): a row split over a cluster of
 // up to 16 CTAs, each reading its chunk twice -- from HBM, then from shared
 // memory (the first stage_vecs vectors) and L2 (the rest). Any row length;

@@ -1,0 +1,385 @@
+// RMSNorm backward (quack.hpp RMSNormBwdArgs):
+//   xhat = h * rstd, g = dy * (w + weight_offset), c = mean(g * xhat)
+//   dh = rstd * (g - xhat * c) + dresidual_out  -> dx, dresidual
+//   dw = sum_rows dy * xhat, db = sum_rows dy (fp32, deterministic)
+//
+// Three kernels:
+// 1. Register-resident rows (16-byte-aligned operands, h/dy/dx/dresidual*
+//    in one dtype, weight in it or fp32, N <= 1024 * 16 * 16): a thread
+//    holds its share of h and dy in registers (the RowGeom layout of
+//    core/row_tile.cuh), reduces g * xhat over its team (and cluster), and
+//    writes dh from the same registers. Persistent: a CTA (cluster) walks
+//    row blocks and accumulates dy * xhat and dy for the columns its threads
+//    own in shared memory, in slots private to each thread (no atomics), so
+//    the per-thread share is capped at 16 elements (16 x 8 bytes x 1024
+//    threads = 128 KB). At the end it writes one partial row per cluster
+//    into the workspace.
+// 2. General rows (any layout, any dtype mix, any N): one CTA per row at a
+//    time, element-wise, two passes over the row (the second mostly from
+//    L2); the CTA's partial row lives in the workspace and each column is
+//    updated by the one thread that owns it.
+// 3. The fixed-order reduction of the partial rows into dweight / dbias.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "quack/core/config.hpp"
+#include "quack/core/launch.cuh"
+#include "quack/core/reduce.cuh"
+#include "quack/core/row_tile.cuh"
+#include "quack/core/vec.cuh"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace ops {
+
+struct RMSNormBwdParams {
+  int64_t rows, cols;
+  const void* h;
+  int64_t h_stride;
+  const void* dy;
+  int64_t dy_stride;
+  const void* dres_out;  // nullable
+  int64_t dres_out_stride;
+  const void* w;  // nullable
+  const float* rstd;
+  void* dx;
+  int64_t dx_stride;
+  void* dres;  // nullable
+  int64_t dres_stride;
+  float weight_offset;
+  float2* partial;  // [partials][cols] (sum dy * xhat, sum dy); nullptr: no weight gradients
+  // Run-time dtypes (the general kernel; the register kernel's are T / Tw).
+  DType h_dtype, dy_dtype, dres_out_dtype, w_dtype, dx_dtype, dres_dtype;
+  // Layout (RegRowConfig for the register kernel; team = CTA for the general one).
+  int team, cluster;
+  int64_t row_blocks;
+};
+
+// Shared memory before the accumulators: the row reduction's scratch.
+constexpr uint32_t kRMSNormBwdScratchBytes = 1024;
+static_assert(core::RowReduce<core::SumOp, true>::scratch_bytes() <= kRMSNormBwdScratchBytes &&
+                  core::RowReducer<core::SumOp>::scratch_bytes() <= kRMSNormBwdScratchBytes,
+              "rmsnorm bwd scratch");
+// Elements of a row a thread of the register kernel owns at most: its
+// accumulators (8 bytes each) for a 1024-thread CTA fill 128 KB.
+constexpr int kRMSNormBwdMaxElemsPerThread = 16;
+constexpr int rmsnorm_bwd_max_vpt(int elem_bytes) { return kRMSNormBwdMaxElemsPerThread / (16 / elem_bytes); }
+
+// ---------------------------------------------------------------------------
+// 1. Register-resident rows.
+// Tw: the weight's element type, void without a weight.
+template <typename T, typename Tw, int VPT, bool kCluster>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(const RMSNormBwdParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr bool kWeight = !std::is_void_v<Tw>;
+  using TwOrT = std::conditional_t<kWeight, Tw, T>;
+  constexpr int E = VPT * VEC;
+  static_assert(E <= kRMSNormBwdMaxElemsPerThread, "accumulator share");
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReduce<SumOp, kCluster> cred;
+  cred.start(smem);
+  // Accumulator of element e of thread tid: acc[e * blockDim.x + tid]
+  // (consecutive threads, consecutive 8 bytes).
+  float2* acc = reinterpret_cast<float2*>(smem + kRMSNormBwdScratchBytes);
+  const bool grads = p.partial != nullptr;
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e * int(blockDim.x) + int(threadIdx.x)] = make_float2(0.0f, 0.0f);
+
+  // parity: the scratch half of an unclustered row block (alternating, so
+  // that consecutive blocks' reductions never share scratch).
+  auto do_rows = [&](int64_t blk, int parity) {
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const int64_t row = blk * g.teams + g.team_id;
+    const bool active = row < p.rows;
+    // g = dy * (w + weight_offset) of vector i, in place (dy alone without a
+    // weight: a compile-time case, or ptxas keeps the constant 1s of the
+    // weightless path in registers and spills).
+    const TwOrT* w = static_cast<const TwOrT*>(p.w);
+    asm volatile("" : "+l"(w));  // (opaque: see RowGeom::make)
+    auto scale_by_weight = [&](int i, float (&df)[VEC]) {
+      if constexpr (kWeight) {
+        // In 16-byte pieces: fp32 weights for 16-bit rows are 32 bytes a
+        // vector, and holding them whole spilled.
+        constexpr int WV = 16 / int(sizeof(TwOrT));
+        const int n = g.valid(i);
+#pragma unroll
+        for (int q = 0; q < VEC / WV; ++q) {
+          RawVec<TwOrT, WV> wv;
+          const int m = n - q * WV;
+          if (m >= WV) wv.load(w + g.col(i) + q * WV);
+          else if (m > 0) wv.load_partial(w + g.col(i) + q * WV, m);
+          else wv.zero();
+          float wf[WV];
+          wv.widen(wf);
+#pragma unroll
+          for (int j = 0; j < WV; ++j) df[q * WV + j] *= wf[j] + p.weight_offset;
+        }
+      }
+    };
+
+    // This thread's accumulators, addressed from opaque values per row (else
+    // ptxas keeps all E slot addresses live across the row loop and spills).
+    float2* my_acc = acc + threadIdx.x;
+    int acc_stride = int(blockDim.x);
+    asm volatile("" : "+l"(my_acc), "+r"(acc_stride));
+    RawVec<T, VEC> hv[VPT], dyv[VPT];
+    float rstd = 0.0f, dot = 0.0f;
+    if (active) {
+      rstd = p.rstd[row];
+      const T* hrow = static_cast<const T*>(p.h) + row * p.h_stride;
+      const T* dyrow = static_cast<const T*>(p.dy) + row * p.dy_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(hv[i], hrow, i);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
+      // Padding holds zeros: it adds nothing to the sums.
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float hf[VEC], gf[VEC];
+        hv[i].widen(hf);
+        dyv[i].widen(gf);
+        scale_by_weight(i, gf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dot = fmaf(gf[j], hf[j], dot);  // (times rstd after the reduction)
+      }
+      if (grads) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          float hf[VEC], df[VEC];
+          hv[i].widen(hf);
+          dyv[i].widen(df);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            float2& a = my_acc[(i * VEC + j) * acc_stride];
+            a.x = fmaf(df[j], hf[j] * rstd, a.x);
+            a.y += df[j];
+          }
+        }
+      }
+    }
+    if constexpr (kCluster) {
+      dot = cred.reduce(dot, g.team, p.cluster, g.crank);
+    } else {
+      RowReducer<SumOp> red(smem, g.team, 1);
+      red.parity = parity;
+      dot = red.reduce(dot);
+    }
+    if (!active) return;
+    const float c = dot * rstd / float(p.cols);
+    T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
+    T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
+    const T* drorow = p.dres_out != nullptr ? static_cast<const T*>(p.dres_out) + row * p.dres_out_stride : nullptr;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (g.valid(i) == 0) continue;
+      float hf[VEC], gf[VEC], dro[VEC];
+      hv[i].widen(hf);
+      dyv[i].widen(gf);
+      scale_by_weight(i, gf);
+      if (drorow != nullptr) {
+        RawVec<T, VEC> v;
+        g.load(v, drorow, i);
+        v.widen(dro);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) dro[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float xh = hf[j] * rstd;
+        hf[j] = fmaf(rstd, fmaf(-xh, c, gf[j]), dro[j]);
+      }
+      RawVec<T, VEC> o;
+      o.narrow(hf);
+      g.store(o, dxrow, i);
+      if (dresrow != nullptr) g.store(o, dresrow, i);
+    }
+  };
+
+  // Persistent: a CTA (cluster) walks every grid-th row block.
+  const int64_t clusters = gridDim.x / unsigned(p.cluster);
+  int parity = 0;
+  for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += clusters, parity ^= 1)
+    do_rows(blk, parity);
+  cred.finish();
+
+  if (grads) {
+    // The teams of a CTA own the same columns: team 0's threads add the
+    // teams' slots in team order and write this cluster's partial row.
+    __syncthreads();
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    if (g.team_id == 0) {
+      float2* out = p.partial + int64_t(blockIdx.x / unsigned(p.cluster)) * p.cols;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const int n = g.valid(i);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          if (j >= n) continue;
+          float2 s = make_float2(0.0f, 0.0f);
+          for (int k = 0; k < g.teams; ++k) {
+            const float2 a = acc[(i * VEC + j) * int(blockDim.x) + k * g.team + g.t];
+            s.x += a.x;
+            s.y += a.y;
+          }
+          out[g.col(i) + j] = s;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Element i of a run-time-dtype array.
+__device__ __forceinline__ float load_elem(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kFloat32: return core::ldg_elem(static_cast<const float*>(base) + i);
+    case DType::kFloat16: return core::to_float(core::ldg_elem(static_cast<const __half*>(base) + i));
+    default: return core::to_float(core::ldg_elem(static_cast<const __nv_bfloat16*>(base) + i));
+  }
+}
+__device__ __forceinline__ void store_elem(void* base, DType dt, int64_t i, float v) {
+  switch (dt) {
+    case DType::kFloat32: core::stg_elem(static_cast<float*>(base) + i, v); break;
+    case DType::kFloat16: core::stg_elem(static_cast<__half*>(base) + i, core::from_float<__half>(v)); break;
+    default: core::stg_elem(static_cast<__nv_bfloat16*>(base) + i, core::from_float<__nv_bfloat16>(v)); break;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 2. General rows: element-wise, any dtypes, one CTA per row at a time
+// (persistent grid), two passes. Column c of a row is handled by thread
+// c % blockDim.x, which alone updates column c of its CTA's partial row.
+// (Templates only so that the header defines no non-inline symbol; one
+// instantiation, in src/rmsnorm_bwd.cu.)
+template <int = 0>
+__global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormBwdParams p) {
+  using namespace core;
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReducer<SumOp> red(smem, int(blockDim.x), 1);
+  const int tid = int(threadIdx.x), nthr = int(blockDim.x);
+  const int64_t cols = p.cols;
+  float2* part = p.partial != nullptr ? p.partial + int64_t(blockIdx.x) * cols : nullptr;
+  if (part != nullptr)
+    for (int64_t c = tid; c < cols; c += nthr) part[c] = make_float2(0.0f, 0.0f);
+  auto weight = [&](int64_t c) { return p.w != nullptr ? load_elem(p.w, p.w_dtype, c) + p.weight_offset : 1.0f; };
+
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const float rstd = p.rstd[row];
+    const int64_t h0 = row * p.h_stride, dy0 = row * p.dy_stride;
+    float dot = 0.0f;
+    for (int64_t c = tid; c < cols; c += nthr) {
+      const float xh = load_elem(p.h, p.h_dtype, h0 + c) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
+      dot = fmaf(d * weight(c), xh, dot);
+      if (part != nullptr) {
+        float2 a = part[c];
+        a.x = fmaf(d, xh, a.x);
+        a.y += d;
+        part[c] = a;
+      }
+    }
+    const float cmean = red.reduce(dot) / float(cols);
+    for (int64_t c = tid; c < cols; c += nthr) {
+      const float xh = load_elem(p.h, p.h_dtype, h0 + c) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
+      float v = rstd * fmaf(-xh, cmean, d * weight(c));
+      if (p.dres_out != nullptr) v += load_elem(p.dres_out, p.dres_out_dtype, row * p.dres_out_stride + c);
+      store_elem(p.dx, p.dx_dtype, row * p.dx_stride + c, v);
+      if (p.dres != nullptr) store_elem(p.dres, p.dres_dtype, row * p.dres_stride + c, v);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 3. dweight / dbias: column c is the sum over partial rows k = 0, 1, ... in
+// that order, split into kSlices fixed strided slices added in slice order.
+// A CTA of 32 x kSlices threads covers 32 columns.
+constexpr int kRMSNormBwdReduceSlices = 8;
+
+template <int = 0>
+__global__ void __launch_bounds__(32 * kRMSNormBwdReduceSlices) rmsnorm_bwd_reduce_kernel(
+    const float2* partial, int64_t parts, int64_t cols, void* dw, DType dw_dtype, void* db, DType db_dtype) {
+  using namespace core;
+  __shared__ float2 slice_sum[kRMSNormBwdReduceSlices][32];
+  const int lane = int(threadIdx.x) & 31, slice = int(threadIdx.x) >> 5;
+  const int64_t c = int64_t(blockIdx.x) * 32 + lane;
+  float2 s = make_float2(0.0f, 0.0f);
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t k = slice; k < parts; k += kRMSNormBwdReduceSlices) {
+      const float2 a = partial[k * cols + c];
+      s.x += a.x;
+      s.y += a.y;
+    }
+  }
+  slice_sum[slice][lane] = s;
+  __syncthreads();
+  if (slice != 0 || c >= cols) return;
+  float2 t = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int k = 0; k < kRMSNormBwdReduceSlices; ++k) {
+    t.x += slice_sum[k][lane].x;
+    t.y += slice_sum[k][lane].y;
+  }
+  if (dw != nullptr) store_elem(dw, dw_dtype, c, t.x);
+  if (db != nullptr) store_elem(db, db_dtype, c, t.y);
+}
+
+// ---------------------------------------------------------------------------
+// Launchers; launch_rmsnorm_bwd_reg is instantiated once per dtype
+// (src/ops/rmsnorm_bwd_<dt>.cu), the others in src/rmsnorm_bwd.cu.
+
+template <typename T, typename Tw, int VPT>
+Status launch_rmsnorm_bwd_reg_tile(const RMSNormBwdParams& p, const RegRowConfig& cfg, int device,
+                                   cudaStream_t stream) {
+  // The grid is exactly cfg.grid (not clamped at launch): its clusters
+  // are the partial rows the workspace was sized for.
+  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, false};
+  if (cfg.cluster > 1) {
+    static core::KernelAttrCache cache;
+    return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, true>, cache, device, shape, stream, p);
+  }
+  static core::KernelAttrCache cache;
+  return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, false>, cache, device, shape, stream, p);
+}
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+template <DType kX>
+Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
+                              cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)));
+  auto run = [&](auto tw) -> Status {
+    using Tw = typename decltype(tw)::type;
+    switch (cfg.vpt) {
+      case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1>(p, cfg, device, stream);
+      case 2: return launch_rmsnorm_bwd_reg_tile<T, Tw, 2>(p, cfg, device, stream);
+      case 4:
+        if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4>(p, cfg, device, stream);
+        break;
+    }
+    return {Code::kUnsupported, "rmsnorm backward: no register-resident kernel with " +
+                                    std::to_string(cfg.vpt) + " vectors per thread"};
+  };
+  if (p.w == nullptr) return run(TypeTag<void>{});
+  if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});
+  return run(TypeTag<T>{});
+}
+
+#define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT)                                                        \
+  EXTERN template Status launch_rmsnorm_bwd_reg<DT>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
+                                                    cudaStream_t);
+#ifndef QUACK_RMSNORM_BWD_TU
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kBFloat16)
+#endif
+
+}  // namespace ops
+}  // namespace quack

@@ -1,0 +1,198 @@
+// RMSNorm backward host entry points: validation, the plan (register-resident
+// or general kernel, and the partial rows of the weight gradients), and the
+// launches (ops/rmsnorm_bwd.cuh).
+#include <algorithm>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/ops/rmsnorm_bwd.cuh"
+#include "quack/quack.hpp"
+#include "validate.hpp"
+
+namespace quack {
+
+using detail::invalid;
+
+namespace {
+
+bool wants_grads(const RMSNormBwdArgs& a) { return a.dweight.ptr != nullptr || a.dbias.ptr != nullptr; }
+
+// Everything but the workspace when `workspace` is false (the size query
+// comes before the workspace exists).
+Status validate(const RMSNormBwdArgs& a, bool workspace) {
+  if (a.rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(a.rows));
+  if (a.cols < 1) return invalid("cols: the normalised dimension N must be >= 1, got " + std::to_string(a.cols));
+  if (a.cols > kRowMaxCols)
+    return {Code::kUnsupported, "cols: N = " + std::to_string(a.cols) + " exceeds the longest supported row (" +
+                                    std::to_string(kRowMaxCols) + ")"};
+  Status st;
+  if (!(st = detail::check_matrix("h", a.h.ptr, a.h.dtype, a.h.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("dresidual_out", a.dresidual_out.ptr, a.dresidual_out.dtype,
+                                  a.dresidual_out.row_stride, a.rows, a.cols, false)).ok())
+    return st;
+  if (!(st = detail::check_vector("weight", a.weight.ptr, a.weight.dtype)).ok()) return st;
+  if (a.rows > 0 && a.rstd == nullptr) return invalid("rstd: null pointer (the forward's rstd is required)");
+  if (a.rstd != nullptr && uintptr_t(a.rstd) % 4 != 0) return invalid("rstd: pointer is not 4-byte aligned");
+  if (!(st = detail::check_matrix("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols, true)).ok()) return st;
+  if (!(st = detail::check_matrix("dresidual", a.dresidual.ptr, a.dresidual.dtype, a.dresidual.row_stride, a.rows,
+                                  a.cols, false)).ok())
+    return st;
+  if (!(st = detail::check_vector("dweight", a.dweight.ptr, a.dweight.dtype)).ok()) return st;
+  if (!(st = detail::check_vector("dbias", a.dbias.ptr, a.dbias.dtype)).ok()) return st;
+  if (a.dweight.ptr != nullptr && a.weight.ptr == nullptr)
+    return invalid("dweight: asked for without a weight (the forward had none)");
+  if (!(st = detail::check_finite("weight_offset", a.weight_offset, false)).ok()) return st;
+  if (workspace && wants_grads(a) && a.rows > 0) {
+    if (a.workspace == nullptr)
+      return invalid("workspace: null pointer (dweight / dbias need rmsnorm_bwd_workspace_bytes of it)");
+    if (uintptr_t(a.workspace) % 16 != 0) return invalid("workspace: pointer is not 16-byte aligned");
+  }
+  return Status::success();
+}
+
+// The general kernel's CTAs: at most 8 an SM, and no more partial rows than
+// 256 MB of workspace hold (N = 1M: 32 CTAs).
+constexpr int64_t kGeneralMaxWorkspace = int64_t(256) << 20;
+
+struct Plan {
+  bool reg = false;
+  bool w_f32 = false;
+  RegRowConfig cfg;
+  int64_t general_grid = 0;
+  int64_t parts = 0;  // partial rows of the weight gradients
+};
+
+// The register-resident kernel serves h, dy, dx (and dresidual_out,
+// dresidual) in one dtype, the weight in it or fp32, every operand 16-byte
+// aligned, rows within its tiles. Everything else takes the general kernel.
+Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
+  Plan plan;
+  const DType t = a.h.dtype;
+  const int vec = 16 / dtype_size(t);
+  bool uniform = a.dy.dtype == t && a.dx.dtype == t && (a.dresidual_out.ptr == nullptr || a.dresidual_out.dtype == t) &&
+                 (a.dresidual.ptr == nullptr || a.dresidual.dtype == t) &&
+                 (a.weight.ptr == nullptr || a.weight.dtype == t || a.weight.dtype == DType::kFloat32);
+  bool aligned = detail::vec_ok(a.h.ptr, t, a.h.row_stride, vec) && detail::vec_ok(a.dy.ptr, t, a.dy.row_stride, vec) &&
+                 detail::vec_ok(a.dx.ptr, t, a.dx.row_stride, vec) &&
+                 detail::vec_ok(a.dresidual_out.ptr, t, a.dresidual_out.row_stride, vec) &&
+                 detail::vec_ok(a.dresidual.ptr, t, a.dresidual.row_stride, vec) &&
+                 (a.weight.ptr == nullptr || uintptr_t(a.weight.ptr) % 16 == 0);
+  if (uniform && aligned) {
+    RegRowProblem prob;
+    prob.rows = a.rows;
+    prob.cols = a.cols;
+    prob.x_elem_bytes = dtype_size(t);
+    prob.max_vpt = ops::rmsnorm_bwd_max_vpt(dtype_size(t));
+    prob.scratch_bytes = ops::kRMSNormBwdScratchBytes;
+    plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
+    plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
+  }
+  if (plan.reg) {
+    plan.parts = plan.cfg.grid / plan.cfg.cluster;
+  } else {
+    int64_t g = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
+    if (wants_grads(a)) g = std::min<int64_t>(g, std::max<int64_t>(1, kGeneralMaxWorkspace / (a.cols * 8)));
+    plan.general_grid = g;
+    plan.parts = g;
+  }
+  if (!wants_grads(a)) plan.parts = 0;
+  return plan;
+}
+
+size_t workspace_for(const Plan& plan, int64_t cols) { return size_t(plan.parts) * size_t(cols) * 8; }
+
+}  // namespace
+
+Status can_implement(const RMSNormBwdArgs& a) { return validate(a, true); }
+
+size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
+  if (!wants_grads(a) || a.rows <= 0) return 0;
+  return workspace_for(make_plan(a, lim), a.cols);
+}
+
+Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes: null pointer");
+  *bytes = 0;
+  Status st = validate(a, false);
+  if (!st.ok()) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::device_limits(&lim, &device)).ok()) return st;
+  *bytes = rmsnorm_bwd_workspace_bytes(a, lim);
+  return Status::success();
+}
+
+Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok()) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::device_limits(&lim, &device)).ok()) return st;
+  if (lim.compute_capability != 90)
+    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
+                                    std::to_string(lim.compute_capability)};
+  const Plan plan = make_plan(a, lim);
+  const bool grads = wants_grads(a);
+  if (grads && a.rows > 0) {
+    const size_t need = workspace_for(plan, a.cols);
+    if (a.workspace_bytes < need)
+      return invalid("workspace_bytes: " + std::to_string(a.workspace_bytes) + " given, " + std::to_string(need) +
+                     " needed (rmsnorm_bwd_workspace_bytes)");
+  }
+
+  ops::RMSNormBwdParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.h = a.h.ptr;
+  p.h_stride = a.h.row_stride;
+  p.dy = a.dy.ptr;
+  p.dy_stride = a.dy.row_stride;
+  p.dres_out = a.dresidual_out.ptr;
+  p.dres_out_stride = a.dresidual_out.row_stride;
+  p.w = a.weight.ptr;
+  p.rstd = a.rstd;
+  p.dx = a.dx.ptr;
+  p.dx_stride = a.dx.row_stride;
+  p.dres = a.dresidual.ptr;
+  p.dres_stride = a.dresidual.row_stride;
+  p.weight_offset = a.weight_offset;
+  p.partial = grads ? static_cast<float2*>(a.workspace) : nullptr;
+  p.h_dtype = a.h.dtype;
+  p.dy_dtype = a.dy.dtype;
+  p.dres_out_dtype = a.dresidual_out.dtype;
+  p.w_dtype = a.weight.dtype;
+  p.dx_dtype = a.dx.dtype;
+  p.dres_dtype = a.dresidual.dtype;
+
+  auto run_rows = [&]() -> Status {
+    if (a.rows == 0) return Status::success();
+    if (plan.reg) {
+      p.team = plan.cfg.team;
+      p.cluster = plan.cfg.cluster;
+      p.row_blocks = plan.cfg.row_blocks;
+      switch (a.h.dtype) {
+        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32>(p, plan.cfg, plan.w_f32, device, stream);
+        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16>(p, plan.cfg, plan.w_f32, device, stream);
+        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16>(p, plan.cfg, plan.w_f32, device, stream);
+      }
+      return invalid("h: unsupported dtype code " + std::to_string(int(a.h.dtype)));
+    }
+    p.team = 256;
+    p.cluster = 1;
+    p.row_blocks = a.rows;
+    static core::KernelAttrCache cache;
+    const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false};
+    return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<>, cache, device, shape, stream, p);
+  };
+  Status rows_st = run_rows();
+  if (!rows_st.ok() || !grads) return rows_st;
+  // The weight gradients: a fixed-order sum of the partial rows.
+  const int64_t blocks = (a.cols + 31) / 32;
+  ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
+      static_cast<const float2*>(a.workspace), plan.parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
+      a.dbias.dtype);
+  return core::cuda_status(cudaGetLastError(), "rmsnorm backward weight-gradient reduction launch");
+}
+
+}  // namespace quack

@@ -1,0 +1,287 @@
+// GPU tests of RMSNorm backward through the public C++ API (quack::rmsnorm_bwd)
+// against a float64 reference.
+//
+// Every operand lives in its own guarded, poisoned buffer
+// (support/guarded_tensor.hpp): reads of a gap or guard turn a row into NaN,
+// writes there are counted byte by byte, inputs must come back unchanged.
+// dx, dresidual, dweight and dbias are poisoned before each call; the call
+// runs twice and must give bit-identical results (the weight gradients are
+// deterministic by construction: per-CTA partial rows and a fixed-order sum).
+// Cases cover the register-resident kernel (sub-warp teams sharing a CTA,
+// whole-CTA teams, clusters up to 16 CTAs at N = 256K), the general kernel
+// (misaligned pointers, odd strides, mixed dtypes, rows beyond the register
+// tiles), every optional operand, weight_offset, fp32 weights for 16-bit
+// rows, and rows = 0 (weight gradients of zero).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+#include "support/cuda_test.hpp"
+#include "support/guarded_tensor.hpp"
+
+namespace quack {
+namespace {
+
+using test::DeviceBuffer;
+using test::GuardedTensor;
+using test::Layout;
+using test::round_to;
+
+constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
+
+struct BwdCase {
+  std::string name;
+  int64_t rows, cols;
+  DType t;                   // h, dy, dx, dresidual_out, dresidual (unless overridden below)
+  DType wt;                  // weight, dweight
+  bool weight = true, dweight = true, dbias = true, dres_out = false, dres = false;
+  float weight_offset = 0.0f;
+  int64_t offset = 0;        // elements h starts past its guard (1: misaligned)
+  int64_t pad = 0;           // row stride = N + pad for every matrix
+  DType dy_t = DType(-1);    // != t: mixed dtypes
+  DType dx_t = DType(-1);
+};
+
+std::vector<BwdCase> cases() {
+  std::vector<BwdCase> v;
+  auto add = [&](BwdCase c) { v.push_back(c); };
+  // Register-resident: sub-warp teams, whole CTAs, clusters.
+  add({"N1_f32_M7", 7, 1, kF32, kF32});
+  add({"N3_bf16_M199", 199, 3, kBF16, kBF16});
+  add({"N100_f16_M37_fp32w_dres", 37, 100, kF16, kF32, true, true, true, true, true});
+  add({"N1000_bf16_M4096_fp32w_offset", 4096, 1000, kBF16, kF32, true, true, true, false, false, 1.0f});
+  add({"N4096_bf16_M4096", 4096, 4096, kBF16, kBF16});
+  add({"N8191_f32_M9", 9, 8191, kF32, kF32});
+  add({"N512_bf16_M1000_noweight_dbias", 1000, 512, kBF16, kBF16, false, false, true});
+  add({"N2048_f16_M33_no_weight_grads", 33, 2048, kF16, kF16, true, false, false, true, false});
+  add({"N1000_bf16_M1_padded", 1, 1000, kBF16, kBF16, true, true, true, false, false, 0.0f, 0, 8});
+  add({"N65544_bf16_M5_cluster", 5, 65544, kBF16, kBF16});
+  add({"N262144_f32_M3_cluster16", 3, 262144, kF32, kF32, true, true, true, true, true});
+  add({"N262144_bf16_M2_cluster16_dres_out", 2, 262144, kBF16, kF32, true, true, false, true, false});
+  // General kernel.
+  add({"N999_bf16_M17_misaligned", 17, 999, kBF16, kBF16, true, true, true, true, true, 0.0f, 1});
+  add({"N1000_f16_M11_odd_stride", 11, 1000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
+  BwdCase mixed{"N300_mixed_M50", 50, 300, kBF16, kF32, true, true, true, true, true};
+  mixed.dy_t = kF32;
+  mixed.dx_t = kF16;
+  add(mixed);
+  add({"N300001_f32_M2_beyond_tiles", 2, 300001, kF32, kF32});
+  return v;
+}
+
+void PrintTo(const BwdCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<float> random_values(size_t n, DType t, std::mt19937& gen, float scale) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(round_to(t, nd(gen)));
+  return v;
+}
+
+// |got - want| <= rtol * |want| + atol (NaN never passes).
+bool close(double got, double want, double rtol, double atol) {
+  return std::fabs(got - want) <= rtol * std::fabs(want) + atol;
+}
+double rtol_of(DType t) { return t == kF32 ? 1e-6 : t == kF16 ? 1e-3 : 8e-3; }
+double tiny_of(DType t) { return t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126); }
+
+void run_case(const BwdCase& c) {
+  const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
+  const int64_t M = c.rows, N = c.cols, stride = N + c.pad;
+  std::mt19937 gen(uint32_t(M * 7919 + N));
+
+  // Inputs: rows of h scaled 1..8 (a row mixed up with another shows), dy,
+  // weight around 1, dresidual_out; rstd from h in float64, rounded to fp32.
+  std::vector<float> h(size_t(M * N)), dy = random_values(size_t(M * N), dy_t, gen, 1.0f);
+  {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t j = 0; j < N; ++j) h[size_t(r * N + j)] = float(round_to(c.t, float(1 + r % 8) * nd(gen)));
+  }
+  std::vector<float> w = random_values(size_t(N), c.wt, gen, 0.5f);
+  for (auto& x : w) x = float(round_to(c.wt, 1.0f + x));
+  std::vector<float> dro = c.dres_out ? random_values(size_t(M * N), c.t, gen, 1.0f) : std::vector<float>{};
+  std::vector<float> rstd(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r) {
+    double ss = 0.0;
+    for (int64_t j = 0; j < N; ++j) ss += double(h[size_t(r * N + j)]) * h[size_t(r * N + j)];
+    rstd[size_t(r)] = float(1.0 / std::sqrt(ss / double(N) + 1e-6));
+  }
+
+  GuardedTensor th({c.t, M, N, stride, c.offset}), tdy({dy_t, M, N, stride, 0}), tdx({dx_t, M, N, stride, 0});
+  GuardedTensor tdro({c.t, c.dres_out ? M : 0, N, stride, 0}), tdres({c.t, c.dres ? M : 0, N, stride, 0});
+  GuardedTensor tw({c.wt, 1, N, N, 0}), tdw({c.wt, 1, N, N, 0}), tdb({c.wt, 1, N, N, 0}), trstd({kF32, 1, M, M, 0});
+  for (const GuardedTensor* t : {&th, &tdy, &tdx, &tdro, &tdres, &tw, &tdw, &tdb, &trstd})
+    ASSERT_TRUE(t->ok()) << "cudaMalloc failed";
+  QUACK_ASSERT_CUDA(th.upload(h));
+  QUACK_ASSERT_CUDA(tdy.upload(dy));
+  QUACK_ASSERT_CUDA(tw.upload(w));
+  QUACK_ASSERT_CUDA(trstd.upload(rstd));
+  if (c.dres_out) QUACK_ASSERT_CUDA(tdro.upload(dro));
+
+  RMSNormBwdArgs a;
+  a.rows = M;
+  a.cols = N;
+  a.h = {th.ptr(), c.t, stride};
+  a.dy = {tdy.ptr(), dy_t, stride};
+  if (c.dres_out) a.dresidual_out = {tdro.ptr(), c.t, stride};
+  if (c.weight) a.weight = {tw.ptr(), c.wt};
+  a.rstd = static_cast<const float*>(trstd.ptr());
+  a.dx = {tdx.ptr(), dx_t, stride};
+  if (c.dres) a.dresidual = {tdres.ptr(), c.t, stride};
+  if (c.dweight) a.dweight = {tdw.ptr(), c.wt};
+  if (c.dbias) a.dbias = {tdb.ptr(), c.wt};
+  a.weight_offset = c.weight_offset;
+  size_t ws_bytes = 0;
+  {
+    const Status st = rmsnorm_bwd_workspace_bytes(a, &ws_bytes);
+    ASSERT_TRUE(st.ok()) << st.message;
+  }
+  DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+  ASSERT_TRUE(ws.ok());
+  a.workspace = ws.data();
+  a.workspace_bytes = ws_bytes;
+  const int64_t parts = ws_bytes / (size_t(N) * 8);
+  if (c.dweight || c.dbias) {
+    ASSERT_GT(parts, 0);
+    // Too small a workspace is refused, naming it.
+    RMSNormBwdArgs small = a;
+    small.workspace_bytes = ws_bytes - 8;
+    const Status st = rmsnorm_bwd(small, nullptr);
+    EXPECT_EQ(st.code, Code::kInvalidArgument);
+    EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
+  }
+
+  // Two runs on poisoned outputs: bit-identical, nothing written outside.
+  std::vector<GuardedTensor*> outs = {&tdx, &tdres, &tdw, &tdb};
+  std::vector<std::vector<double>> first(outs.size());
+  for (int run = 0; run < 2; ++run) {
+    for (GuardedTensor* t : outs) QUACK_ASSERT_CUDA(t->poison());
+    const Status st = rmsnorm_bwd(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      std::vector<double> v;
+      int64_t dirty = 0;
+      QUACK_ASSERT_CUDA(outs[k]->download(&v, &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes written outside output " << k;
+      if (run == 0) {
+        first[k] = std::move(v);
+      } else {
+        int64_t diff = 0;
+        for (size_t i = 0; i < v.size(); ++i)
+          diff += std::memcmp(&v[i], &first[k][i], sizeof(double)) != 0;
+        EXPECT_EQ(diff, 0) << "output " << k << " differs between two runs";
+      }
+    }
+  }
+  // Inputs unchanged.
+  {
+    const std::vector<std::pair<const GuardedTensor*, const std::vector<float>*>> ins = {
+        {&th, &h}, {&tdy, &dy}, {&tw, &w}, {&trstd, &rstd}};
+    for (const auto& [t, ref] : ins) {
+      std::vector<double> v;
+      int64_t dirty = 0;
+      QUACK_ASSERT_CUDA(t->download(&v, &dirty));
+      int64_t changed = dirty;
+      for (size_t i = 0; i < v.size(); ++i) changed += v[i] != double((*ref)[i]);
+      EXPECT_EQ(changed, 0) << "an input was modified";
+    }
+  }
+
+  // Float64 reference and checks.
+  const double fp32_err = (64.0 + std::log2(double(N))) * std::ldexp(1.0, -24);
+  std::vector<double> dw(size_t(N), 0.0), db(size_t(N), 0.0), dw_abs(size_t(N), 0.0), db_abs(size_t(N), 0.0);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    const double rs = rstd[size_t(r)];
+    double dot = 0.0, dot_abs = 0.0;
+    for (int64_t j = 0; j < N; ++j) {
+      const size_t i = size_t(r * N + j);
+      const double wj = c.weight ? double(w[size_t(j)]) + c.weight_offset : 1.0;
+      const double xh = h[i] * rs, g = dy[i] * wj;
+      dot += g * xh;
+      dot_abs += std::fabs(g * xh);
+      dw[size_t(j)] += dy[i] * xh;
+      dw_abs[size_t(j)] += std::fabs(dy[i] * xh);
+      db[size_t(j)] += dy[i];
+      db_abs[size_t(j)] += std::fabs(dy[i]);
+    }
+    const double cm = dot / double(N), cm_abs = dot_abs / double(N);
+    for (int64_t j = 0; j < N; ++j) {
+      const size_t i = size_t(r * N + j);
+      const double wj = c.weight ? double(w[size_t(j)]) + c.weight_offset : 1.0;
+      const double xh = h[i] * rs, g = dy[i] * wj;
+      const double want = rs * (g - xh * cm) + (c.dres_out ? double(dro[i]) : 0.0);
+      // fp32: the terms' rounding carried through the formula.
+      const double cond = rs * (std::fabs(g) + std::fabs(xh) * cm_abs) + (c.dres_out ? std::fabs(dro[i]) : 0.0);
+      const double atol = fp32_err * cond + tiny_of(dx_t);
+      if (!close(first[0][i], want, 2 * rtol_of(dx_t), atol) && ++bad <= 5)
+        ADD_FAILURE() << "dx row " << r << " col " << j << ": got " << first[0][i] << ", want " << want;
+      if (c.dres && !close(first[1][i], want, 2 * rtol_of(c.t), atol) && ++bad <= 5)
+        ADD_FAILURE() << "dresidual row " << r << " col " << j << ": got " << first[1][i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "dx / dresidual elements wrong";
+  // Weight gradients: sequential fp32 sums of <= ceil(M / parts) rows per
+  // slot, up to 256 team slots, then parts / 8 + 8 partial rows.
+  const double sum_err = (double((M + parts - 1) / std::max<int64_t>(parts, 1)) + 256.0 + double(parts) / 8.0 + 8.0) *
+                         std::ldexp(1.0, -24);
+  bad = 0;
+  for (int64_t j = 0; j < N; ++j) {
+    if (c.dweight && !close(first[2][size_t(j)], dw[size_t(j)], 2 * rtol_of(c.wt), sum_err * dw_abs[size_t(j)] + tiny_of(c.wt)) &&
+        ++bad <= 5)
+      ADD_FAILURE() << "dweight col " << j << ": got " << first[2][size_t(j)] << ", want " << dw[size_t(j)];
+    if (c.dbias && !close(first[3][size_t(j)], db[size_t(j)], 2 * rtol_of(c.wt), sum_err * db_abs[size_t(j)] + tiny_of(c.wt)) &&
+        ++bad <= 5)
+      ADD_FAILURE() << "dbias col " << j << ": got " << first[3][size_t(j)] << ", want " << db[size_t(j)];
+  }
+  EXPECT_EQ(bad, 0) << "weight gradient elements wrong";
+}
+
+class RMSNormBwdGpu : public testing::TestWithParam<BwdCase> {};
+
+TEST_P(RMSNormBwdGpu, MatchesFloat64AndIsDeterministic) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<BwdCase>& i) { return i.param.name; });
+
+// rows = 0: nothing is read, and the weight gradients are sums over no rows.
+TEST(RMSNormBwdGpuEmpty, ZeroRowsGiveZeroWeightGradients) {
+  QUACK_REQUIRE_SM90();
+  const int64_t N = 777;
+  GuardedTensor tdw({kF32, 1, N, N, 0}), tdb({kBF16, 1, N, N, 0});
+  ASSERT_TRUE(tdw.ok() && tdb.ok());
+  QUACK_ASSERT_CUDA(tdw.poison());
+  QUACK_ASSERT_CUDA(tdb.poison());
+  RMSNormBwdArgs a;
+  a.rows = 0;
+  a.cols = N;
+  a.weight = {tdw.ptr(), kF32};  // never read
+  a.dweight = {tdw.ptr(), kF32};
+  a.dbias = {tdb.ptr(), kBF16};
+  const Status st = rmsnorm_bwd(a, nullptr);
+  ASSERT_TRUE(st.ok()) << st.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  for (const GuardedTensor* t : {&tdw, &tdb}) {
+    std::vector<double> v;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(t->download(&v, &dirty));
+    EXPECT_EQ(dirty, 0);
+    EXPECT_EQ(std::count(v.begin(), v.end(), 0.0), int64_t(N));
+  }
+}
+
+}  // namespace
+}  // namespace quack

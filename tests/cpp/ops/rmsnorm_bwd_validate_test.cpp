@@ -1,0 +1,202 @@
+// Host tests of RMSNorm backward: argument validation (quack::can_implement
+// for RMSNormBwdArgs; rmsnorm_bwd validates first, so a rejected call never
+// reaches the GPU), the register-resident configuration for every N, and the
+// workspace the plan asks for. can_implement never dereferences a pointer,
+// so plain addresses stand in for device memory.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace {
+
+constexpr int64_t kRows = 4;
+constexpr int64_t kCols = 1000;
+
+void* addr(int i, uintptr_t bytes = 0) { return reinterpret_cast<void*>((uintptr_t(i + 1) << 24) + bytes); }
+
+RMSNormBwdArgs args() {
+  RMSNormBwdArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.h = {addr(0), DType::kBFloat16, kCols};
+  a.dy = {addr(1), DType::kBFloat16, kCols};
+  a.weight = {addr(2), DType::kFloat32};
+  a.rstd = static_cast<const float*>(addr(3));
+  a.dx = {addr(4), DType::kBFloat16, kCols};
+  a.dweight = {addr(5), DType::kFloat32};
+  a.dbias = {addr(6), DType::kBFloat16};
+  a.workspace = addr(7);
+  a.workspace_bytes = size_t(1) << 30;
+  return a;
+}
+
+void expect_invalid(const RMSNormBwdArgs& a, const std::string& arg, Code code = Code::kInvalidArgument) {
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, code) << "expected " << arg << " to be rejected";
+  EXPECT_EQ(st.message.rfind(arg + ":", 0), 0u) << "message should name '" << arg << "': " << st.message;
+  const Status l = rmsnorm_bwd(a, nullptr);
+  EXPECT_EQ(l.code, code);
+  EXPECT_EQ(l.message, st.message);
+  if (arg != "workspace") {  // the size query comes before the workspace exists
+    size_t bytes = 123;
+    const Status w = rmsnorm_bwd_workspace_bytes(a, &bytes);
+    EXPECT_EQ(w.message, st.message);
+    EXPECT_EQ(bytes, 0u);
+  }
+}
+
+TEST(RMSNormBwdValidate, ValidArgumentsPass) {
+  EXPECT_TRUE(can_implement(args()).ok());
+  RMSNormBwdArgs a = args();
+  a.weight = {};
+  a.dweight = {};
+  a.dbias = {};
+  a.workspace = nullptr;  // no weight gradients: no workspace
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+TEST(RMSNormBwdValidate, ShapeErrorsNameRowsOrCols) {
+  RMSNormBwdArgs a = args();
+  a.rows = -2;
+  expect_invalid(a, "rows");
+  a = args();
+  a.cols = 0;
+  expect_invalid(a, "cols");
+  a.cols = kRowMaxCols + 1;
+  a.h.row_stride = a.dy.row_stride = a.dx.row_stride = a.cols;
+  expect_invalid(a, "cols", Code::kUnsupported);
+}
+
+// The required matrices, by name: a null pointer and overlapping rows.
+MatrixRef* required_input(RMSNormBwdArgs& a, const std::string& name) { return name == "h" ? &a.h : &a.dy; }
+
+TEST(RMSNormBwdValidate, OperandErrorsNameTheOperand) {
+  for (const char* name : {"h", "dy"}) {
+    RMSNormBwdArgs a = args();
+    required_input(a, name)->ptr = nullptr;
+    expect_invalid(a, name);
+    a = args();
+    required_input(a, name)->row_stride = kCols - 1;
+    expect_invalid(a, name);
+  }
+  {
+    RMSNormBwdArgs a = args();
+    a.dx.ptr = nullptr;
+    expect_invalid(a, "dx");
+    a = args();
+    a.dx.row_stride = kCols - 1;
+    expect_invalid(a, "dx");
+  }
+  RMSNormBwdArgs a = args();
+  a.h.ptr = addr(0, 1);  // not aligned to a bf16 element
+  expect_invalid(a, "h");
+  a = args();
+  a.dresidual_out = {addr(8), DType::kFloat16, kCols - 5};
+  expect_invalid(a, "dresidual_out");
+  a = args();
+  a.dresidual = {addr(8), DType(7), kCols};
+  expect_invalid(a, "dresidual");
+  a = args();
+  a.weight.ptr = addr(2, 2);  // not aligned to an fp32 element
+  expect_invalid(a, "weight");
+  a = args();
+  a.dweight.dtype = DType(9);
+  expect_invalid(a, "dweight");
+  a = args();
+  a.dbias.ptr = addr(6, 1);
+  expect_invalid(a, "dbias");
+}
+
+TEST(RMSNormBwdValidate, RstdWeightGradientsAndWorkspace) {
+  RMSNormBwdArgs a = args();
+  a.rstd = nullptr;
+  expect_invalid(a, "rstd");
+  a = args();
+  a.rstd = static_cast<const float*>(addr(3, 2));
+  expect_invalid(a, "rstd");
+  a = args();
+  a.weight = {};
+  expect_invalid(a, "dweight");  // a weight gradient without a weight
+  a = args();
+  a.workspace = nullptr;
+  expect_invalid(a, "workspace");
+  size_t bytes = 1;
+  // The size query does not need the workspace (here it fails further on,
+  // without a GPU, at the device query -- never on the workspace).
+  const Status q = rmsnorm_bwd_workspace_bytes(a, &bytes);
+  EXPECT_EQ(q.message.rfind("workspace", 0), std::string::npos) << q.message;
+  a = args();
+  a.workspace = addr(7, 8);
+  expect_invalid(a, "workspace");
+  a = args();
+  a.weight_offset = std::numeric_limits<float>::infinity();
+  expect_invalid(a, "weight_offset");
+  // rows = 0: valid without rstd or workspace (the gradients are zeros).
+  a = args();
+  a.rows = 0;
+  a.rstd = nullptr;
+  a.workspace = nullptr;
+  EXPECT_TRUE(can_implement(a).ok());
+  EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, DeviceLimits{}), 0u);
+}
+
+TEST(RMSNormBwdWorkspace, OnePartialRowPerClusterOrGeneralCta) {
+  const DeviceLimits lim;
+  RMSNormBwdArgs a = args();
+  for (int64_t n : {int64_t(1), int64_t(256), int64_t(1000), int64_t(4096), int64_t(65536), int64_t(262144)}) {
+    a.rows = (int64_t(1) << 24) / n + 1;
+    a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = n;
+    const size_t bytes = rmsnorm_bwd_workspace_bytes(a, lim);
+    EXPECT_GT(bytes, 0u);
+    EXPECT_EQ(bytes % (size_t(n) * 8), 0u) << n;
+    EXPECT_LE(bytes / (size_t(n) * 8), size_t(lim.num_sms) * 32) << n;
+  }
+  a.dweight = {};
+  a.dbias = {};
+  EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), 0u);
+  // Misaligned rows take the general kernel: at most 256 MB of partial rows.
+  a = args();
+  a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = int64_t(1) << 22;
+  a.h.ptr = addr(0, 2);
+  a.rows = 1000;
+  EXPECT_LE(rmsnorm_bwd_workspace_bytes(a, lim), size_t(256) << 20);
+}
+
+// Every N up to 2^19 (beyond the register kernel's reach: refused), for
+// 16-bit and fp32 rows, at several row counts.
+TEST(RMSNormBwdConfig, ValidForEveryNOrRefusedBeyondTheTiles) {
+  const DeviceLimits lim;
+  int failures = 0;
+  for (int es : {2, 4}) {
+    const int vec = 16 / es, max_vpt = 16 / vec;
+    const int64_t capacity = int64_t(16) * 1024 * max_vpt * vec;
+    for (int64_t n = 1; n <= (int64_t(1) << 19) && failures < 10; n += (n < 4096 ? 1 : 37)) {
+      for (int64_t rows : {int64_t(1), int64_t(7), int64_t(4096), int64_t(1) << 20}) {
+        RegRowProblem p;
+        p.rows = rows;
+        p.cols = n;
+        p.x_elem_bytes = es;
+        p.max_vpt = max_vpt;
+        p.scratch_bytes = 1024;
+        RegRowConfig c;
+        const bool ok = choose_norm_bwd_config(p, lim, &c);
+        const char* why = nullptr;
+        if (ok != (n <= capacity)) why = ok ? "accepted beyond the capacity" : "refused a row that fits";
+        else if (ok) why = check_norm_bwd_config(c, p, lim);
+        if (why != nullptr) {
+          ADD_FAILURE() << why << " (N " << n << ", rows " << rows << ", bytes " << es << ")";
+          ++failures;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace quack
