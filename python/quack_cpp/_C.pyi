@@ -29,3 +29,14 @@ def softmax_bwd(
     rows: int, cols: int, y_ptr: int, dtype: int, y_stride: int, dy_ptr: int, dy_stride: int,
     dx_ptr: int, dx_stride: int, log: bool, stream: int,
 ) -> None: ...
+def rmsnorm_bwd(
+    rows: int, cols: int,
+    h_ptr: int, h_dtype: int, h_stride: int,
+    dy_ptr: int, dy_dtype: int, dy_stride: int,
+    dro_ptr: int, dro_dtype: int, dro_stride: int,
+    w_ptr: int, w_dtype: int, rstd_ptr: int,
+    dx_ptr: int, dx_dtype: int, dx_stride: int,
+    dres_ptr: int, dres_dtype: int, dres_stride: int,
+    dw_ptr: int, dw_dtype: int, db_ptr: int, db_dtype: int,
+    weight_offset: float, ws_ptr: int, ws_bytes: int, mode: int, stream: int,
+) -> int: ...

@@ -1,5 +1,6 @@
-"""RMSNorm forward for PyTorch: argument checks, the eager launch, and the
-``quack_cpp::rmsnorm_fwd`` torch.library op that torch.compile sees.
+"""RMSNorm for PyTorch: argument checks, the eager launch, and the
+``quack_cpp::rmsnorm_fwd`` / ``quack_cpp::rmsnorm_bwd`` torch.library ops
+(with autograd) that torch.compile sees.
 
 Two paths reach the kernel:
 
@@ -36,6 +37,7 @@ _grad_enabled = torch.is_grad_enabled
 _current_device = torch._C._cuda_getDevice
 _raw_stream = torch._C._cuda_getCurrentRawStream
 _rmsnorm_fwd = _C.rmsnorm_fwd
+_rmsnorm_bwd = _C.rmsnorm_bwd
 _empty_like = torch.empty_like
 _contiguous = torch.contiguous_format
 
@@ -266,39 +268,135 @@ def _rmsnorm_fwd_fake(x, weight, bias, residual, out_dtype, residual_dtype, eps,
     return out, res_out, rstd
 
 
-# Backward is not implemented yet. It is registered as an op that fails when
-# it runs rather than a Python function that raises, so that torch.compile can
-# still trace the joint forward/backward graph of a model whose parameters
-# require grad: only an actual .backward() raises. Every gradient the backward
-# returns is an output of that op, so no graph optimisation can drop the op
-# and hand back uninitialised gradients instead.
-_BACKWARD_MESSAGE = "quack_cpp.rmsnorm backward is not implemented yet"
+# ---------------------------------------------------------------------------
+# Backward.
+
+def _matrix_view(t: Tensor, n: int) -> Tuple[Tensor, int]:
+    """``t`` and its row stride as a (rows, n) row-major matrix, copied to
+    contiguous when its layout has no single row stride."""
+    s = n if t.is_contiguous() else _row_stride(t, n)
+    if s < 0:
+        return t.contiguous(), n
+    return t, s
 
 
-@torch.library.custom_op("quack_cpp::rmsnorm_bwd_unimplemented", mutates_args=())
-def _rmsnorm_bwd_unimplemented(grad_out: Tensor, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-                               residual: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Placeholder for RMSNorm backward: always raises NotImplementedError."""
-    raise NotImplementedError(_BACKWARD_MESSAGE)
+def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tensor],
+                grad_residual_out: Optional[Tensor], weight_offset: float, x_dtype: torch.dtype,
+                residual_dtype: Optional[torch.dtype], need_dweight: bool,
+                bias_dtype: Optional[torch.dtype]):
+    """Allocates dx (x_dtype), dresidual (residual_dtype; None without),
+    dweight (weight's dtype, when need_dweight) and dbias (bias_dtype; None
+    without) and launches on h's device and current stream, with a workspace
+    from torch's caching allocator for the deterministic weight gradients."""
+    n = h.shape[-1]
+    rows = h.numel() // n
+    h, hs = _matrix_view(h, n)
+    grad_out, gs = _matrix_view(grad_out, n)
+    dx = _empty_like(h, dtype=x_dtype, memory_format=_contiguous)
+    dres = _empty_like(h, dtype=residual_dtype, memory_format=_contiguous) if residual_dtype is not None else None
+    dw = h.new_empty((n,), dtype=weight.dtype) if need_dweight else None
+    db = h.new_empty((n,), dtype=bias_dtype) if bias_dtype is not None else None
+    if grad_residual_out is not None:
+        grad_residual_out, ros = _matrix_view(grad_residual_out, n)
+    else:
+        ros = 0
+    if weight is not None and not weight.is_contiguous():
+        weight = weight.contiguous()
+    rstd = rstd.contiguous()
+
+    def ptr(t):
+        return 0 if t is None else t.data_ptr()
+
+    def code(t):
+        return 0 if t is None else _DTYPE_CODE[t.dtype]
+
+    dev = h.get_device()
+
+    def call(mode, ws=None):
+        return _rmsnorm_bwd(rows, n, ptr(h), code(h), hs, ptr(grad_out), code(grad_out), gs,
+                            ptr(grad_residual_out), code(grad_residual_out), ros, ptr(weight), code(weight),
+                            ptr(rstd), ptr(dx), code(dx), n, ptr(dres), code(dres), n, ptr(dw), code(dw),
+                            ptr(db), code(db), weight_offset, ptr(ws), 0 if ws is None else ws.numel(), mode,
+                            _raw_stream(dev))
+
+    def run():
+        nbytes = call(2)
+        ws = h.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
+        call(0, ws)
+
+    if _current_device() == dev:
+        run()
+    else:
+        with torch.cuda.device(dev):
+            run()
+    return dx, dres, dw, db
 
 
-@_rmsnorm_bwd_unimplemented.register_fake
-def _rmsnorm_bwd_unimplemented_fake(grad_out, x, weight, bias, residual):
-    # (dx, dweight, dbias, dresidual); (0,) placeholders for absent inputs.
-    return tuple(x.new_empty((0,)) if t is None else torch.empty_like(t, memory_format=_contiguous)
-                 for t in (x, weight, bias, residual))
+@torch.library.custom_op("quack_cpp::rmsnorm_bwd", mutates_args=())
+def _rmsnorm_bwd_op(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tensor],
+                    grad_residual_out: Optional[Tensor], weight_offset: float, x_dtype: torch.dtype,
+                    residual_dtype: Optional[torch.dtype], need_dweight: bool,
+                    bias_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """RMSNorm backward as one op: (dx, dresidual, dweight, dbias); an output
+    not asked for is an empty (0,) placeholder."""
+    dx, dres, dw, db = _launch_bwd(grad_out, h, rstd, weight, grad_residual_out, weight_offset, x_dtype,
+                                   residual_dtype, need_dweight, bias_dtype)
+    # (a separate placeholder each: outputs may not alias one another)
+    return tuple(h.new_empty((0,)) if t is None else t for t in (dx, dres, dw, db))
+
+
+@_rmsnorm_bwd_op.register_fake
+def _rmsnorm_bwd_fake(grad_out, h, rstd, weight, grad_residual_out, weight_offset, x_dtype, residual_dtype,
+                      need_dweight, bias_dtype):
+    n = h.shape[-1]
+    dx = h.new_empty(h.shape, dtype=x_dtype)
+    dres = h.new_empty(h.shape if residual_dtype is not None else (0,),
+                       dtype=residual_dtype if residual_dtype is not None else h.dtype)
+    dw = h.new_empty((n,) if need_dweight else (0,), dtype=weight.dtype if need_dweight else h.dtype)
+    db = h.new_empty((n,) if bias_dtype is not None else (0,),
+                     dtype=bias_dtype if bias_dtype is not None else h.dtype)
+    return dx, dres, dw, db
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual = inputs[:4]
-    ctx.save_for_backward(x, weight, bias, residual)
+    x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, return_rstd = inputs
+    _, res_out, rstd = output
+    # Unused outputs' gradients arrive as None, not as zeros: residual_out
+    # asked for only so that the backward can read h costs no extra read.
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, weight, residual, res_out, rstd)
+    ctx.eps, ctx.weight_offset = eps, weight_offset
+    ctx.bias_dtype = None if bias is None else bias.dtype
 
 
 def _backward(ctx, grad_out, grad_residual_out, grad_rstd):
-    x, weight, bias, residual = ctx.saved_tensors
-    dx, dw, db, dres = torch.ops.quack_cpp.rmsnorm_bwd_unimplemented(grad_out, x, weight, bias, residual)
-    return (dx, None if weight is None else dw, None if bias is None else db,
-            None if residual is None else dres, None, None, None, None, None, None)
+    """rstd is not differentiable (its gradient is ignored)."""
+    x, weight, residual, res_out, rstd = ctx.saved_tensors
+    # The normalised input h and rstd: from the forward (rmsnorm asks the op
+    # for residual_out and rstd whenever a gradient is needed), recomputed in
+    # fp32 when the op was called without them.
+    if residual is None:
+        h = x
+    elif res_out.numel() == x.numel() and res_out.numel() > 0:
+        h = res_out
+    else:
+        h = x.float() + residual.float()
+    if rstd.numel() != x.numel() // x.shape[-1] or x.numel() == 0:
+        hf = h.float()
+        rstd = torch.rsqrt((hf * hf).mean(dim=-1) + ctx.eps)
+    if grad_out is None:
+        grad_out = torch.zeros_like(x)
+    # residual_out's gradient: None when unused, or materialised zeros of
+    # the (0,) placeholder when residual_out was not an output.
+    if grad_residual_out is not None and grad_residual_out.numel() != x.numel():
+        grad_residual_out = None
+    needs = ctx.needs_input_grad
+    dx, dres, dw, db = torch.ops.quack_cpp.rmsnorm_bwd(
+        grad_out, h, rstd, weight, grad_residual_out, float(ctx.weight_offset), x.dtype,
+        None if residual is None else residual.dtype, weight is not None and needs[1],
+        ctx.bias_dtype if needs[2] else None)
+    return (dx, dw if weight is not None and needs[1] else None, db if ctx.bias_dtype is not None and needs[2] else None,
+            dres if residual is not None else None, None, None, None, None, None, None)
 
 
 _rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -353,18 +451,22 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
         NotImplementedError: the GPU or build cannot run it (not sm_90).
         RuntimeError: the CUDA runtime reported an error.
 
-    Autograd: forward works with inputs that require grad; backward is not
-    implemented yet and raises NotImplementedError.
+    Autograd: gradients for x, weight, bias and residual (and through
+    residual_out with prenorm); dweight and dbias are accumulated in fp32
+    and are bit-identical run after run. rstd is not differentiable. With
+    a gradient to come, the forward also writes h (when there is a residual)
+    and rstd for the backward to read.
     """
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
-    if (_is_compiling() or type(x) is not Tensor or not x.is_cuda
-            or (_grad_enabled() and (x.requires_grad
-                                     or (weight is not None and weight.requires_grad)
-                                     or (bias is not None and bias.requires_grad)
-                                     or (residual is not None and residual.requires_grad)))):
-        out, res_out, rstd = torch.ops.quack_cpp.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype,
-                                                         float(eps), float(weight_offset), bool(prenorm),
-                                                         bool(return_rstd))
+    needs_grad = _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                      or (bias is not None and bias.requires_grad)
+                                      or (residual is not None and residual.requires_grad))
+    if _is_compiling() or type(x) is not Tensor or not x.is_cuda or needs_grad:
+        # With a gradient to come, the op also returns what the backward
+        # reads: h (residual_out, when there is a residual) and rstd.
+        out, res_out, rstd = torch.ops.quack_cpp.rmsnorm_fwd(
+            x, weight, bias, residual, out_dtype, residual_dtype, float(eps), float(weight_offset),
+            bool(prenorm or (needs_grad and residual is not None)), bool(return_rstd or needs_grad))
     else:
         out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
         out, res_out, rstd = _launch(x, weight, bias, residual, out_dtype, residual_dtype,

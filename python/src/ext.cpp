@@ -128,6 +128,41 @@ void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) 
         nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"), doc);
 }
 
+// RMSNorm backward: one entry point, three modes over the same arguments
+// (0: launch on `stream`; 1: can_implement only, no device touched; 2: the
+// workspace query, whose size it returns).
+size_t rmsnorm_bwd(int64_t rows, int64_t cols,
+                   uintptr_t h_ptr, int32_t h_dtype, int64_t h_stride,
+                   uintptr_t dy_ptr, int32_t dy_dtype, int64_t dy_stride,
+                   uintptr_t dro_ptr, int32_t dro_dtype, int64_t dro_stride,
+                   uintptr_t w_ptr, int32_t w_dtype, uintptr_t rstd_ptr,
+                   uintptr_t dx_ptr, int32_t dx_dtype, int64_t dx_stride,
+                   uintptr_t dres_ptr, int32_t dres_dtype, int64_t dres_stride,
+                   uintptr_t dw_ptr, int32_t dw_dtype, uintptr_t db_ptr, int32_t db_dtype,
+                   double weight_offset, uintptr_t ws_ptr, size_t ws_bytes, int mode, uintptr_t stream) {
+  quack::RMSNormBwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.h = {cptr<void>(h_ptr), quack::DType(h_dtype), h_stride};
+  a.dy = {cptr<void>(dy_ptr), quack::DType(dy_dtype), dy_stride};
+  a.dresidual_out = {cptr<void>(dro_ptr), quack::DType(dro_dtype), dro_stride};
+  a.weight = {cptr<void>(w_ptr), quack::DType(w_dtype)};
+  a.rstd = cptr<float>(rstd_ptr);
+  a.dx = {reinterpret_cast<void*>(dx_ptr), quack::DType(dx_dtype), dx_stride};
+  a.dresidual = {reinterpret_cast<void*>(dres_ptr), quack::DType(dres_dtype), dres_stride};
+  a.dweight = {reinterpret_cast<void*>(dw_ptr), quack::DType(dw_dtype)};
+  a.dbias = {reinterpret_cast<void*>(db_ptr), quack::DType(db_dtype)};
+  a.weight_offset = to_float(weight_offset, kRMSNorm, "weight_offset");
+  a.workspace = reinterpret_cast<void*>(ws_ptr);
+  a.workspace_bytes = ws_bytes;
+  size_t bytes = 0;
+  const quack::Status st = mode == 0   ? quack::rmsnorm_bwd(a, reinterpret_cast<cudaStream_t>(stream))
+                           : mode == 1 ? quack::can_implement(a)
+                                       : quack::rmsnorm_bwd_workspace_bytes(a, &bytes);
+  if (!st.ok()) raise_status(st, kRMSNorm);
+  return bytes;
+}
+
 constexpr const char* kSoftmax = "quack_cpp.softmax";
 
 quack::SoftmaxFwdArgs softmax_fwd_args(int64_t rows, int64_t cols, uintptr_t x_ptr, int32_t dtype, int64_t x_stride,
@@ -192,6 +227,15 @@ NB_MODULE(_C, m) {
         nb::arg("y_stride"), nb::arg("dy_ptr"), nb::arg("dy_stride"), nb::arg("dx_ptr"), nb::arg("dx_stride"),
         nb::arg("log"), nb::arg("stream"),
         "Softmax / log-softmax backward from the forward's output y and dy; y, dy and dx share one dtype.");
+  m.def("rmsnorm_bwd", &rmsnorm_bwd, nb::arg("rows"), nb::arg("cols"), nb::arg("h_ptr"), nb::arg("h_dtype"),
+        nb::arg("h_stride"), nb::arg("dy_ptr"), nb::arg("dy_dtype"), nb::arg("dy_stride"), nb::arg("dro_ptr"),
+        nb::arg("dro_dtype"), nb::arg("dro_stride"), nb::arg("w_ptr"), nb::arg("w_dtype"), nb::arg("rstd_ptr"),
+        nb::arg("dx_ptr"), nb::arg("dx_dtype"), nb::arg("dx_stride"), nb::arg("dres_ptr"), nb::arg("dres_dtype"),
+        nb::arg("dres_stride"), nb::arg("dw_ptr"), nb::arg("dw_dtype"), nb::arg("db_ptr"), nb::arg("db_dtype"),
+        nb::arg("weight_offset"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"), nb::arg("stream"),
+        "RMSNorm backward (quack::RMSNormBwdArgs) over raw device pointers; a pointer of 0 is an absent\n"
+        "operand. mode 0 launches on `stream`, 1 only validates (no device touched), 2 returns the\n"
+        "workspace bytes the launch needs (ws_ptr may be 0).");
   def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
                   "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
                   "as rmsnorm_fwd would; launches nothing and touches no device.");

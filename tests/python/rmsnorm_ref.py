@@ -122,3 +122,41 @@ def run_and_check(x, weight=None, bias=None, residual=None, out_dtype=None, resi
         assert rstd.shape == x.shape[:-1] and rstd.dtype == F32
         assert_rstd_close(rstd, ref_rstd)
     return outs
+
+
+def check_grads(x, weight=None, bias=None, residual=None, prenorm=False, weight_offset=0.0, eps=1e-6,
+                rtol=3e-2, grad_out_strided=False):
+    """quack_cpp.rmsnorm forward + backward on the leaves given (those that
+    require grad), with random gradients on y (and on residual_out with
+    prenorm), against float64 autograd of `reference`. Each leaf's gradient
+    must have its dtype and match within rtol * |ref| + rtol * mean|ref|.
+    grad_out_strided: the gradient on y arrives as a view whose rows are 2N
+    apart (non-contiguous, passed to the kernel without a copy)."""
+    outs = quack_cpp.rmsnorm(x, weight, bias, residual=residual, prenorm=prenorm, weight_offset=weight_offset,
+                             eps=eps)
+    y, h = (outs[0], outs[1]) if prenorm else (outs, None)
+    gen = torch.Generator(device="cpu").manual_seed(x.shape[-1] + 17)
+    gy = torch.randn(y.shape, generator=gen, dtype=F32).to(x.device)
+    gh = torch.randn(y.shape, generator=gen, dtype=F32).to(x.device) if prenorm else None
+    gy_in = gy.to(y.dtype)
+    if grad_out_strided:  # rows 2N apart
+        gy_in = torch.empty(y.shape[:-1] + (2 * y.shape[-1],), dtype=y.dtype, device=y.device)[..., :y.shape[-1]]
+        gy_in.copy_(gy)
+    grads = [gy_in] + ([gh.to(h.dtype)] if prenorm else [])
+    torch.autograd.backward([y] + ([h] if prenorm else []), grads)
+
+    leaves = [t for t in (x, weight, bias, residual) if t is not None]
+    ref = {id(t): t.detach().double().requires_grad_() for t in leaves}
+    d = lambda t: None if t is None else ref[id(t)]  # noqa: E731
+    yd, hd, _, _ = reference(d(x), d(weight), d(bias), d(residual), eps, weight_offset)
+    outs_d = [yd] + ([hd] if prenorm else [])
+    torch.autograd.backward(outs_d, [g.double() for g in grads])
+    for t in leaves:
+        if not t.requires_grad:
+            continue
+        got, want = t.grad, ref[id(t)].grad
+        assert got is not None and got.dtype == t.dtype and got.shape == t.shape
+        err = (got.double() - want).abs()
+        bound = rtol * want.abs() + rtol * want.abs().mean()
+        assert bool((err <= bound).all()), f"gradient of a {tuple(t.shape)} leaf: max err {err.max().item():.3g}, " \
+                                           f"max |ref| {want.abs().max().item():.3g}"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from quack_cpp import _C, _rmsnorm
-from rmsnorm_ref import run_and_check
+from rmsnorm_ref import check_grads, run_and_check
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 DTYPES = [F32, F16, BF16]
@@ -57,12 +57,49 @@ def _emulated_kernel(calls):
     return kernel
 
 
+# The workspace size the emulated backward asks for.
+_EMULATED_WS = 64
+
+
+def _emulated_bwd_kernel(calls):
+    def kernel(rows, cols, h_ptr, h_dtype, h_stride, dy_ptr, dy_dtype, dy_stride, dro_ptr, dro_dtype, dro_stride,
+               w_ptr, w_dtype, rstd_ptr, dx_ptr, dx_dtype, dx_stride, dres_ptr, dres_dtype, dres_stride, dw_ptr,
+               dw_dtype, db_ptr, db_dtype, weight_offset, ws_ptr, ws_bytes, mode, stream):
+        args = locals().copy()
+        args.pop("calls", None)
+        calls.append(args)
+        if mode == 2:  # the workspace query (the real one reads the device's limits)
+            return _EMULATED_WS if (dw_ptr or db_ptr) else 0
+        assert mode == 0 and stream == 12345
+        _C.rmsnorm_bwd(**{**args, "mode": 1})  # the library's own validation, no device touched
+        assert ws_bytes == (_EMULATED_WS if (dw_ptr or db_ptr) else 0) and bool(ws_ptr) == bool(ws_bytes)
+        if rows > 0:
+            h = _matrix(h_ptr, h_dtype, h_stride, rows, cols).float()
+            dy = _matrix(dy_ptr, dy_dtype, dy_stride, rows, cols).float()
+            rstd = _raw(rstd_ptr, rows, F32)[:, None]
+            w = _raw(w_ptr, cols, _CODE_DTYPE[w_dtype]).float() + weight_offset if w_ptr else 1.0
+            xh, g = h * rstd, dy * w
+            dh = rstd * (g - xh * (g * xh).mean(dim=-1, keepdim=True))
+            if dro_ptr:
+                dh = dh + _matrix(dro_ptr, dro_dtype, dro_stride, rows, cols).float()
+            _matrix(dx_ptr, dx_dtype, dx_stride, rows, cols).copy_(dh)
+            if dres_ptr:
+                _matrix(dres_ptr, dres_dtype, dres_stride, rows, cols).copy_(dh)
+        if dw_ptr:
+            _raw(dw_ptr, cols, _CODE_DTYPE[dw_dtype]).copy_((dy * xh).sum(0) if rows else 0)
+        if db_ptr:
+            _raw(db_ptr, cols, _CODE_DTYPE[db_dtype]).copy_(dy.sum(0) if rows else 0)
+        return 0
+    return kernel
+
+
 @pytest.fixture
 def launches(monkeypatch):
     """CPU tensors pose as CUDA ones; returns the list of emulated launches."""
     calls = []
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_fwd", _emulated_kernel(calls))
+    monkeypatch.setattr(_rmsnorm, "_rmsnorm_bwd", _emulated_bwd_kernel(calls))
     monkeypatch.setattr(_rmsnorm, "_raw_stream", lambda device: 12345)
     monkeypatch.setattr(_rmsnorm, "_current_device", lambda: -1)  # CPU tensors' get_device()
     return calls
@@ -146,7 +183,7 @@ def test_zero_rows_launch_nothing(launches):
     assert launches == []
 
 
-def test_requires_grad_goes_through_the_op_and_backward_raises(launches):
+def test_requires_grad_goes_through_the_op(launches):
     x = rand(3, 8, dtype=F32).requires_grad_()
     w = rand(8, dtype=F32)
     y = _rmsnorm.rmsnorm(x, w)  # torch.ops.quack_cpp.rmsnorm_fwd, recorded by autograd
@@ -155,6 +192,28 @@ def test_requires_grad_goes_through_the_op_and_backward_raises(launches):
         y_fast = _rmsnorm.rmsnorm(x, w)  # direct launch
     assert not y_fast.requires_grad and torch.equal(y.detach(), y_fast)
     assert len(launches) == 2
-    assert {k for k in launches[0] if launches[0][k] != launches[1][k]} <= {"out_ptr"}
-    with pytest.raises(NotImplementedError, match="quack_cpp.rmsnorm backward is not implemented yet"):
-        y.sum().backward()
+    # With a gradient to come the forward also writes rstd for the backward.
+    assert launches[0]["rstd_ptr"] != 0 and launches[1]["rstd_ptr"] == 0
+    assert {k for k in launches[0] if launches[0][k] != launches[1][k]} <= {"out_ptr", "rstd_ptr"}
+
+
+@pytest.mark.parametrize("weight, bias, residual, prenorm, offset",
+                         [(True, False, False, False, 0.0), (True, True, True, True, 1.0),
+                          (False, True, True, False, 0.0), (True, False, False, True, 0.0),
+                          (False, False, False, False, 0.0)])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_backward_through_the_emulated_kernel(launches, dtype, weight, bias, residual, prenorm, offset):
+    # The Python layer's backward wiring (which tensors reach the kernel, in
+    # which dtypes, the gradient arriving on residual_out, the workspace)
+    # against float64 autograd of the formula.
+    torch.manual_seed(0)
+    x = rand(5, 3, 40, dtype=dtype).requires_grad_()
+    w = rand(40, dtype=F32).requires_grad_() if weight else None
+    b = rand(40, dtype=dtype).requires_grad_() if bias else None
+    r = rand(5, 3, 40, dtype=F32).requires_grad_() if residual else None
+    check_grads(x, w, b, r, prenorm=prenorm, weight_offset=offset, eps=1e-5, rtol=1e-4 if dtype == F32 else 3e-2,
+                grad_out_strided=residual)
+    bwd = [c for c in launches if "h_ptr" in c]
+    assert [c["mode"] for c in bwd] == [2, 0]
+    assert (bwd[1]["dro_ptr"] != 0) == prenorm and (bwd[1]["dres_ptr"] != 0) == residual
+    assert bwd[1]["dy_stride"] == (80 if residual else 40)  # a strided gradient is passed as it is

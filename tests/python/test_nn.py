@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import quack_cpp
-from rmsnorm_ref import assert_close, reference
+from rmsnorm_ref import assert_close, check_grads, reference
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -133,10 +133,9 @@ def test_no_affine_and_bias():
 
 
 @pytest.mark.requires_gpu
-def test_training_forward_works_backward_raises():
-    m = quack_cpp.RMSNorm(128, device="cuda")
+def test_training_step_gradients():
+    m = quack_cpp.RMSNorm(128, eps=1e-6, device="cuda")
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(128))
     x = torch.randn(4, 128, device="cuda", requires_grad=True)
-    y = m(x)
-    assert y.requires_grad
-    with pytest.raises(NotImplementedError, match="quack_cpp.rmsnorm backward is not implemented yet"):
-        y.sum().backward()
+    check_grads(x, m.weight, eps=1e-6, rtol=1e-4)

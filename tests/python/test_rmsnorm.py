@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import quack_cpp
-from rmsnorm_ref import assert_close, assert_rstd_close, poison_allocator, reference, run_and_check
+from rmsnorm_ref import assert_close, assert_rstd_close, check_grads, poison_allocator, reference, run_and_check
 
 pytestmark = pytest.mark.requires_gpu
 
@@ -308,17 +308,21 @@ def test_torch_compile_reduce_overhead():
 
 
 def test_torch_compile_module_with_trainable_weight():
-    # Weights that require grad: AOTAutograd traces the joint graph; the
-    # forward must compile and run, only backward raises.
+    # Weights that require grad: AOTAutograd traces forward and backward ops
+    # into one graph; the gradients match eager's.
     torch._dynamo.reset()
     m = quack_cpp.RMSNorm(256, device=DEV)
-    g = torch.compile(m, fullgraph=True)
-    x = rand(8, 256)
-    y = g(x)
     with torch.no_grad():
-        assert torch.equal(y, m(x))
-    with pytest.raises(NotImplementedError, match="backward is not implemented yet"):
-        y.float().sum().backward()
+        m.weight.copy_(rand(256, dtype=F32))
+    g = torch.compile(m, fullgraph=True)
+    x = rand(8, 256).requires_grad_()
+    y = g(x)
+    gy = rand(8, 256)
+    y.backward(gy)
+    gx, gw = x.grad.clone(), m.weight.grad.clone()
+    x.grad = m.weight.grad = None
+    m(x).backward(gy)
+    assert torch.equal(gx, x.grad) and torch.equal(gw, m.weight.grad)
 
 
 def test_opcheck():
@@ -331,16 +335,56 @@ def test_opcheck():
 # ---------------------------------------------------------------------------
 # Autograd.
 
-def test_forward_with_requires_grad_then_backward_raises():
-    x = rand(5, 128, dtype=F32).requires_grad_()
-    w = rand(128, dtype=F32).requires_grad_()
-    r = rand(5, 128, dtype=F32)
-    y, h = quack_cpp.rmsnorm(x, w, residual=r, prenorm=True)
-    assert y.requires_grad and y.grad_fn is not None
-    ref, _, _, scale = reference(x.detach(), w.detach(), residual=r)
-    assert_close(y.detach(), ref, scale, "out with requires_grad inputs")
-    with pytest.raises(NotImplementedError, match="quack_cpp.rmsnorm backward is not implemented yet"):
-        y.sum().backward()
+@pytest.mark.parametrize("n", [1, 100, 1000, 4096, 65536, 262144])
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+def test_backward_matches_float64_autograd(dtype, n):
+    m = max(1, min(199, (1 << 21) // n))
+    x = rand(m, n, dtype=dtype).requires_grad_()
+    w = rand(n, dtype=dtype).requires_grad_()
+    check_grads(x, w, rtol=1e-4 if dtype == F32 else 3e-2)
+
+
+@pytest.mark.parametrize("weight, bias, residual, prenorm, offset, w_dtype",
+                         [(True, True, True, True, 1.0, F32), (False, True, True, False, 0.0, BF16),
+                          (True, False, False, True, 0.0, BF16), (False, False, False, False, 0.0, BF16),
+                          (True, False, True, False, 0.5, F32)])
+def test_backward_every_option(weight, bias, residual, prenorm, offset, w_dtype):
+    x = rand(7, 3, 1000).requires_grad_()
+    w = rand(1000, dtype=w_dtype).requires_grad_() if weight else None
+    b = rand(1000, dtype=w_dtype).requires_grad_() if bias else None
+    r = rand(7, 3, 1000, dtype=F32).requires_grad_() if residual else None
+    check_grads(x, w, b, r, prenorm=prenorm, weight_offset=offset, grad_out_strided=True)
+
+
+def test_backward_misaligned_rows_and_mixed_dtypes():
+    # Rows one element off 16 bytes (the general kernel) and an fp16 residual.
+    base = rand(33, 1001)
+    x = base[:, 1:].detach().requires_grad_()
+    w = rand(1000, dtype=F32).requires_grad_()
+    r = rand(33, 1000, dtype=F16).requires_grad_()
+    check_grads(x, w, residual=r, prenorm=True)
+
+
+def test_weight_gradients_are_bit_identical_across_runs():
+    x = rand(4096, 4096).requires_grad_()
+    w = rand(4096, dtype=F32).requires_grad_()
+    b = rand(4096, dtype=F32).requires_grad_()
+    gy = rand(4096, 4096)
+    got = []
+    for _ in range(3):
+        x.grad = w.grad = b.grad = None
+        quack_cpp.rmsnorm(x, w, b).backward(gy)
+        got.append((x.grad.clone(), w.grad.clone(), b.grad.clone()))
+    for other in got[1:]:
+        assert all(torch.equal(a, c) for a, c in zip(got[0], other))
+
+
+def test_backward_opcheck():
+    g, h, rstd = rand(9, 300), rand(9, 300), torch.rand(9, device=DEV) + 0.5
+    w = rand(300, dtype=F32)
+    torch.library.opcheck(torch.ops.quack_cpp.rmsnorm_bwd.default, (g, h, rstd, w, None, 0.0, BF16, None, True, F32))
+    torch.library.opcheck(torch.ops.quack_cpp.rmsnorm_bwd.default,
+                          (g, h, rstd, None, rand(9, 300, dtype=F16), 0.0, F16, F32, False, None))
 
 
 def test_requires_grad_path_matches_fast_path():

@@ -228,9 +228,8 @@ def test_compile_fullgraph_traces_one_op():
 
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_compile_aot_eager(requires_grad):
-    # aot_eager runs the fake implementation through AOTAutograd; with a
-    # weight that requires grad it also traces the (unimplemented) backward,
-    # which must not fail at compile time.
+    # aot_eager runs the fake implementations through AOTAutograd; with a
+    # weight that requires grad it also traces the backward op.
     torch._dynamo.reset()
     g = torch.compile(_fn, backend="aot_eager", fullgraph=True)
     w = meta(N, dtype=F32).requires_grad_(requires_grad)
@@ -238,9 +237,18 @@ def test_compile_aot_eager(requires_grad):
     assert y.shape == (4, 3, N) and y.requires_grad == requires_grad
 
 
-def test_backward_placeholder_op_raises():
-    with pytest.raises(NotImplementedError, match="quack_cpp.rmsnorm backward is not implemented yet"):
-        torch.ops.quack_cpp.rmsnorm_bwd_unimplemented(torch.zeros(2, 3), torch.zeros(2, 3), None, None, None)
+@pytest.mark.parametrize("residual_dtype, need_dw, bias_dtype", [(None, False, None), (F16, True, F32)])
+def test_backward_op_fake_shapes(residual_dtype, need_dw, bias_dtype):
+    # The backward op on meta tensors (its fake): (dx, dresidual, dweight,
+    # dbias), (0,) placeholders for what was not asked for.
+    g, h, rstd, w = meta(4, 3, N), meta(4, 3, N, dtype=F16), meta(4, 3, dtype=F32), meta(N, dtype=F32)
+    dx, dres, dw, db = torch.ops.quack_cpp.rmsnorm_bwd(g, h, rstd, w, None, 0.0, BF16, residual_dtype, need_dw,
+                                                       bias_dtype)
+    assert dx.shape == (4, 3, N) and dx.dtype == BF16 and dx.device.type == "meta"
+    assert dres.shape == ((4, 3, N) if residual_dtype else (0,))
+    assert residual_dtype is None or dres.dtype == residual_dtype
+    assert dw.shape == ((N,) if need_dw else (0,)) and (not need_dw or dw.dtype == F32)
+    assert db.shape == ((N,) if bias_dtype else (0,)) and (bias_dtype is None or db.dtype == bias_dtype)
 
 
 # ---------------------------------------------------------------------------
