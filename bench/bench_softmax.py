@@ -22,20 +22,14 @@ with its reason under the tables.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
 import sys
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_rmsnorm import (dist_version, git_commit, gpu_clocks, log, measure_copy,  # noqa: E402
-                           poison, short_reason, time_events)
+from sidebyside import Run, markdown, write  # noqa: E402
 
 PEERS = ["quack_cpp", "torch", "compile", "liger", "quack"]
-TITLE = {"quack_cpp": "quack_cpp", "torch": "torch eager", "compile": "torch.compile", "liger": "Liger",
-         "quack": "QuACK"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 SIZES = [256, 1024, 4096, 16384, 65536, 262144, 1048576]
 # |got - want| <= rtol * (|want| + cond) + atol: cond is the conditioning of
@@ -106,34 +100,8 @@ def check(torch, got, want, cond, dtname, rows):
 def run(args):
     import torch
     torch.manual_seed(0)
-    # One compiled graph per (dtype, N): lift dynamo's recompile limits
-    # (otherwise it falls back to eager after 8 shapes, silently).
-    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                 "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 1024)
-    dev = torch.cuda.get_device_name()
-    record = {"date": _dt.date.today().isoformat(), "commit": git_commit(args.commit), "gpu": dev,
-              "clocks": gpu_clocks(), "torch": torch.__version__,
-              "versions": {k: dist_version(d) for k, d in
-                           [("liger", "liger_kernel"), ("quack", "quack-kernels"),
-                            ("cutlass_dsl", "nvidia-cutlass-dsl")]},
-              "total": args.total, "copy": {}, "cells": [], "na": {}, "checks": []}
-
-    class CopyBench:  # what measure_copy needs
-        pass
-    cb = CopyBench()
-    cb.args, cb.copy = args, record["copy"]
-    measure_copy(cb, torch, "start")
-
-    makers = {}
-    for key in args.peers.split(","):
-        try:
-            makers[key] = make_impl(key, torch)
-        except Exception as e:
-            record["na"][key] = short_reason(e)
-            log(f"[{key}] n/a: {record['na'][key]}")
-
+    bench = Run(torch, args)
+    makers = bench.makers(make_impl)
     for dtname in args.dtypes.split(","):
         dtype = getattr(torch, DTYPES[dtname])
         es = torch.finfo(dtype).bits // 8
@@ -148,108 +116,31 @@ def run(args):
             want_y = torch.softmax(xs, -1)
             y = torch.softmax(x.float(), -1).to(dtype)  # the saved output the backward reads
             ys, dys = y.index_select(0, rows).double(), dy.index_select(0, rows).double()
-            want_dx_s = ys * (dys - (dys * ys).sum(-1, keepdim=True))
+            want_dx = ys * (dys - (dys * ys).sum(-1, keepdim=True))
             cond_bwd = ys.abs() * (dys.abs() + (dys * ys).abs().sum(-1, keepdim=True))
-            full_idx = torch.arange(len(rows), device="cuda")
+            full = torch.arange(len(rows), device="cuda")
+
+            def checker(want, cond):
+                return lambda out: check(torch, out.index_select(0, rows), want, cond, dtname, full)
             for key, make in makers.items():
-                cell = {"dtype": dtname, "N": n, "M": m, "impl": key}
-                try:
+                def directions(make=make, x=x, y=y, dy=dy):
                     fwd, bwd = make(x, y, dy)
-                    for name, fn, want, cond, nbytes in [
-                            ("fwd", fwd, want_y, torch.full_like(want_y, 1.0 / n), 2 * m * n * es),
-                            ("bwd", bwd, want_dx_s, cond_bwd, 3 * m * n * es)]:
-                        poison(torch, m * n, dtype, x.device)
-                        out = fn()
-                        torch.cuda.synchronize()
-                        ok, detail = check(torch, out.index_select(0, rows), want, cond, dtname, full_idx)
-                        record["checks"].append([dtname, n, key, name, "ok" if ok else "WRONG", detail])
-                        if not ok:
-                            log(f"!!!! {key} {name} {dtname} N={n}: {detail}")
-                        del out
-                        ms, iters = time_events(torch, [fn], args.rep_ms)
-                        gbps = nbytes / (ms * 1e-3) / 1e9
-                        cell[name] = {"us": ms * 1e3, "gbps": gbps, "pct": 100 * gbps / record["copy"]["start"],
-                                      "ok": ok}
-                except Exception as e:
-                    cell["error"] = short_reason(e)
-                    log(f"[{key}] {dtname} N={n}: {cell['error']}")
-                    traceback.print_exc(limit=2)
-                record["cells"].append(cell)
-                c = cell
-                log(f"{dtname} N={n:>8} {key:>10}: " + "  ".join(
-                    f"{d} {c[d]['us']:8.1f} us {c[d]['pct']:5.1f}%" for d in ("fwd", "bwd") if d in c))
+                    return [("fwd", fwd, checker(want_y, torch.full_like(want_y, 1.0 / n)), 2 * m * n * es, m * n,
+                             dtype),
+                            ("bwd", bwd, checker(want_dx, cond_bwd), 3 * m * n * es, m * n, dtype)]
+                bench.cell(dtname, n, m, key, directions)
             del x, dy, y
             torch.cuda.empty_cache()
-    measure_copy(cb, torch, "end")
-    return record
-
-
-def markdown(rec, peers):
-    copy = rec["copy"]["start"]
-    out = [f"# Softmax forward and backward, side by side ({rec['date']})", "",
-           f"- commit: {rec['commit']}", f"- GPU: {rec['gpu']} (clocks: {rec['clocks']})",
-           f"- torch {rec['torch']}; peers: " + ", ".join(f"{k} {v}" for k, v in rec["versions"].items()),
-           f"- copy bandwidth (same run): {copy:.0f} GB/s at the start, {rec['copy'].get('end', 0):.0f} GB/s "
-           "at the end; every % below is of the start figure",
-           f"- M*N = {rec['total']} elements per shape; forward bytes = read x + write y, backward = read y "
-           "and dy + write dx; median of CUDA-event timed calls",
-           "- **bold**: the best of the row; a cell marked WRONG failed the float64 check", ""]
-    for d in ("fwd", "bwd"):
-        for dtname in dict.fromkeys(c["dtype"] for c in rec["cells"]):
-            title = "Forward" if d == "fwd" else "Backward"
-            out += [f"## {title}, {dtname}: % of copy bandwidth (us per call)", "",
-                    "| N | M | " + " | ".join(TITLE[p] for p in peers) + " |",
-                    "|---:|---:|" + "---:|" * len(peers)]
-            losses = []
-            for n in dict.fromkeys(c["N"] for c in rec["cells"] if c["dtype"] == dtname):
-                row = {c["impl"]: c for c in rec["cells"] if c["dtype"] == dtname and c["N"] == n}
-                vals = {p: row[p][d]["pct"] for p in peers if p in row and d in row[p]}
-                best = max(vals.values()) if vals else None
-                cells = []
-                for p in peers:
-                    if p not in row:
-                        cells.append("n/a")
-                    elif d not in row[p]:
-                        cells.append("error")
-                    else:
-                        c = row[p][d]
-                        t = f"{c['pct']:.1f}% ({c['us']:.1f})" + ("" if c["ok"] else " WRONG")
-                        cells.append(f"**{t}**" if c["pct"] == best else t)
-                m = next(iter(row.values()))["M"]
-                out.append(f"| {n} | {m} | " + " | ".join(cells) + " |")
-                ours = vals.get("quack_cpp")
-                if ours is not None and best is not None and ours < best:
-                    winner = max(vals, key=vals.get)
-                    losses.append(f"N = {n}: {ours:.1f}% against {TITLE[winner]} {best:.1f}%")
-            out += [""]
-            if losses:
-                out += ["Where quack_cpp loses: " + "; ".join(losses) + ".", ""]
-    if rec["na"]:
-        out += ["## Not available", ""] + [f"- {TITLE[k]}: {v}" for k, v in rec["na"].items()] + [""]
-    errors = [c for c in rec["cells"] if "error" in c]
-    if errors:
-        out += ["## Errors", ""] + [f"- {TITLE[c['impl']]} {c['dtype']} N = {c['N']}: {c['error']}"
-                                     for c in errors] + [""]
-    bad = [c for c in rec["checks"] if c[4] != "ok"]
-    out += [f"## Checks: {len(rec['checks']) - len(bad)} of {len(rec['checks'])} passed", ""]
-    out += [f"- WRONG: {TITLE[c[2]]} {c[3]} {c[0]} N = {c[1]}: {c[5]}" for c in bad]
-    return "\n".join(out) + "\n"
+    return bench.finish()
 
 
 def main(argv=None):
     args = parse_args(argv)
     rec = run(args)
-    peers = [p for p in args.peers.split(",")]
-    text = markdown(rec, peers)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rec, f, indent=1)
-    ours_bad = [c for c in rec["checks"] if c[2] == "quack_cpp" and c[4] != "ok"]
-    return 1 if ours_bad or any(c["impl"] == "quack_cpp" and "error" in c for c in rec["cells"]) else 0
+    text = markdown(rec, args.peers.split(","), "Softmax forward and backward, side by side",
+                    [("fwd", "Forward"), ("bwd", "Backward")],
+                    "forward bytes = read x + write y, backward = read y and dy + write dx")
+    return write(rec, text, args)
 
 
 if __name__ == "__main__":
