@@ -128,9 +128,11 @@ def run(args):
             xh, gg = xs * rstd, dys * wd
             want_dx = rstd * (gg - xh * (gg * xh).mean(-1, keepdim=True))
 
+            w_dtype = w.dtype
+
             def check(out):
                 dx, dw = out
-                if dx.dtype != dtype or dw.dtype != w.dtype:
+                if dx.dtype != dtype or dw.dtype != w_dtype:
                     return False, f"dtypes {dx.dtype}, {dw.dtype}"
                 got_dx, got_dw = dx.index_select(0, rows).double(), dw.double()
                 if not (bool(torch.isfinite(got_dx).all()) and bool(torch.isfinite(got_dw).all())):
