@@ -25,15 +25,14 @@ memory poisoned with NaN before each is timed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from sidebyside import Run, markdown, write  # noqa: E402
+from sidebyside import parse_args as sidebyside_args  # noqa: E402
 
-PEERS = ["quack_cpp", "torch", "compile", "liger", "quack"]
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 SIZES = [256, 1024, 4096, 16384, 65536, 262144, 1048576]
 EPS = 1e-6
@@ -43,17 +42,7 @@ RTOL = {"bf16": 3e-2, "fp16": 5e-3, "fp32": 1e-3}
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtypes", default="bf16,fp32")
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    p.add_argument("--total", type=int, default=1 << 28, help="M*N per shape")
-    p.add_argument("--peers", default=",".join(PEERS))
-    p.add_argument("--rep-ms", type=float, default=40.0, help="time budget per measurement")
-    p.add_argument("--copy-gib", type=float, default=1.0)
-    p.add_argument("--commit", default=None)
-    p.add_argument("--out", default=None, help="markdown record")
-    p.add_argument("--json", default=None)
-    return p.parse_args(argv)
+    return sidebyside_args(argv, __doc__, SIZES)
 
 
 def make_impl(key, torch):

@@ -18,6 +18,22 @@ TITLE = {"quack_cpp": "quack_cpp", "torch": "torch eager", "compile": "torch.com
          "quack": "QuACK"}
 
 
+def parse_args(argv, doc, sizes):
+    """The options every side-by-side benchmark takes."""
+    import argparse
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtypes", default="bf16,fp32")
+    p.add_argument("--sizes", default=",".join(map(str, sizes)))
+    p.add_argument("--total", type=int, default=1 << 28, help="M*N per shape")
+    p.add_argument("--peers", default=",".join(TITLE))
+    p.add_argument("--rep-ms", type=float, default=40.0, help="time budget per measurement")
+    p.add_argument("--copy-gib", type=float, default=1.0)
+    p.add_argument("--commit", default=None)
+    p.add_argument("--out", default=None, help="markdown record")
+    p.add_argument("--json", default=None)
+    return p.parse_args(argv)
+
+
 class Run:
     """One benchmark run: its record and the copy-bandwidth yardstick."""
 

@@ -10,12 +10,8 @@ namespace quack {
 using detail::invalid;
 
 Status can_implement(const RMSNormFwdArgs& a) {
-  if (a.rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(a.rows));
-  if (a.cols < 1) return invalid("cols: the normalised dimension N must be >= 1, got " + std::to_string(a.cols));
-  if (a.cols > kRowMaxCols)
-    return {Code::kUnsupported, "cols: N = " + std::to_string(a.cols) + " exceeds the longest supported row (" +
-                                    std::to_string(kRowMaxCols) + ")"};
-  Status st;
+  Status st = detail::check_shape(a.rows, a.cols, "the normalised dimension");
+  if (!st.ok()) return st;
   if (!(st = detail::check_matrix("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols, true)).ok()) return st;
   if (!(st = detail::check_matrix("residual", a.residual.ptr, a.residual.dtype, a.residual.row_stride, a.rows, a.cols, false)).ok()) return st;
   if (!(st = detail::check_vector("weight", a.weight.ptr, a.weight.dtype)).ok()) return st;

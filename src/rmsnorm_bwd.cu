@@ -20,12 +20,8 @@ bool wants_grads(const RMSNormBwdArgs& a) { return a.dweight.ptr != nullptr || a
 // Everything but the workspace when `workspace` is false (the size query
 // comes before the workspace exists).
 Status validate(const RMSNormBwdArgs& a, bool workspace) {
-  if (a.rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(a.rows));
-  if (a.cols < 1) return invalid("cols: the normalised dimension N must be >= 1, got " + std::to_string(a.cols));
-  if (a.cols > kRowMaxCols)
-    return {Code::kUnsupported, "cols: N = " + std::to_string(a.cols) + " exceeds the longest supported row (" +
-                                    std::to_string(kRowMaxCols) + ")"};
-  Status st;
+  Status st = detail::check_shape(a.rows, a.cols, "the normalised dimension");
+  if (!st.ok()) return st;
   if (!(st = detail::check_matrix("h", a.h.ptr, a.h.dtype, a.h.row_stride, a.rows, a.cols, true)).ok()) return st;
   if (!(st = detail::check_matrix("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols, true)).ok()) return st;
   if (!(st = detail::check_matrix("dresidual_out", a.dresidual_out.ptr, a.dresidual_out.dtype,

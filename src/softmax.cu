@@ -15,14 +15,7 @@ using detail::invalid;
 
 namespace {
 
-Status check_shape(int64_t rows, int64_t cols) {
-  if (rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(rows));
-  if (cols < 1) return invalid("cols: the softmax dimension N must be >= 1, got " + std::to_string(cols));
-  if (cols > kRowMaxCols)
-    return {Code::kUnsupported, "cols: N = " + std::to_string(cols) + " exceeds the longest supported row (" +
-                                    std::to_string(kRowMaxCols) + ")"};
-  return Status::success();
-}
+Status check_shape(int64_t rows, int64_t cols) { return detail::check_shape(rows, cols, "the softmax dimension"); }
 
 Status check_same_dtype(const char* name, DType got, const char* ref_name, DType ref) {
   if (got != ref)

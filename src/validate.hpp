@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "quack/core/config.hpp"
 #include "quack/quack.hpp"
 
 namespace quack {
@@ -16,6 +17,16 @@ inline Status invalid(const std::string& msg) { return {Code::kInvalidArgument, 
 
 inline bool valid_dtype(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+// rows >= 0 and 1 <= cols <= kRowMaxCols; `dim` names what N is.
+inline Status check_shape(int64_t rows, int64_t cols, const char* dim) {
+  if (rows < 0) return invalid("rows: must be >= 0, got " + std::to_string(rows));
+  if (cols < 1) return invalid(std::string("cols: ") + dim + " N must be >= 1, got " + std::to_string(cols));
+  if (cols > kRowMaxCols)
+    return {Code::kUnsupported, "cols: N = " + std::to_string(cols) + " exceeds the longest supported row (" +
+                                    std::to_string(kRowMaxCols) + ")"};
+  return Status::success();
 }
 
 inline Status check_dtype(const char* name, DType t) {
