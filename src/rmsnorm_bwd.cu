@@ -124,10 +124,7 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   if (!st.ok()) return st;
   int device = -1;
   DeviceLimits lim;
-  if (!(st = core::device_limits(&lim, &device)).ok()) return st;
-  if (lim.compute_capability != 90)
-    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
-                                    std::to_string(lim.compute_capability)};
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
   const Plan plan = make_plan(a, lim);
   const bool grads = wants_grads(a);
   if (grads && a.rows > 0) {

@@ -70,11 +70,8 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
   if (base.rows == 0) return Status::success();
   int device = -1;
   DeviceLimits lim;
-  Status st = core::device_limits(&lim, &device);
+  Status st = core::launch_device(&lim, &device);
   if (!st.ok()) return st;
-  if (lim.compute_capability != 90)
-    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
-                                    std::to_string(lim.compute_capability)};
   ops::SoftmaxParams p = base;
   const int es = dtype_size(dtype);
 

@@ -23,6 +23,16 @@ inline Status cuda_status(cudaError_t e, const char* what) {
 
 // Per-device limits read once.
 Status device_limits(DeviceLimits* out, int* device);
+// device_limits, and kUnsupported naming the device unless it is sm_90 (the
+// kernels are built for sm_90a): what every launch checks first.
+inline Status launch_device(DeviceLimits* out, int* device) {
+  Status st = device_limits(out, device);
+  if (!st.ok()) return st;
+  if (out->compute_capability != 90)
+    return {Code::kUnsupported, "quack-cpp kernels are built for sm_90a (H100/H200); the current device is sm_" +
+                                    std::to_string(out->compute_capability)};
+  return Status::success();
+}
 
 // Per-kernel, per-device attribute cache: bit d set once device d's
 // attributes for this kernel were raised.
