@@ -271,13 +271,21 @@ def _rmsnorm_fwd_fake(x, weight, bias, residual, out_dtype, residual_dtype, eps,
 # ---------------------------------------------------------------------------
 # Backward.
 
-def _matrix_view(t: Tensor, n: int) -> Tuple[Tensor, int]:
-    """``t`` and its row stride as a (rows, n) row-major matrix, copied to
-    contiguous when its layout has no single row stride."""
+def _rows_view(t: Tensor, n: int) -> Tuple[Tensor, int]:
+    """``t`` (last dim n) and its row stride as a (rows, n) row-major matrix;
+    copied to contiguous when its rows cannot be addressed with one stride."""
     s = n if t.is_contiguous() else _row_stride(t, n)
     if s < 0:
         return t.contiguous(), n
     return t, s
+
+
+def _on_device(dev: int, launch, *args):
+    """launch(*args) with `dev` as the current CUDA device; its result."""
+    if _current_device() == dev:
+        return launch(*args)
+    with torch.cuda.device(dev):
+        return launch(*args)
 
 
 def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tensor],
@@ -290,14 +298,14 @@ def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tens
     from torch's caching allocator for the deterministic weight gradients."""
     n = h.shape[-1]
     rows = h.numel() // n
-    h, hs = _matrix_view(h, n)
-    grad_out, gs = _matrix_view(grad_out, n)
+    h, hs = _rows_view(h, n)
+    grad_out, gs = _rows_view(grad_out, n)
     dx = _empty_like(h, dtype=x_dtype, memory_format=_contiguous)
     dres = _empty_like(h, dtype=residual_dtype, memory_format=_contiguous) if residual_dtype is not None else None
     dw = h.new_empty((n,), dtype=weight.dtype) if need_dweight else None
     db = h.new_empty((n,), dtype=bias_dtype) if bias_dtype is not None else None
     if grad_residual_out is not None:
-        grad_residual_out, ros = _matrix_view(grad_residual_out, n)
+        grad_residual_out, ros = _rows_view(grad_residual_out, n)
     else:
         ros = 0
     if weight is not None and not weight.is_contiguous():
@@ -324,11 +332,7 @@ def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tens
         ws = h.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
         call(0, ws)
 
-    if _current_device() == dev:
-        run()
-    else:
-        with torch.cuda.device(dev):
-            run()
+    _on_device(dev, run)
     return dx, dres, dw, db
 
 

@@ -6,13 +6,12 @@ As for rmsnorm, an eager call that needs no gradient goes straight to the
 kernel; everything else (torch.compile tracing, fake tensors, inputs that
 require grad) goes through the ops. The backward uses the forward's output.
 """
-from typing import Tuple
 
 import torch
 from torch import Tensor
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _row_stride
+from ._rmsnorm import _DTYPE_CODE, _DTYPES, _on_device, _rows_view
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
@@ -45,25 +44,6 @@ def _check(x, dim, log: bool) -> int:
     if not (x.is_cuda or x.device.type == "meta"):
         raise ValueError(f"{name}: x must be a CUDA tensor, got a tensor on {x.device}")
     return dim % nd
-
-
-def _rows_view(t: Tensor, n: int) -> Tuple[Tensor, int]:
-    """``t`` (last dim n) and its row stride; copied to contiguous when its
-    rows cannot be addressed with one stride."""
-    rs = n if t.is_contiguous() else _row_stride(t, n)
-    if rs < 0:
-        t = t.contiguous()
-        rs = n
-    return t, rs
-
-
-def _on_device(dev: int, launch, *args) -> None:
-    """Calls launch(*args) with `dev` as the current CUDA device."""
-    if _current_device() == dev:
-        launch(*args)
-    else:
-        with torch.cuda.device(dev):
-            launch(*args)
 
 
 def _launch_fwd(x: Tensor, log: bool) -> Tensor:
