@@ -15,7 +15,7 @@
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
-#   bench_softmax  bench/bench_softmax.py likewise (bench_softmax.md / .json)
+#   bench_softmax, bench_rmsnorm_bwd  bench/<part>.py likewise (<part>.md / .json)
 # The device copy of the tree has no .git: pass the commit being measured.
 set -uo pipefail
 commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
@@ -92,12 +92,12 @@ for part in $parts; do
       python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
         > "$out/bench.log" 2>&1 || status=1
       tail -3 "$out/bench.log" ;;
-    bench_softmax)
+    bench_softmax|bench_rmsnorm_bwd)
       # shellcheck source=/dev/null
       . bench/peers.sh
-      python3 bench/bench_softmax.py --commit "$commit" --out "$out/bench_softmax.md" \
-        --json "$out/bench_softmax.json" > "$out/bench_softmax.log" 2>&1 || status=1
-      grep -A12 "^## Forward, bf16" "$out/bench_softmax.md" | head -14 ;;
+      python3 "bench/$part.py" --commit "$commit" --out "$out/$part.md" \
+        --json "$out/$part.json" > "$out/$part.log" 2>&1 || status=1
+      grep -A12 "^## " "$out/$part.md" | head -14 ;;
     *) echo "unknown part $part"; status=2 ;;
   esac
   echo "[$part: $((SECONDS - start)) s]"
