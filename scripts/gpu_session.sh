@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 build_sweeps() {
   { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
     > "$out/sweep_build.log" 2>&1 || return 1
-  for s in rmsnorm_sweep softmax_sweep; do
+  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep; do
     nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
       build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
   done

@@ -1,0 +1,94 @@
+// C++-only RMSNorm backward sweep: dx, dweight and dbias from h, dy, rstd and
+// a weight in x's dtype, timed against a same-run device-to-device copy
+// (model bytes: read h and dy, write dx). No correctness check here: the GPU
+// tests and bench/bench_rmsnorm_bwd.py check against float64. Used to tune
+// the backward kernels and to drive Nsight Compute in one device call.
+//
+//   rmsnorm_bwd_sweep [dtype=bf16|f16|f32] [total_elems=268435456] [N ...]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+#include "sweep_common.hpp"
+
+int main(int argc, char** argv) {
+  const quack::DType dt = argc > 1 ? sweep::parse_dtype(argv[1]) : quack::DType::kBFloat16;
+  const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
+  std::vector<int64_t> Ns;
+  for (int i = 3; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
+  if (Ns.empty()) Ns = {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+  const int es = quack::dtype_size(dt);
+  if (!sweep::install_tuning_from_env()) return 2;
+
+  const size_t bytes = size_t(total) * es;
+  const int64_t max_n = *std::max_element(Ns.begin(), Ns.end());
+  void *h, *dy, *dx, *w, *dw, *db;
+  float* rstd;
+  CK(cudaMalloc(&h, bytes));
+  CK(cudaMalloc(&dy, bytes));
+  CK(cudaMalloc(&dx, bytes));
+  CK(cudaMalloc(&w, size_t(max_n) * es));
+  CK(cudaMalloc(&dw, size_t(max_n) * es));
+  CK(cudaMalloc(&db, size_t(max_n) * es));
+  CK(cudaMalloc(&rstd, size_t(total) * sizeof(float)));
+  sweep::Timer timer;
+  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(dx, h, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<uint8_t> host(bytes);
+    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(nd(rng), host.data() + i * es, dt);
+    CK(cudaMemcpy(h, host.data(), bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dy, host.data() + (total / 2) * es, bytes - (total / 2) * es, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w, host.data(), size_t(max_n) * es, cudaMemcpyHostToDevice));
+    std::vector<float> ones(size_t(total), 1.0f);
+    CK(cudaMemcpy(rstd, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  std::printf("rmsnorm backward, dtype %s, M*N = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total,
+              copy_gbs);
+  std::printf("%9s %8s | %10s %6s | %10s %6s\n", "N", "M", "dx us", "%copy", "+dw,db us", "%copy");
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  for (int64_t N : Ns) {
+    const int64_t M = std::max<int64_t>(1, total / N);
+    quack::RMSNormBwdArgs a;
+    a.rows = M;
+    a.cols = N;
+    a.h = {h, dt, N};
+    a.dy = {dy, dt, N};
+    a.weight = {w, dt};
+    a.rstd = rstd;
+    a.dx = {dx, dt, N};
+    double pct[2] = {0, 0}, us[2] = {0, 0};
+    for (int grads = 0; grads < 2; ++grads) {
+      a.dweight = {grads ? dw : nullptr, dt};
+      a.dbias = {grads ? db : nullptr, dt};
+      size_t need = 0;
+      quack::Status st = quack::rmsnorm_bwd_workspace_bytes(a, &need);
+      if (st.ok() && need > ws_bytes) {
+        if (ws) CK(cudaFree(ws));
+        CK(cudaMalloc(&ws, need));
+        ws_bytes = need;
+      }
+      a.workspace = ws;
+      a.workspace_bytes = ws_bytes;
+      const quack::Status run = st.ok() ? quack::rmsnorm_bwd(a, nullptr) : st;
+      if (!run.ok()) {
+        std::printf("%9lld: error %s\n", (long long)N, run.message.c_str());
+        break;
+      }
+      const float ms = timer.median_ms([&] { (void)quack::rmsnorm_bwd(a, nullptr); }, 20);
+      us[grads] = ms * 1e3;
+      pct[grads] = 100.0 * (3.0 * M * N * es / ms / 1e6) / copy_gbs;
+    }
+    std::printf("%9lld %8lld | %10.1f %5.1f%% | %10.1f %5.1f%%\n", (long long)N, (long long)M, us[0], pct[0], us[1],
+                pct[1]);
+  }
+  CK(cudaGetLastError());
+  return 0;
+}
