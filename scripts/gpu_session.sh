@@ -11,7 +11,8 @@
 #              hazards; killed after $RACECHECK_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
-#              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax")
+#              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
+#              also rmsnorm_bwd)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
@@ -66,13 +67,18 @@ for part in $parts; do
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
             QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
           fi
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
+            echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
+            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep $dt >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
+          fi
         done
       done ;;
     ncu)
       # One ncu report per entry of $NCU_RUNS, ';'-separated entries of
       # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
       #   NCU_RUNS="softmax_chunk||softmax_sweep bf16 0 268435456 1048576"
-      # (the 4th timed launch of the first matching kernel).
+      # (the launch after the first $NCU_SKIP (default 3) of the first
+      # matching kernel).
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a runs <<< "${NCU_RUNS:-}"
       i=0
@@ -82,7 +88,7 @@ for part in $parts; do
         # shellcheck disable=SC2086
         QUACK_TUNE=$tune timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-          --section SchedulerStats -k "regex:$kernel" --launch-skip 3 --launch-count 1 build/$cmd \
+          --section SchedulerStats -k "regex:$kernel" --launch-skip "${NCU_SKIP:-3}" --launch-count 1 build/$cmd \
           > "$out/ncu_$i.txt" 2>&1 || status=1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
