@@ -5,6 +5,8 @@
 #
 # parts (default: tests sweep bench):
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
+#   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
+#              quick check of a kernel change before a sweep)
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
 #              killed after $SANITIZE_TIMEOUT s)
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
@@ -44,6 +46,11 @@ for part in $parts; do
     tests)
       PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 || status=1
       grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6 ;;
+    cases)
+      { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
+          && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
+        && build/tests/cpp/quack_gpu_tests --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.log" 2>&1 || status=1
+      tail -3 "$out/cases_build.log" "$out/cases.log" ;;
     sanitize)
       timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
         build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \

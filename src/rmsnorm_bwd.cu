@@ -158,6 +158,9 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   p.dx_dtype = a.dx.dtype;
   p.dres_dtype = a.dresidual.dtype;
 
+  // The CTAs the row kernel launches: one partial row each (a cluster's
+  // CTAs write one between them).
+  int64_t launched = 0;
   auto run_rows = [&]() -> Status {
     if (a.rows == 0) return Status::success();
     if (plan.reg) {
@@ -165,9 +168,9 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
       switch (a.h.dtype) {
-        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32>(p, plan.cfg, plan.w_f32, device, stream);
-        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16>(p, plan.cfg, plan.w_f32, device, stream);
-        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16>(p, plan.cfg, plan.w_f32, device, stream);
+        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32>(p, plan.cfg, plan.w_f32, device, stream, &launched);
+        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16>(p, plan.cfg, plan.w_f32, device, stream, &launched);
+        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16>(p, plan.cfg, plan.w_f32, device, stream, &launched);
       }
       return invalid("h: unsupported dtype code " + std::to_string(int(a.h.dtype)));
     }
@@ -175,15 +178,16 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
     p.cluster = 1;
     p.row_blocks = a.rows;
     static core::KernelAttrCache cache;
-    const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false};
+    const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false, &launched};
     return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<>, cache, device, shape, stream, p);
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;
+  const int64_t parts = launched / (plan.reg ? plan.cfg.cluster : 1);
   // The weight gradients: a fixed-order sum of the partial rows.
   const int64_t blocks = (a.cols + 31) / 32;
   ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
-      static_cast<const float2*>(a.workspace), plan.parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
+      static_cast<const float2*>(a.workspace), parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
       a.dbias.dtype);
   return core::cuda_status(cudaGetLastError(), "rmsnorm backward weight-gradient reduction launch");
 }

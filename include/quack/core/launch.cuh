@@ -49,6 +49,9 @@ struct LaunchShape {
   size_t smem_bytes = 0;
   int cluster = 1;
   bool persistent = false;
+  // When set: receives the grid actually launched (after the clamp), e.g.
+  // the number of partial rows a persistent kernel writes.
+  int64_t* launched = nullptr;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
 // Register-resident kernels: one CTA per row block, persistent when clustered
@@ -100,6 +103,7 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
                                       std::to_string(shape.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
     if (int64_t(max_clusters) * shape.cluster < shape.grid) lc.gridDim.x = unsigned(max_clusters * shape.cluster);
   }
+  if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x);
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
   return cuda_status(e, "kernel launch");
 }

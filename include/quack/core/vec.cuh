@@ -190,6 +190,18 @@ __device__ __forceinline__ void lds(uint32_t addr, void* dst) {
   }
 }
 
+// Four floats at a 16-byte-aligned shared address: a thread's private
+// accumulators (no barrier needed between its own loads and stores).
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts_f4(uint32_t addr, float4 v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
 // Reads a staged vector of VEC elements of type T at shared address `addr`.
 template <typename T, int VEC>
 __device__ __forceinline__ void lds_vec(uint32_t addr, float (&f)[VEC]) {

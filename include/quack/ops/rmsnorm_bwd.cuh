@@ -81,12 +81,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<SumOp, kCluster> cred;
   cred.start(smem);
-  // Accumulator of element e of thread tid: acc[e * blockDim.x + tid]
-  // (consecutive threads, consecutive 8 bytes).
-  float2* acc = reinterpret_cast<float2*>(smem + kRMSNormBwdScratchBytes);
+  // Accumulators: slot q of thread tid (elements 2q and 2q + 1 of its
+  // share: sum dy * xhat, sum dy, sum dy * xhat, sum dy) is the float4 at
+  // acc0 + (q * blockDim.x + tid) * 16 -- consecutive threads, consecutive
+  // 16 bytes, read and written with 16-byte shared accesses.
+  constexpr int kSlots = E / 2;
+  static_assert(VEC % 2 == 0, "two elements a slot");
+  const uint32_t acc0 = smem_addr(smem) + kRMSNormBwdScratchBytes;
   const bool grads = p.partial != nullptr;
 #pragma unroll
-  for (int e = 0; e < E; ++e) acc[e * int(blockDim.x) + int(threadIdx.x)] = make_float2(0.0f, 0.0f);
+  for (int q = 0; q < kSlots; ++q) sts_f4(acc0 + (uint32_t(q) * blockDim.x + threadIdx.x) * 16, make_float4(0.f, 0.f, 0.f, 0.f));
 
   // parity: the scratch half of an unclustered row block (alternating, so
   // that consecutive blocks' reductions never share scratch).
@@ -121,10 +125,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
     };
 
     // This thread's accumulators, addressed from opaque values per row (else
-    // ptxas keeps all E slot addresses live across the row loop and spills).
-    float2* my_acc = acc + threadIdx.x;
-    int acc_stride = int(blockDim.x);
-    asm volatile("" : "+l"(my_acc), "+r"(acc_stride));
+    // ptxas keeps all slot addresses live across the row loop and spills).
+    uint32_t my_acc = acc0 + threadIdx.x * 16, acc_stride = blockDim.x * 16;
+    asm volatile("" : "+r"(my_acc), "+r"(acc_stride));
     RawVec<T, VEC> hv[VPT], dyv[VPT];
     float rstd = 0.0f, dot = 0.0f;
     if (active) {
@@ -148,14 +151,27 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
       if (grads) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
+          // A vector's slots, two at a time (four spilled the fp16 tiles):
+          // both loads issued, then the math, then the stores.
+          constexpr int S = VEC / 2, G = 2;
           float hf[VEC], df[VEC];
           hv[i].widen(hf);
           dyv[i].widen(df);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            float2& a = my_acc[(i * VEC + j) * acc_stride];
-            a.x = fmaf(df[j], hf[j] * rstd, a.x);
-            a.y += df[j];
+          for (int q0 = 0; q0 < S; q0 += G) {
+            float4 a[G];
+#pragma unroll
+            for (int q = 0; q < G; ++q) a[q] = lds_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride);
+#pragma unroll
+            for (int q = 0; q < G; ++q) {
+              const int e = 2 * (q0 + q);
+              a[q].x = fmaf(df[e], hf[e] * rstd, a[q].x);
+              a[q].y += df[e];
+              a[q].z = fmaf(df[e + 1], hf[e + 1] * rstd, a[q].z);
+              a[q].w += df[e + 1];
+            }
+#pragma unroll
+            for (int q = 0; q < G; ++q) sts_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride, a[q]);
           }
         }
       }
@@ -217,15 +233,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
       for (int i = 0; i < VPT; ++i) {
         const int n = g.valid(i);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          if (j >= n) continue;
-          float2 s = make_float2(0.0f, 0.0f);
+        for (int q = 0; q < VEC / 2; ++q) {
+          if (2 * q >= n) continue;
+          float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
           for (int k = 0; k < g.teams; ++k) {
-            const float2 a = acc[(i * VEC + j) * int(blockDim.x) + k * g.team + g.t];
+            const float4 a = lds_f4(acc0 + (uint32_t(i * (VEC / 2) + q) * blockDim.x + uint32_t(k * g.team + g.t)) * 16);
             s.x += a.x;
             s.y += a.y;
+            s.z += a.z;
+            s.w += a.w;
           }
-          out[g.col(i) + j] = s;
+          out[g.col(i) + 2 * q] = make_float2(s.x, s.y);
+          if (2 * q + 1 < n) out[g.col(i) + 2 * q + 1] = make_float2(s.z, s.w);
         }
       }
     }
@@ -331,12 +350,16 @@ __global__ void __launch_bounds__(32 * kRMSNormBwdReduceSlices) rmsnorm_bwd_redu
 // Launchers; launch_rmsnorm_bwd_reg is instantiated once per dtype
 // (src/ops/rmsnorm_bwd_<dt>.cu), the others in src/rmsnorm_bwd.cu.
 
+// *launched: the CTAs launched. Clustered grids are clamped to the clusters
+// that can be resident at once (cfg.grid assumes one per SM group, but the
+// GPCs bound them: bf16 N = 64K asked for 33 clusters of 4 where 30 fit, and
+// the other 3 ran their rows after the rest, at 32% of copy,
+// bench/results/2026-11-30-rmsnorm-bwd-359f60f.md); the workspace holds
+// cfg.grid / cfg.cluster partial rows, at least as many as are written.
 template <typename T, typename Tw, int VPT>
 Status launch_rmsnorm_bwd_reg_tile(const RMSNormBwdParams& p, const RegRowConfig& cfg, int device,
-                                   cudaStream_t stream) {
-  // The grid is exactly cfg.grid (not clamped at launch): its clusters
-  // are the partial rows the workspace was sized for.
-  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, false};
+                                   cudaStream_t stream, int64_t* launched) {
+  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
   if (cfg.cluster > 1) {
     static core::KernelAttrCache cache;
     return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, true>, cache, device, shape, stream, p);
@@ -352,16 +375,16 @@ struct TypeTag {
 
 template <DType kX>
 Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
   constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)));
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
     switch (cfg.vpt) {
-      case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1>(p, cfg, device, stream);
-      case 2: return launch_rmsnorm_bwd_reg_tile<T, Tw, 2>(p, cfg, device, stream);
+      case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1>(p, cfg, device, stream, launched);
+      case 2: return launch_rmsnorm_bwd_reg_tile<T, Tw, 2>(p, cfg, device, stream, launched);
       case 4:
-        if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4>(p, cfg, device, stream);
+        if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4>(p, cfg, device, stream, launched);
         break;
     }
     return {Code::kUnsupported, "rmsnorm backward: no register-resident kernel with " +
@@ -374,7 +397,7 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 
 #define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT)                                                        \
   EXTERN template Status launch_rmsnorm_bwd_reg<DT>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
-                                                    cudaStream_t);
+                                                    cudaStream_t, int64_t*);
 #ifndef QUACK_RMSNORM_BWD_TU
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32)
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16)
