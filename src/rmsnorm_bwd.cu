@@ -57,6 +57,11 @@ struct Plan {
   RegRowConfig cfg;
   int64_t general_grid = 0;
   int64_t parts = 0;  // partial rows of the weight gradients
+  // Long general rows (ops/rmsnorm_bwd.cuh, 2'): the per-row dots at the
+  // workspace's start, then the partial rows (one per group of rows).
+  bool split = false;
+  int64_t splits = 0, rows_per_group = 0, groups = 0;
+  size_t dot_bytes = 0;
 };
 
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
@@ -86,6 +91,16 @@ Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
   }
   if (plan.reg) {
     plan.parts = plan.cfg.grid / plan.cfg.cluster;
+  } else if (a.cols > ops::kRMSNormBwdSplitMinCols) {
+    // Enough (split, group) CTAs to fill the GPU once (4 of 256 threads an
+    // SM: 54 registers, ptxas -v); each group one partial row.
+    plan.split = true;
+    plan.splits = (a.cols + ops::kRMSNormBwdSplitCols - 1) / ops::kRMSNormBwdSplitCols;
+    const int64_t want = std::max<int64_t>(1, (int64_t(lim.num_sms) * 4 + plan.splits - 1) / plan.splits);
+    plan.rows_per_group = std::max<int64_t>(1, (a.rows + want - 1) / std::max<int64_t>(1, want));
+    plan.groups = (a.rows + plan.rows_per_group - 1) / plan.rows_per_group;
+    plan.parts = plan.groups;
+    plan.dot_bytes = (size_t(a.rows) * 4 + 15) / 16 * 16;
   } else {
     int64_t g = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
     if (wants_grads(a)) g = std::min<int64_t>(g, std::max<int64_t>(1, kGeneralMaxWorkspace / (a.cols * 8)));
@@ -96,14 +111,16 @@ Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
   return plan;
 }
 
-size_t workspace_for(const Plan& plan, int64_t cols) { return size_t(plan.parts) * size_t(cols) * 8; }
+size_t workspace_for(const Plan& plan, int64_t cols) {
+  return plan.dot_bytes + size_t(plan.parts) * size_t(cols) * 8;
+}
 
 }  // namespace
 
 Status can_implement(const RMSNormBwdArgs& a) { return validate(a, true); }
 
 size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
-  if (!wants_grads(a) || a.rows <= 0) return 0;
+  if (a.rows <= 0) return 0;
   return workspace_for(make_plan(a, lim), a.cols);
 }
 
@@ -127,8 +144,10 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
   const Plan plan = make_plan(a, lim);
   const bool grads = wants_grads(a);
-  if (grads && a.rows > 0) {
-    const size_t need = workspace_for(plan, a.cols);
+  const size_t need = a.rows > 0 ? workspace_for(plan, a.cols) : 0;
+  if (need > 0) {
+    if (a.workspace == nullptr || uintptr_t(a.workspace) % 16 != 0)
+      return invalid("workspace: null or not 16-byte aligned (the call needs rmsnorm_bwd_workspace_bytes of it)");
     if (a.workspace_bytes < need)
       return invalid("workspace_bytes: " + std::to_string(a.workspace_bytes) + " given, " + std::to_string(need) +
                      " needed (rmsnorm_bwd_workspace_bytes)");
@@ -150,7 +169,7 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   p.dres = a.dresidual.ptr;
   p.dres_stride = a.dresidual.row_stride;
   p.weight_offset = a.weight_offset;
-  p.partial = grads ? static_cast<float2*>(a.workspace) : nullptr;
+  p.partial = grads ? reinterpret_cast<float2*>(static_cast<char*>(a.workspace) + plan.dot_bytes) : nullptr;
   p.h_dtype = a.h.dtype;
   p.dy_dtype = a.dy.dtype;
   p.dres_out_dtype = a.dresidual_out.dtype;
@@ -177,6 +196,17 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
     p.team = 256;
     p.cluster = 1;
     p.row_blocks = a.rows;
+    if (plan.split) {
+      float* dot = static_cast<float*>(a.workspace);
+      const int64_t dot_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
+      ops::rmsnorm_bwd_dot_kernel<><<<unsigned(dot_grid), 512, ops::kRMSNormBwdScratchBytes, stream>>>(p, dot);
+      Status st = core::cuda_status(cudaGetLastError(), "rmsnorm backward row-dot launch");
+      if (!st.ok()) return st;
+      launched = plan.groups;
+      ops::rmsnorm_bwd_split_kernel<><<<unsigned(plan.splits * plan.groups), ops::kRMSNormBwdSplitThreads, 0,
+                                        stream>>>(p, dot, plan.splits, plan.rows_per_group);
+      return core::cuda_status(cudaGetLastError(), "rmsnorm backward split-row launch");
+    }
     static core::KernelAttrCache cache;
     const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false, &launched};
     return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<>, cache, device, shape, stream, p);
@@ -187,7 +217,7 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   // The weight gradients: a fixed-order sum of the partial rows.
   const int64_t blocks = (a.cols + 31) / 32;
   ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
-      static_cast<const float2*>(a.workspace), parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
+      p.partial, parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
       a.dbias.dtype);
   return core::cuda_status(cudaGetLastError(), "rmsnorm backward weight-gradient reduction launch");
 }

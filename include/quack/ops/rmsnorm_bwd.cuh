@@ -14,10 +14,11 @@
 //    the per-thread share is capped at 16 elements (16 x 8 bytes x 1024
 //    threads = 128 KB). At the end it writes one partial row per cluster
 //    into the workspace.
-// 2. General rows (any layout, any dtype mix, any N): one CTA per row at a
-//    time, element-wise, two passes over the row (the second mostly from
-//    L2); the CTA's partial row lives in the workspace and each column is
-//    updated by the one thread that owns it.
+// 2. General rows (any layout, any dtype mix): one CTA per row at a time,
+//    element-wise, two passes over the row (the second mostly from L2); the
+//    CTA's partial row lives in the workspace and each column is updated by
+//    the one thread that owns it. Rows longer than kRMSNormBwdSplitMinCols
+//    take 2' instead (two kernels, a grid independent of N).
 // 3. The fixed-order reduction of the partial rows into dweight / dbias.
 #pragma once
 
@@ -308,6 +309,102 @@ __global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormB
       store_elem(p.dx, p.dx_dtype, row * p.dx_stride + c, v);
       if (p.dres != nullptr) store_elem(p.dres, p.dres_dtype, row * p.dres_stride + c, v);
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 2'. Long general rows (N > kRMSNormBwdSplitMinCols), in two kernels, so
+// that neither the grid nor the workspace depends on N:
+//   a. rmsnorm_bwd_dot_kernel: dot[row] = sum_c dy * (w + offset) * h, one
+//      CTA per row (persistent grid), a fixed-order CTA reduction;
+//   b. rmsnorm_bwd_split_kernel: a CTA owns kRMSNormBwdSplitCols columns and
+//      a group of rows; it writes dx for them and holds its columns' dw / db
+//      sums in registers, then writes them as one partial row (group g's).
+// h and dy are read twice (10 bytes an element for 16-bit rows where the
+// single-pass kernels move 6): the price of no N-sized state per CTA.
+// The general kernel's grid is capped by its workspace (256 MB of partial
+// rows, src/rmsnorm_bwd.cu): past N = 128K that is under 2 CTAs an SM (N = 1M:
+// 32 CTAs, 0.5% of copy, bench/results/2026-11-30-rmsnorm-bwd-359f60f.md).
+constexpr int64_t kRMSNormBwdSplitMinCols = int64_t(128) << 10;
+constexpr int kRMSNormBwdSplitThreads = 256;
+constexpr int kRMSNormBwdSplitPerThread = 4;
+constexpr int64_t kRMSNormBwdSplitCols = int64_t(kRMSNormBwdSplitThreads) * kRMSNormBwdSplitPerThread;
+
+template <int = 0>
+__global__ void __launch_bounds__(512) rmsnorm_bwd_dot_kernel(const RMSNormBwdParams p, float* dot) {
+  using namespace core;
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReducer<SumOp> red(smem, int(blockDim.x), 1);
+  const int64_t tid = threadIdx.x, nthr = blockDim.x;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t h0 = row * p.h_stride, dy0 = row * p.dy_stride;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int64_t c = tid;
+    for (; c + 3 * nthr < p.cols; c += 4 * nthr) {
+      float hv[4], dv[4], wv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        hv[u] = load_elem(p.h, p.h_dtype, h0 + c + u * nthr);
+        dv[u] = load_elem(p.dy, p.dy_dtype, dy0 + c + u * nthr);
+        wv[u] = p.w != nullptr ? load_elem(p.w, p.w_dtype, c + u * nthr) + p.weight_offset : 1.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc[u] = fmaf(dv[u] * wv[u], hv[u], acc[u]);
+    }
+    for (; c < p.cols; c += nthr) {
+      const float w = p.w != nullptr ? load_elem(p.w, p.w_dtype, c) + p.weight_offset : 1.0f;
+      acc[0] = fmaf(load_elem(p.dy, p.dy_dtype, dy0 + c) * w, load_elem(p.h, p.h_dtype, h0 + c), acc[0]);
+    }
+    const float d = red.reduce((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    if (tid == 0) dot[row] = d;
+  }
+}
+
+// grid = splits x groups (blockIdx.x = group * splits + split); group g
+// covers rows [g * rows_per_group, (g + 1) * rows_per_group).
+template <int = 0>
+__global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_kernel(const RMSNormBwdParams p,
+                                                                                    const float* dot,
+                                                                                    int64_t splits,
+                                                                                    int64_t rows_per_group) {
+  constexpr int K = kRMSNormBwdSplitPerThread;
+  const int64_t split = blockIdx.x % splits, group = blockIdx.x / splits;
+  const int64_t c0 = split * kRMSNormBwdSplitCols + threadIdx.x;  // this thread's columns: c0 + k * threads
+  float w[K], aw[K], ab[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t c = c0 + k * kRMSNormBwdSplitThreads;
+    w[k] = c < p.cols && p.w != nullptr ? load_elem(p.w, p.w_dtype, c) + p.weight_offset : 1.0f;
+    aw[k] = ab[k] = 0.0f;
+  }
+  const int64_t r1 = min(p.rows, (group + 1) * rows_per_group);
+  for (int64_t row = group * rows_per_group; row < r1; ++row) {
+    const float rstd = p.rstd[row], cm = dot[row] * rstd / float(p.cols);
+    float hv[K], dv[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = c0 + k * kRMSNormBwdSplitThreads;
+      hv[k] = c < p.cols ? load_elem(p.h, p.h_dtype, row * p.h_stride + c) : 0.0f;
+      dv[k] = c < p.cols ? load_elem(p.dy, p.dy_dtype, row * p.dy_stride + c) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = c0 + k * kRMSNormBwdSplitThreads;
+      if (c >= p.cols) continue;
+      const float xh = hv[k] * rstd;
+      float v = rstd * fmaf(-xh, cm, dv[k] * w[k]);
+      if (p.dres_out != nullptr) v += load_elem(p.dres_out, p.dres_out_dtype, row * p.dres_out_stride + c);
+      store_elem(p.dx, p.dx_dtype, row * p.dx_stride + c, v);
+      if (p.dres != nullptr) store_elem(p.dres, p.dres_dtype, row * p.dres_stride + c, v);
+      aw[k] = fmaf(dv[k], xh, aw[k]);
+      ab[k] += dv[k];
+    }
+  }
+  if (p.partial == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t c = c0 + k * kRMSNormBwdSplitThreads;
+    if (c < p.cols) p.partial[group * p.cols + c] = make_float2(aw[k], ab[k]);
   }
 }
 
