@@ -50,7 +50,7 @@ for part in $parts; do
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
         && build/tests/cpp/quack_gpu_tests --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.log" 2>&1 || status=1
-      tail -3 "$out/cases_build.log" "$out/cases.log" ;;
+      tail -n 3 "$out/cases_build.log" "$out/cases.log" ;;
     sanitize)
       timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
         build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \
