@@ -1,5 +1,6 @@
-// RMSNorm host entry points: validation, configuration, and the one
-// run-time -> template dispatch (x's dtype, vector I/O) for the op.
+// RMSNorm and LayerNorm forward host entry points: validation,
+// configuration, and the one run-time -> template dispatch (x's dtype,
+// vector I/O) for both ops; LayerNorm is the kernels' centred mode.
 #include "quack/core/config.hpp"
 #include "quack/ops/rmsnorm.cuh"
 #include "quack/quack.hpp"
@@ -24,6 +25,13 @@ Status can_implement(const RMSNormFwdArgs& a) {
   return Status::success();
 }
 
+Status can_implement(const LayerNormFwdArgs& a) {
+  Status st = can_implement(static_cast<const RMSNormFwdArgs&>(a));
+  if (!st.ok()) return st;
+  if (a.mean != nullptr && uintptr_t(a.mean) % 4 != 0) return invalid("mean: pointer is not 4-byte aligned");
+  return Status::success();
+}
+
 namespace {
 
 RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
@@ -40,7 +48,8 @@ RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
 // dtype, weight and bias in one dtype (x's or fp32), residual and
 // residual_out in one dtype (x's or fp32), and a row that fits the tiles.
 // The caller has checked 16-byte vector alignment.
-bool reg_path(const RMSNormFwdArgs& a, const DeviceLimits& lim, RegRowConfig* cfg, ops::RegRes* res, bool* w_f32) {
+bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, RegRowConfig* cfg, ops::RegRes* res,
+              bool* w_f32) {
   const DType x = a.x.dtype;
   if (a.out.dtype != x) return false;
   DType w = x;
@@ -70,17 +79,16 @@ bool reg_path(const RMSNormFwdArgs& a, const DeviceLimits& lim, RegRowConfig* cf
   // Staged clustered rows: 16-bit x without a residual stream (config.cpp
   // cites the measurement; fp32 lost staged).
   prob.staged_vpt = res_bytes == 0 && dtype_size(x) == 2 ? ops::rmsnorm_reg_staged_vpt(dtype_size(x)) : 0;
-  prob.scratch_bytes = ops::kReducerScratchBytes;
+  prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;
 }
 
-}  // namespace
-
-Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
-  Status st = can_implement(a);
-  if (!st.ok()) return st;
+// Both ops: mean is LayerNorm's (kCentre) output, nullptr for RMSNorm.
+template <bool kCentre>
+Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   if (a.rows == 0) return Status::success();
+  Status st;
 
   int device = -1;
   DeviceLimits lim;
@@ -105,6 +113,7 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   p.res_out_stride = a.residual_out.row_stride;
   p.res_out_dtype = a.residual_out.dtype;
   p.rstd = a.rstd;
+  p.mean = mean;
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
 
@@ -120,14 +129,14 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
   RegRowConfig rcfg;
   ops::RegRes res;
   bool w_f32;
-  if (vec_io && reg_path(a, lim, &rcfg, &res, &w_f32)) {
+  if (vec_io && reg_path(a, kCentre, lim, &rcfg, &res, &w_f32)) {
     p.team = rcfg.team;  // (the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
     p.row_blocks = rcfg.row_blocks;
     switch (a.x.dtype) {
-      case DType::kFloat32: return ops::launch_rmsnorm_fwd_reg<DType::kFloat32>(p, rcfg, w_f32, res, device, stream);
-      case DType::kFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kFloat16>(p, rcfg, w_f32, res, device, stream);
-      case DType::kBFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kBFloat16>(p, rcfg, w_f32, res, device, stream);
+      case DType::kFloat32: return ops::launch_rmsnorm_fwd_reg<DType::kFloat32, kCentre>(p, rcfg, w_f32, res, device, stream);
+      case DType::kFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kFloat16, kCentre>(p, rcfg, w_f32, res, device, stream);
+      case DType::kBFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kBFloat16, kCentre>(p, rcfg, w_f32, res, device, stream);
     }
     return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
   }
@@ -154,11 +163,23 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
                        same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
                        same(a.residual_out.ptr, a.residual_out.dtype);
   switch (a.x.dtype) {
-    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32>(p, cfg, vec_io, uniform, device, stream);
-    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16>(p, cfg, vec_io, uniform, device, stream);
-    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16>(p, cfg, vec_io, uniform, device, stream);
+    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32, kCentre>(p, cfg, vec_io, uniform, device, stream);
+    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16, kCentre>(p, cfg, vec_io, uniform, device, stream);
+    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16, kCentre>(p, cfg, vec_io, uniform, device, stream);
   }
   return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
+}
+
+}  // namespace
+
+Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  return st.ok() ? norm_fwd<false>(a, nullptr, stream) : st;
+}
+
+Status layernorm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  return st.ok() ? norm_fwd<true>(a, a.mean, stream) : st;
 }
 
 }  // namespace quack

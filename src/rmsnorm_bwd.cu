@@ -1,6 +1,7 @@
-// RMSNorm backward host entry points: validation, the plan (register-resident
-// or general kernel, and the partial rows of the weight gradients), and the
-// launches (ops/rmsnorm_bwd.cuh).
+// RMSNorm and LayerNorm backward host entry points: validation, the plan
+// (register-resident or general kernel, and the partial rows of the weight
+// gradients), and the launches (ops/rmsnorm_bwd.cuh; LayerNorm is the
+// kernels' centred mode).
 #include <algorithm>
 #include <string>
 
@@ -18,8 +19,9 @@ namespace {
 bool wants_grads(const RMSNormBwdArgs& a) { return a.dweight.ptr != nullptr || a.dbias.ptr != nullptr; }
 
 // Everything but the workspace when `workspace` is false (the size query
-// comes before the workspace exists).
-Status validate(const RMSNormBwdArgs& a, bool workspace) {
+// comes before the workspace exists). centre: LayerNorm, whose mean is
+// required.
+Status validate(const RMSNormBwdArgs& a, bool workspace, bool centre, const float* mean) {
   Status st = detail::check_shape(a.rows, a.cols, "the normalised dimension");
   if (!st.ok()) return st;
   if (!(st = detail::check_matrix("h", a.h.ptr, a.h.dtype, a.h.row_stride, a.rows, a.cols, true)).ok()) return st;
@@ -30,6 +32,10 @@ Status validate(const RMSNormBwdArgs& a, bool workspace) {
   if (!(st = detail::check_vector("weight", a.weight.ptr, a.weight.dtype)).ok()) return st;
   if (a.rows > 0 && a.rstd == nullptr) return invalid("rstd: null pointer (the forward's rstd is required)");
   if (a.rstd != nullptr && uintptr_t(a.rstd) % 4 != 0) return invalid("rstd: pointer is not 4-byte aligned");
+  if (centre) {
+    if (a.rows > 0 && mean == nullptr) return invalid("mean: null pointer (the forward's mean is required)");
+    if (mean != nullptr && uintptr_t(mean) % 4 != 0) return invalid("mean: pointer is not 4-byte aligned");
+  }
   if (!(st = detail::check_matrix("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols, true)).ok()) return st;
   if (!(st = detail::check_matrix("dresidual", a.dresidual.ptr, a.dresidual.dtype, a.dresidual.row_stride, a.rows,
                                   a.cols, false)).ok())
@@ -67,7 +73,7 @@ struct Plan {
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
 // dresidual) in one dtype, the weight in it or fp32, every operand 16-byte
 // aligned, rows within its tiles. Everything else takes the general kernel.
-Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
+Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   Plan plan;
   const DType t = a.h.dtype;
   const int vec = 16 / dtype_size(t);
@@ -84,7 +90,7 @@ Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
     prob.rows = a.rows;
     prob.cols = a.cols;
     prob.x_elem_bytes = dtype_size(t);
-    prob.max_vpt = ops::rmsnorm_bwd_max_vpt(dtype_size(t));
+    prob.max_vpt = ops::rmsnorm_bwd_max_vpt(dtype_size(t), centre);
     prob.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
     plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
@@ -100,7 +106,7 @@ Plan make_plan(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
     plan.rows_per_group = std::max<int64_t>(1, (a.rows + want - 1) / std::max<int64_t>(1, want));
     plan.groups = (a.rows + plan.rows_per_group - 1) / plan.rows_per_group;
     plan.parts = plan.groups;
-    plan.dot_bytes = (size_t(a.rows) * 4 + 15) / 16 * 16;
+    plan.dot_bytes = (size_t(a.rows) * (centre ? 8 : 4) + 15) / 16 * 16;  // a float (float2) a row
   } else {
     int64_t g = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
     if (wants_grads(a)) g = std::min<int64_t>(g, std::max<int64_t>(1, kGeneralMaxWorkspace / (a.cols * 8)));
@@ -115,34 +121,30 @@ size_t workspace_for(const Plan& plan, int64_t cols) {
   return plan.dot_bytes + size_t(plan.parts) * size_t(cols) * 8;
 }
 
-}  // namespace
-
-Status can_implement(const RMSNormBwdArgs& a) { return validate(a, true); }
-
-size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
-  if (a.rows <= 0) return 0;
-  return workspace_for(make_plan(a, lim), a.cols);
+size_t workspace_bytes(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
+  return a.rows > 0 ? workspace_for(make_plan(a, centre, lim), a.cols) : 0;
 }
 
-Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, size_t* bytes) {
+Status workspace_bytes(const RMSNormBwdArgs& a, bool centre, const float* mean, size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes: null pointer");
   *bytes = 0;
-  Status st = validate(a, false);
+  Status st = validate(a, false, centre, mean);
   if (!st.ok()) return st;
   int device = -1;
   DeviceLimits lim;
   if (!(st = core::device_limits(&lim, &device)).ok()) return st;
-  *bytes = rmsnorm_bwd_workspace_bytes(a, lim);
+  *bytes = workspace_bytes(a, centre, lim);
   return Status::success();
 }
 
-Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
-  Status st = can_implement(a);
-  if (!st.ok()) return st;
+// Both ops, validated: mean is LayerNorm's (kCentre), nullptr for RMSNorm.
+template <bool kCentre>
+Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream) {
   int device = -1;
   DeviceLimits lim;
+  Status st;
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
-  const Plan plan = make_plan(a, lim);
+  const Plan plan = make_plan(a, kCentre, lim);
   const bool grads = wants_grads(a);
   const size_t need = a.rows > 0 ? workspace_for(plan, a.cols) : 0;
   if (need > 0) {
@@ -164,6 +166,7 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
   p.dres_out_stride = a.dresidual_out.row_stride;
   p.w = a.weight.ptr;
   p.rstd = a.rstd;
+  p.mean = mean;
   p.dx = a.dx.ptr;
   p.dx_stride = a.dx.row_stride;
   p.dres = a.dresidual.ptr;
@@ -187,9 +190,9 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
       switch (a.h.dtype) {
-        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32>(p, plan.cfg, plan.w_f32, device, stream, &launched);
-        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16>(p, plan.cfg, plan.w_f32, device, stream, &launched);
-        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16>(p, plan.cfg, plan.w_f32, device, stream, &launched);
+        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
+        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
+        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
       }
       return invalid("h: unsupported dtype code " + std::to_string(int(a.h.dtype)));
     }
@@ -199,17 +202,17 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
     if (plan.split) {
       float* dot = static_cast<float*>(a.workspace);
       const int64_t dot_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
-      ops::rmsnorm_bwd_dot_kernel<><<<unsigned(dot_grid), 512, ops::kRMSNormBwdScratchBytes, stream>>>(p, dot);
+      ops::rmsnorm_bwd_dot_kernel<kCentre><<<unsigned(dot_grid), 512, ops::kRMSNormBwdScratchBytes, stream>>>(p, dot);
       Status st = core::cuda_status(cudaGetLastError(), "rmsnorm backward row-dot launch");
       if (!st.ok()) return st;
       launched = plan.groups;
-      ops::rmsnorm_bwd_split_kernel<><<<unsigned(plan.splits * plan.groups), ops::kRMSNormBwdSplitThreads, 0,
+      ops::rmsnorm_bwd_split_kernel<kCentre><<<unsigned(plan.splits * plan.groups), ops::kRMSNormBwdSplitThreads, 0,
                                         stream>>>(p, dot, plan.splits, plan.rows_per_group);
       return core::cuda_status(cudaGetLastError(), "rmsnorm backward split-row launch");
     }
     static core::KernelAttrCache cache;
     const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false, &launched};
-    return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<>, cache, device, shape, stream, p);
+    return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<kCentre>, cache, device, shape, stream, p);
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;
@@ -220,6 +223,34 @@ Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
       p.partial, parts, a.cols, a.dweight.ptr, a.dweight.dtype, a.dbias.ptr,
       a.dbias.dtype);
   return core::cuda_status(cudaGetLastError(), "rmsnorm backward weight-gradient reduction launch");
+}
+
+}  // namespace
+
+Status can_implement(const RMSNormBwdArgs& a) { return validate(a, true, false, nullptr); }
+Status can_implement(const LayerNormBwdArgs& a) { return validate(a, true, true, a.mean); }
+
+size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
+  return workspace_bytes(a, false, lim);
+}
+size_t layernorm_bwd_workspace_bytes(const LayerNormBwdArgs& a, const DeviceLimits& lim) {
+  return workspace_bytes(a, true, lim);
+}
+
+Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, size_t* bytes) {
+  return workspace_bytes(a, false, nullptr, bytes);
+}
+Status layernorm_bwd_workspace_bytes(const LayerNormBwdArgs& a, size_t* bytes) {
+  return workspace_bytes(a, true, a.mean, bytes);
+}
+
+Status rmsnorm_bwd(const RMSNormBwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  return st.ok() ? norm_bwd<false>(a, nullptr, stream) : st;
+}
+Status layernorm_bwd(const LayerNormBwdArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  return st.ok() ? norm_bwd<true>(a, a.mean, stream) : st;
 }
 
 }  // namespace quack

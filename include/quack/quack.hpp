@@ -123,6 +123,34 @@ Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, size_t* bytes);
 Status rmsnorm_bwd(const RMSNormBwdArgs& args, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
+// LayerNorm: RMSNorm's arguments and options with the row's mean removed
+// first (the same kernels, in their centred mode):
+//   h    = x + residual                           (fp32; residual optional)
+//   mean = mean(h),  rstd = 1 / sqrt(mean((h - mean)^2) + eps)
+//   out  = (h - mean) * rstd * (weight + weight_offset) + bias
+// The variance is taken about the mean from the held values (no
+// mean(h^2) - mean^2 cancellation). mean (optional) receives one fp32 per
+// row, as rstd. weight_offset = 1 gives Megatron's LayerNorm1P (1 + w).
+struct LayerNormFwdArgs : RMSNormFwdArgs {
+  float* mean = nullptr;  // [rows] fp32, optional
+  LayerNormFwdArgs() { eps = 1e-5f; }  // torch.nn.LayerNorm's default
+};
+Status can_implement(const LayerNormFwdArgs& args);
+Status layernorm_fwd(const LayerNormFwdArgs& args, cudaStream_t stream);
+
+// LayerNorm backward, from the forward's h, mean and rstd:
+//   xhat = (h - mean) * rstd,  g = dy * (weight + weight_offset)
+//   dh   = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dresidual_out
+//   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy
+// Everything else (outputs, determinism, the workspace) as RMSNormBwdArgs.
+struct LayerNormBwdArgs : RMSNormBwdArgs {
+  const float* mean = nullptr;  // [rows] fp32, from the forward
+};
+Status can_implement(const LayerNormBwdArgs& args);
+Status layernorm_bwd_workspace_bytes(const LayerNormBwdArgs& args, size_t* bytes);
+Status layernorm_bwd(const LayerNormBwdArgs& args, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
 // Softmax and log-softmax over each row (the last dimension), forward
 //   softmax:     out = exp(x - max(x)) / sum(exp(x - max(x)))
 //   log_softmax: out = x - max(x) - log(sum(exp(x - max(x))))

@@ -40,3 +40,24 @@ def rmsnorm_bwd(
     dw_ptr: int, dw_dtype: int, db_ptr: int, db_dtype: int,
     weight_offset: float, ws_ptr: int, ws_bytes: int, mode: int, stream: int,
 ) -> int: ...
+def layernorm_fwd(
+    rows: int, cols: int,
+    x_ptr: int, x_dtype: int, x_stride: int,
+    res_ptr: int, res_dtype: int, res_stride: int,
+    w_ptr: int, w_dtype: int,
+    b_ptr: int, b_dtype: int,
+    out_ptr: int, out_dtype: int, out_stride: int,
+    res_out_ptr: int, res_out_dtype: int, res_out_stride: int,
+    rstd_ptr: int, eps: float, weight_offset: float, stream: int, mean_ptr: int, check_only: bool,
+) -> None: ...
+def layernorm_bwd(
+    rows: int, cols: int,
+    h_ptr: int, h_dtype: int, h_stride: int,
+    dy_ptr: int, dy_dtype: int, dy_stride: int,
+    dro_ptr: int, dro_dtype: int, dro_stride: int,
+    w_ptr: int, w_dtype: int, rstd_ptr: int,
+    dx_ptr: int, dx_dtype: int, dx_stride: int,
+    dres_ptr: int, dres_dtype: int, dres_stride: int,
+    dw_ptr: int, dw_dtype: int, db_ptr: int, db_dtype: int,
+    weight_offset: float, ws_ptr: int, ws_bytes: int, mode: int, stream: int, mean_ptr: int,
+) -> int: ...

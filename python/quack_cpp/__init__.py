@@ -3,8 +3,10 @@
     import quack_cpp
     y = quack_cpp.rmsnorm(x, weight, eps=1e-6)
     y, h = quack_cpp.rmsnorm(x, weight, residual=h, prenorm=True)
+    y = quack_cpp.layernorm(x, weight, bias)  # same options; autograd
     p = quack_cpp.softmax(logits)            # also log_softmax; autograd
     norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
+    ln = quack_cpp.LayerNorm(4096, device="cuda")   # torch.nn.LayerNorm drop-in
 
 Ops are registered with torch.library (``torch.ops.quack_cpp.*``), so
 torch.compile(fullgraph=True) treats each as one opaque op; eager calls go
@@ -14,9 +16,10 @@ through torch's caching allocator (CUDA-graph capturable).
 import torch  # first: loads the CUDA runtime (libcudart) that _C links against
 
 from . import _C
+from ._layernorm import layernorm
 from ._rmsnorm import rmsnorm
 from ._softmax import log_softmax, softmax
-from .nn import RMSNorm
+from .nn import LayerNorm, RMSNorm
 
 __version__ = _C.version()
 
@@ -26,4 +29,4 @@ def version() -> str:
     return _C.version()
 
 
-__all__ = ["RMSNorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]
+__all__ = ["LayerNorm", "RMSNorm", "layernorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]

@@ -1,6 +1,8 @@
 """RMSNorm for PyTorch: argument checks, the eager launch, and the
 ``quack_cpp::rmsnorm_fwd`` / ``quack_cpp::rmsnorm_bwd`` torch.library ops
-(with autograd) that torch.compile sees.
+(with autograd) that torch.compile sees. LayerNorm (_layernorm.py) shares the
+checks, the launches and the backward: it is the same kernels' centred mode
+(``centre=True`` below, with the row means as one more output / input).
 
 Two paths reach the kernel:
 
@@ -38,6 +40,8 @@ _current_device = torch._C._cuda_getDevice
 _raw_stream = torch._C._cuda_getCurrentRawStream
 _rmsnorm_fwd = _C.rmsnorm_fwd
 _rmsnorm_bwd = _C.rmsnorm_bwd
+_layernorm_fwd = _C.layernorm_fwd
+_layernorm_bwd = _C.layernorm_bwd
 _empty_like = torch.empty_like
 _contiguous = torch.contiguous_format
 
@@ -55,76 +59,78 @@ def _shape(t: Tensor) -> Tuple[int, ...]:
 # can be exercised with CPU tensors. The common case runs inline (this is on
 # every eager call's path); the helpers only run for unusual arguments.
 
-def _check_tensor(name: str, t) -> None:
+def _check_tensor(name: str, t, op: str = _NAME) -> None:
     if not isinstance(t, Tensor):
-        raise TypeError(f"{_NAME}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
+        raise TypeError(f"{op}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
     if t.dtype not in _DTYPE_CODE:
-        raise TypeError(f"{_NAME}: {name} must be {_DTYPES}, got {t.dtype}")
+        raise TypeError(f"{op}: {name} must be {_DTYPES}, got {t.dtype}")
 
 
-def _check_vector(name: str, t, n: int) -> None:
-    _check_tensor(name, t)
+def _check_vector(name: str, t, n: int, op: str = _NAME) -> None:
+    _check_tensor(name, t, op)
     shape = t.shape
     if len(shape) != 1 or shape[0] != n:
-        raise ValueError(f"{_NAME}: {name} must have shape ({n},), got {tuple(shape)}")
+        raise ValueError(f"{op}: {name} must have shape ({n},), got {tuple(shape)}")
 
 
-def _check_dtype_arg(name: str, dt) -> None:
+def _check_dtype_arg(name: str, dt, op: str = _NAME) -> None:
     if dt not in _DTYPE_CODE:
-        raise TypeError(f"{_NAME}: {name} must be None, torch.float32, torch.float16 or torch.bfloat16, "
+        raise TypeError(f"{op}: {name} must be None, torch.float32, torch.float16 or torch.bfloat16, "
                         f"got {dt!r}")
 
 
-def _check_scalar(name: str, v, non_negative: bool) -> None:
+def _check_scalar(name: str, v, non_negative: bool, op: str = _NAME) -> None:
     if type(v) is not float and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
-        raise TypeError(f"{_NAME}: {name} must be a real number, got {type(v).__name__}")
+        raise TypeError(f"{op}: {name} must be a real number, got {type(v).__name__}")
     if not math.isfinite(v):
-        raise ValueError(f"{_NAME}: {name} must be finite, got {v}")
+        raise ValueError(f"{op}: {name} must be finite, got {v}")
     if non_negative and v < 0:
-        raise ValueError(f"{_NAME}: {name} must be >= 0, got {v}")
+        raise ValueError(f"{op}: {name} must be >= 0, got {v}")
 
 
-def _check_same_device(x: Tensor, weight, bias, residual) -> None:
+def _check_same_device(x: Tensor, weight, bias, residual, op: str = _NAME) -> None:
     dev = x.device
     for name, t in (("weight", weight), ("bias", bias), ("residual", residual)):
         if t is not None and t.device != dev:
-            raise ValueError(f"{_NAME}: {name} must be on x's device {dev}, got {t.device}")
+            raise ValueError(f"{op}: {name} must be on x's device {dev}, got {t.device}")
 
 
-def _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm) -> None:
+def _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm,
+           op: str = _NAME) -> None:
     """Raises TypeError (wrong type or dtype) or ValueError (wrong shape, value
-    or device) naming the argument; returns None when the call is valid."""
+    or device) naming the argument; returns None when the call is valid.
+    ``op`` names the public function in the messages."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{_NAME}: x must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _DTYPE_CODE:
-        raise TypeError(f"{_NAME}: x must be {_DTYPES}, got {x.dtype}")
+        raise TypeError(f"{op}: x must be {_DTYPES}, got {x.dtype}")
     shape = x.shape
     if len(shape) == 0:
-        raise ValueError(f"{_NAME}: x must have at least one dimension (the normalised one), got a 0-d tensor")
+        raise ValueError(f"{op}: x must have at least one dimension (the normalised one), got a 0-d tensor")
     n = shape[-1]
     if n < 1:
-        raise ValueError(f"{_NAME}: x's last (normalised) dimension N must be >= 1, got x of shape {tuple(shape)}")
+        raise ValueError(f"{op}: x's last (normalised) dimension N must be >= 1, got x of shape {tuple(shape)}")
     if weight is not None and (not isinstance(weight, Tensor) or weight.dtype not in _DTYPE_CODE
                                or weight.shape != (n,)):
-        _check_vector("weight", weight, n)
+        _check_vector("weight", weight, n, op)
     if bias is not None and (not isinstance(bias, Tensor) or bias.dtype not in _DTYPE_CODE
                              or bias.shape != (n,)):
-        _check_vector("bias", bias, n)
+        _check_vector("bias", bias, n, op)
     if residual is not None:
-        _check_tensor("residual", residual)
+        _check_tensor("residual", residual, op)
         if residual.shape != shape:
-            raise ValueError(f"{_NAME}: residual must have x's shape {tuple(shape)}, got {_shape(residual)}")
+            raise ValueError(f"{op}: residual must have x's shape {tuple(shape)}, got {_shape(residual)}")
     if out_dtype is not None:
-        _check_dtype_arg("out_dtype", out_dtype)
+        _check_dtype_arg("out_dtype", out_dtype, op)
     if residual_dtype is not None:
-        _check_dtype_arg("residual_dtype", residual_dtype)
+        _check_dtype_arg("residual_dtype", residual_dtype, op)
         if not prenorm:
-            raise ValueError(f"{_NAME}: residual_dtype is the dtype of residual_out, which is returned only "
+            raise ValueError(f"{op}: residual_dtype is the dtype of residual_out, which is returned only "
                              "with prenorm=True; pass prenorm=True or drop residual_dtype")
     if type(eps) is not float or not 0.0 <= eps < _INF:
-        _check_scalar("eps", eps, True)
+        _check_scalar("eps", eps, True, op)
     if type(weight_offset) is not float or not -_INF < weight_offset < _INF:
-        _check_scalar("weight_offset", weight_offset, False)
+        _check_scalar("weight_offset", weight_offset, False, op)
 
     # Devices last. meta tensors are accepted: they go to the fake (shape-only)
     # implementation, which makes shape inference and compile tracing
@@ -134,11 +140,11 @@ def _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_off
         if ((weight is not None and not (weight.is_cuda and weight.get_device() == dev))
                 or (bias is not None and not (bias.is_cuda and bias.get_device() == dev))
                 or (residual is not None and not (residual.is_cuda and residual.get_device() == dev))):
-            _check_same_device(x, weight, bias, residual)
+            _check_same_device(x, weight, bias, residual, op)
     elif x.device.type == "meta":
-        _check_same_device(x, weight, bias, residual)
+        _check_same_device(x, weight, bias, residual, op)
     else:
-        raise ValueError(f"{_NAME}: x must be a CUDA tensor, got a tensor on {x.device}")
+        raise ValueError(f"{op}: x must be a CUDA tensor, got a tensor on {x.device}")
 
 
 def _resolve_dtypes(x: Tensor, residual: Optional[Tensor], out_dtype, residual_dtype):
@@ -181,10 +187,11 @@ def _row_stride(t: Tensor, n: int) -> int:
 
 
 def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
-            prenorm: bool, return_rstd: bool):
+            prenorm: bool, return_rstd: bool, centre: bool = False):
     """Allocates the outputs and launches on x's device and current stream.
     Arguments are checked, dtypes resolved, x is on a CUDA device.
-    Returns (out, residual_out or None, rstd or None)."""
+    Returns (out, residual_out or None, rstd or None, mean or None); centre:
+    LayerNorm, whose row means come with rstd."""
     shape = x.shape
     n = shape[-1]
     # Rows of x (and residual) may be strided; other layouts are copied to
@@ -197,9 +204,10 @@ def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, w
     out = _empty_like(x, dtype=out_dtype, memory_format=_contiguous)
     res_out = _empty_like(x, dtype=residual_dtype, memory_format=_contiguous) if prenorm else None
     rstd = x.new_empty(shape[:-1], dtype=torch.float32) if return_rstd else None
+    mean = x.new_empty(shape[:-1], dtype=torch.float32) if return_rstd and centre else None
     rows = x.numel() // n
     if rows == 0:
-        return out, res_out, rstd
+        return out, res_out, rstd, mean
 
     if residual is not None:
         rs = _row_stride(residual, n)
@@ -227,12 +235,15 @@ def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, w
             b_ptr, b_code, out.data_ptr(), _DTYPE_CODE[out_dtype], n,
             0 if res_out is None else res_out.data_ptr(), _DTYPE_CODE[residual_dtype], n,
             0 if rstd is None else rstd.data_ptr(), eps, weight_offset, _raw_stream(dev))
+    if centre:
+        args += (0 if mean is None else mean.data_ptr(), False)
+    launch = _layernorm_fwd if centre else _rmsnorm_fwd
     if _current_device() == dev:
-        _rmsnorm_fwd(*args)
+        launch(*args)
     else:
         with torch.cuda.device(dev):
-            _rmsnorm_fwd(*args)
-    return out, res_out, rstd
+            launch(*args)
+    return out, res_out, rstd, mean
 
 
 # ---------------------------------------------------------------------------
@@ -247,8 +258,8 @@ def _rmsnorm_fwd_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
     output not asked for (prenorm / return_rstd False) is an empty (0,) tensor."""
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
     out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
-    out, res_out, rstd = _launch(x, weight, bias, residual, out_dtype, residual_dtype, eps,
-                                 weight_offset, prenorm, return_rstd)
+    out, res_out, rstd, _ = _launch(x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                                    weight_offset, prenorm, return_rstd)
     if res_out is None:
         res_out = x.new_empty((0,), dtype=residual_dtype)
     if rstd is None:
@@ -291,11 +302,12 @@ def _on_device(dev: int, launch, *args):
 def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tensor],
                 grad_residual_out: Optional[Tensor], weight_offset: float, x_dtype: torch.dtype,
                 residual_dtype: Optional[torch.dtype], need_dweight: bool,
-                bias_dtype: Optional[torch.dtype]):
+                bias_dtype: Optional[torch.dtype], mean: Optional[Tensor] = None):
     """Allocates dx (x_dtype), dresidual (residual_dtype; None without),
     dweight (weight's dtype, when need_dweight) and dbias (bias_dtype; None
     without) and launches on h's device and current stream, with a workspace
-    from torch's caching allocator for the deterministic weight gradients."""
+    from torch's caching allocator for the deterministic weight gradients.
+    With the forward's row means (LayerNorm), the LayerNorm backward."""
     n = h.shape[-1]
     rows = h.numel() // n
     h, hs = _rows_view(h, n)
@@ -311,6 +323,8 @@ def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tens
     if weight is not None and not weight.is_contiguous():
         weight = weight.contiguous()
     rstd = rstd.contiguous()
+    if mean is not None:
+        mean = mean.contiguous()
 
     def ptr(t):
         return 0 if t is None else t.data_ptr()
@@ -321,11 +335,14 @@ def _launch_bwd(grad_out: Tensor, h: Tensor, rstd: Tensor, weight: Optional[Tens
     dev = h.get_device()
 
     def call(mode, ws=None):
-        return _rmsnorm_bwd(rows, n, ptr(h), code(h), hs, ptr(grad_out), code(grad_out), gs,
-                            ptr(grad_residual_out), code(grad_residual_out), ros, ptr(weight), code(weight),
-                            ptr(rstd), ptr(dx), code(dx), n, ptr(dres), code(dres), n, ptr(dw), code(dw),
-                            ptr(db), code(db), weight_offset, ptr(ws), 0 if ws is None else ws.numel(), mode,
-                            _raw_stream(dev))
+        args = (rows, n, ptr(h), code(h), hs, ptr(grad_out), code(grad_out), gs,
+                ptr(grad_residual_out), code(grad_residual_out), ros, ptr(weight), code(weight),
+                ptr(rstd), ptr(dx), code(dx), n, ptr(dres), code(dres), n, ptr(dw), code(dw),
+                ptr(db), code(db), weight_offset, ptr(ws), 0 if ws is None else ws.numel(), mode,
+                _raw_stream(dev))
+        if mean is None:
+            return _rmsnorm_bwd(*args)
+        return _layernorm_bwd(*args, mean.data_ptr())
 
     def run():
         nbytes = call(2)
@@ -362,23 +379,25 @@ def _rmsnorm_bwd_fake(grad_out, h, rstd, weight, grad_residual_out, weight_offse
     return dx, dres, dw, db
 
 
-def _setup_context(ctx, inputs, output):
+def _setup_context(ctx, inputs, output, mean=None):
     x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, return_rstd = inputs
-    _, res_out, rstd = output
+    res_out, rstd = output[1], output[-1]
     # Unused outputs' gradients arrive as None, not as zeros: residual_out
     # asked for only so that the backward can read h costs no extra read.
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, weight, residual, res_out, rstd)
+    ctx.save_for_backward(x, weight, residual, res_out, rstd, mean)
     ctx.eps, ctx.weight_offset = eps, weight_offset
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
-def _backward(ctx, grad_out, grad_residual_out, grad_rstd):
-    """rstd is not differentiable (its gradient is ignored)."""
-    x, weight, residual, res_out, rstd = ctx.saved_tensors
-    # The normalised input h and rstd: from the forward (rmsnorm asks the op
-    # for residual_out and rstd whenever a gradient is needed), recomputed in
-    # fp32 when the op was called without them.
+def _backward(ctx, grad_out, grad_residual_out, *_stats):
+    """rstd (and LayerNorm's mean) are not differentiable (their gradients
+    are ignored)."""
+    x, weight, residual, res_out, rstd, mean = ctx.saved_tensors
+    centre = mean is not None
+    # The normalised input h, mean and rstd: from the forward (rmsnorm /
+    # layernorm ask the op for residual_out and the statistics whenever a
+    # gradient is needed), recomputed in fp32 when the op was called without.
     if residual is None:
         h = x
     elif res_out.numel() == x.numel() and res_out.numel() > 0:
@@ -387,6 +406,9 @@ def _backward(ctx, grad_out, grad_residual_out, grad_rstd):
         h = x.float() + residual.float()
     if rstd.numel() != x.numel() // x.shape[-1] or x.numel() == 0:
         hf = h.float()
+        if centre:
+            mean = hf.mean(dim=-1)
+            hf = hf - mean.unsqueeze(-1)
         rstd = torch.rsqrt((hf * hf).mean(dim=-1) + ctx.eps)
     if grad_out is None:
         grad_out = torch.zeros_like(x)
@@ -395,10 +417,13 @@ def _backward(ctx, grad_out, grad_residual_out, grad_rstd):
     if grad_residual_out is not None and grad_residual_out.numel() != x.numel():
         grad_residual_out = None
     needs = ctx.needs_input_grad
-    dx, dres, dw, db = torch.ops.quack_cpp.rmsnorm_bwd(
-        grad_out, h, rstd, weight, grad_residual_out, float(ctx.weight_offset), x.dtype,
-        None if residual is None else residual.dtype, weight is not None and needs[1],
-        ctx.bias_dtype if needs[2] else None)
+    bwd_args = (grad_out, h, rstd, weight, grad_residual_out, float(ctx.weight_offset), x.dtype,
+                None if residual is None else residual.dtype, weight is not None and needs[1],
+                ctx.bias_dtype if needs[2] else None)
+    if centre:
+        dx, dres, dw, db = torch.ops.quack_cpp.layernorm_bwd(*bwd_args, mean)
+    else:
+        dx, dres, dw, db = torch.ops.quack_cpp.rmsnorm_bwd(*bwd_args)
     return (dx, dw if weight is not None and needs[1] else None, db if ctx.bias_dtype is not None and needs[2] else None,
             dres if residual is not None else None, None, None, None, None, None, None)
 
@@ -473,8 +498,8 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
             bool(prenorm or (needs_grad and residual is not None)), bool(return_rstd or needs_grad))
     else:
         out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
-        out, res_out, rstd = _launch(x, weight, bias, residual, out_dtype, residual_dtype,
-                                     float(eps), float(weight_offset), prenorm, return_rstd)
+        out, res_out, rstd, _ = _launch(x, weight, bias, residual, out_dtype, residual_dtype,
+                                        float(eps), float(weight_offset), prenorm, return_rstd)
     if prenorm:
         return (out, res_out, rstd) if return_rstd else (out, res_out)
     return (out, rstd) if return_rstd else out

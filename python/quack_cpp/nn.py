@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter, init
 
+from ._layernorm import layernorm
 from ._rmsnorm import rmsnorm
 
 # torch.nn.RMSNorm's eps=None: torch documents finfo(x.dtype).eps but uses
@@ -81,3 +82,65 @@ class RMSNorm(torch.nn.Module):
         if self.bias is not None:
             s += ", bias=True"
         return s
+
+
+class LayerNorm(torch.nn.Module):
+    """Drop-in for ``torch.nn.LayerNorm`` normalising the last dimension.
+
+    Same constructor arguments (``normalized_shape``, ``eps=1e-5``,
+    ``elementwise_affine=True``, ``bias=True``, ``device``, ``dtype``),
+    attributes, initialisation (weight ones, bias zeros) and state_dict keys.
+    Only the last dimension is normalised: ``normalized_shape`` is an int or a
+    1-element sequence. The output has x's dtype whatever the parameters'
+    dtype (fp32 parameters under bf16 activations need no cast).
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    normalized_shape: Tuple[int, ...]
+    eps: float
+    elementwise_affine: bool
+
+    def __init__(self, normalized_shape: Union[int, Tuple[int, ...], torch.Size], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        normalized_shape = tuple(normalized_shape)
+        if len(normalized_shape) != 1:
+            raise ValueError(
+                "quack_cpp.LayerNorm: normalized_shape must be an int or a 1-element sequence "
+                f"(only the last dimension is normalised), got {normalized_shape}")
+        if normalized_shape[0] < 1:
+            raise ValueError(f"quack_cpp.LayerNorm: normalized_shape must be >= 1, got {normalized_shape}")
+        if not eps >= 0:
+            raise ValueError(f"quack_cpp.LayerNorm: eps must be >= 0, got {eps}")
+        self.normalized_shape = normalized_shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(normalized_shape, **factory_kwargs))
+            if bias:
+                self.bias = Parameter(torch.empty(normalized_shape, **factory_kwargs))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = self.normalized_shape[0]
+        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] != n:
+            raise ValueError(f"quack_cpp.LayerNorm: x's last dimension must be normalized_shape = {n}, "
+                             f"got x of shape {tuple(x.shape)}")
+        return layernorm(x, self.weight, self.bias, eps=float(self.eps))
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -58,6 +58,7 @@ float to_float(double v, const char* op, const char* name) {
 }
 
 constexpr const char* kRMSNorm = "quack_cpp.rmsnorm";
+constexpr const char* kLayerNorm = "quack_cpp.layernorm";
 
 template <typename T>
 const T* cptr(uintptr_t p) { return reinterpret_cast<const T*>(p); }
@@ -69,7 +70,8 @@ quack::RMSNormFwdArgs rmsnorm_fwd_args(int64_t rows, int64_t cols,
                                        uintptr_t b_ptr, int32_t b_dtype,
                                        uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
                                        uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
-                                       uintptr_t rstd_ptr, double eps, double weight_offset) {
+                                       uintptr_t rstd_ptr, double eps, double weight_offset,
+                                       const char* op = kRMSNorm) {
   // DType has a fixed int32 underlying type, so any code converts; the
   // library rejects unknown codes by name.
   quack::RMSNormFwdArgs a;
@@ -82,8 +84,8 @@ quack::RMSNormFwdArgs rmsnorm_fwd_args(int64_t rows, int64_t cols,
   a.out = {reinterpret_cast<void*>(out_ptr), quack::DType(out_dtype), out_stride};
   a.residual_out = {reinterpret_cast<void*>(res_out_ptr), quack::DType(res_out_dtype), res_out_stride};
   a.rstd = reinterpret_cast<float*>(rstd_ptr);
-  a.eps = to_float(eps, kRMSNorm, "eps");
-  a.weight_offset = to_float(weight_offset, kRMSNorm, "weight_offset");
+  a.eps = to_float(eps, op, "eps");
+  a.weight_offset = to_float(weight_offset, op, "weight_offset");
   return a;
 }
 
@@ -118,6 +120,29 @@ void rmsnorm_fwd_check(int64_t rows, int64_t cols,
   if (!st.ok()) raise_status(st, kRMSNorm);
 }
 
+// LayerNorm forward: rmsnorm_fwd's arguments plus the mean output (last).
+// check_only: can_implement alone, no device touched.
+
+void layernorm_fwd(int64_t rows, int64_t cols,
+                   uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                   uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                   uintptr_t w_ptr, int32_t w_dtype,
+                   uintptr_t b_ptr, int32_t b_dtype,
+                   uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                   uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                   uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t stream, uintptr_t mean_ptr,
+                   bool check_only) {
+  quack::LayerNormFwdArgs a;
+  static_cast<quack::RMSNormFwdArgs&>(a) = rmsnorm_fwd_args(
+      rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr, b_dtype,
+      out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps, weight_offset,
+      kLayerNorm);
+  a.mean = reinterpret_cast<float*>(mean_ptr);
+  const quack::Status st =
+      check_only ? quack::can_implement(a) : quack::layernorm_fwd(a, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kLayerNorm);
+}
+
 // Both RMSNorm entry points take the same keyword-capable argument list.
 template <typename Fn>
 void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) {
@@ -128,19 +153,26 @@ void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) 
         nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"), doc);
 }
 
-// RMSNorm backward: one entry point, three modes over the same arguments
-// (0: launch on `stream`; 1: can_implement only, no device touched; 2: the
-// workspace query, whose size it returns).
-size_t rmsnorm_bwd(int64_t rows, int64_t cols,
-                   uintptr_t h_ptr, int32_t h_dtype, int64_t h_stride,
-                   uintptr_t dy_ptr, int32_t dy_dtype, int64_t dy_stride,
-                   uintptr_t dro_ptr, int32_t dro_dtype, int64_t dro_stride,
-                   uintptr_t w_ptr, int32_t w_dtype, uintptr_t rstd_ptr,
-                   uintptr_t dx_ptr, int32_t dx_dtype, int64_t dx_stride,
-                   uintptr_t dres_ptr, int32_t dres_dtype, int64_t dres_stride,
-                   uintptr_t dw_ptr, int32_t dw_dtype, uintptr_t db_ptr, int32_t db_dtype,
-                   double weight_offset, uintptr_t ws_ptr, size_t ws_bytes, int mode, uintptr_t stream) {
-  quack::RMSNormBwdArgs a;
+// RMSNorm / LayerNorm backward: one entry point each, three modes over the
+// same arguments (0: launch on `stream`; 1: can_implement only, no device
+// touched; 2: the workspace query, whose size it returns). LayerNorm's takes
+// the forward's mean last.
+#define QUACK_NORM_BWD_PARAMS                                                                              \
+  int64_t rows, int64_t cols, uintptr_t h_ptr, int32_t h_dtype, int64_t h_stride, uintptr_t dy_ptr,         \
+      int32_t dy_dtype, int64_t dy_stride, uintptr_t dro_ptr, int32_t dro_dtype, int64_t dro_stride,        \
+      uintptr_t w_ptr, int32_t w_dtype, uintptr_t rstd_ptr, uintptr_t dx_ptr, int32_t dx_dtype,             \
+      int64_t dx_stride, uintptr_t dres_ptr, int32_t dres_dtype, int64_t dres_stride, uintptr_t dw_ptr,     \
+      int32_t dw_dtype, uintptr_t db_ptr, int32_t db_dtype, double weight_offset, uintptr_t ws_ptr,          \
+      size_t ws_bytes, int mode, uintptr_t stream
+#define QUACK_NORM_BWD_ARGS                                                                                   \
+  rows, cols, h_ptr, h_dtype, h_stride, dy_ptr, dy_dtype, dy_stride, dro_ptr, dro_dtype, dro_stride, w_ptr,  \
+      w_dtype, rstd_ptr, dx_ptr, dx_dtype, dx_stride, dres_ptr, dres_dtype, dres_stride, dw_ptr, dw_dtype,     \
+      db_ptr, db_dtype, weight_offset, ws_ptr, ws_bytes, mode, stream
+
+// Fills the shared fields; mode and stream are the callers'.
+void fill_norm_bwd_args(quack::RMSNormBwdArgs& a, const char* op, QUACK_NORM_BWD_PARAMS) {
+  (void)mode;
+  (void)stream;
   a.rows = rows;
   a.cols = cols;
   a.h = {cptr<void>(h_ptr), quack::DType(h_dtype), h_stride};
@@ -152,14 +184,31 @@ size_t rmsnorm_bwd(int64_t rows, int64_t cols,
   a.dresidual = {reinterpret_cast<void*>(dres_ptr), quack::DType(dres_dtype), dres_stride};
   a.dweight = {reinterpret_cast<void*>(dw_ptr), quack::DType(dw_dtype)};
   a.dbias = {reinterpret_cast<void*>(db_ptr), quack::DType(db_dtype)};
-  a.weight_offset = to_float(weight_offset, kRMSNorm, "weight_offset");
+  a.weight_offset = to_float(weight_offset, op, "weight_offset");
   a.workspace = reinterpret_cast<void*>(ws_ptr);
   a.workspace_bytes = ws_bytes;
+}
+
+size_t rmsnorm_bwd(QUACK_NORM_BWD_PARAMS) {
+  quack::RMSNormBwdArgs a;
+  fill_norm_bwd_args(a, kRMSNorm, QUACK_NORM_BWD_ARGS);
   size_t bytes = 0;
   const quack::Status st = mode == 0   ? quack::rmsnorm_bwd(a, reinterpret_cast<cudaStream_t>(stream))
                            : mode == 1 ? quack::can_implement(a)
                                        : quack::rmsnorm_bwd_workspace_bytes(a, &bytes);
   if (!st.ok()) raise_status(st, kRMSNorm);
+  return bytes;
+}
+
+size_t layernorm_bwd(QUACK_NORM_BWD_PARAMS, uintptr_t mean_ptr) {
+  quack::LayerNormBwdArgs a;
+  fill_norm_bwd_args(a, kLayerNorm, QUACK_NORM_BWD_ARGS);
+  a.mean = cptr<float>(mean_ptr);
+  size_t bytes = 0;
+  const quack::Status st = mode == 0   ? quack::layernorm_bwd(a, reinterpret_cast<cudaStream_t>(stream))
+                           : mode == 1 ? quack::can_implement(a)
+                                       : quack::layernorm_bwd_workspace_bytes(a, &bytes);
+  if (!st.ok()) raise_status(st, kLayerNorm);
   return bytes;
 }
 
@@ -236,6 +285,23 @@ NB_MODULE(_C, m) {
         "RMSNorm backward (quack::RMSNormBwdArgs) over raw device pointers; a pointer of 0 is an absent\n"
         "operand. mode 0 launches on `stream`, 1 only validates (no device touched), 2 returns the\n"
         "workspace bytes the launch needs (ws_ptr may be 0).");
+  m.def("layernorm_bwd", &layernorm_bwd, nb::arg("rows"), nb::arg("cols"), nb::arg("h_ptr"), nb::arg("h_dtype"),
+        nb::arg("h_stride"), nb::arg("dy_ptr"), nb::arg("dy_dtype"), nb::arg("dy_stride"), nb::arg("dro_ptr"),
+        nb::arg("dro_dtype"), nb::arg("dro_stride"), nb::arg("w_ptr"), nb::arg("w_dtype"), nb::arg("rstd_ptr"),
+        nb::arg("dx_ptr"), nb::arg("dx_dtype"), nb::arg("dx_stride"), nb::arg("dres_ptr"), nb::arg("dres_dtype"),
+        nb::arg("dres_stride"), nb::arg("dw_ptr"), nb::arg("dw_dtype"), nb::arg("db_ptr"), nb::arg("db_dtype"),
+        nb::arg("weight_offset"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"), nb::arg("stream"),
+        nb::arg("mean_ptr"),
+        "LayerNorm backward (quack::LayerNormBwdArgs): rmsnorm_bwd's arguments and modes, plus the\n"
+        "forward's mean (fp32, one per row).");
+  m.def("layernorm_fwd", &layernorm_fwd, nb::arg("rows"), nb::arg("cols"), nb::arg("x_ptr"), nb::arg("x_dtype"),
+        nb::arg("x_stride"), nb::arg("res_ptr"), nb::arg("res_dtype"), nb::arg("res_stride"), nb::arg("w_ptr"),
+        nb::arg("w_dtype"), nb::arg("b_ptr"), nb::arg("b_dtype"), nb::arg("out_ptr"), nb::arg("out_dtype"),
+        nb::arg("out_stride"), nb::arg("res_out_ptr"), nb::arg("res_out_dtype"), nb::arg("res_out_stride"),
+        nb::arg("rstd_ptr"), nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"), nb::arg("mean_ptr"),
+        nb::arg("check_only"),
+        "LayerNorm forward (quack::LayerNormFwdArgs): rmsnorm_fwd's arguments plus the mean output\n"
+        "(fp32, one per row; 0: not written). check_only: validation alone, nothing launched.");
   def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
                   "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
                   "as rmsnorm_fwd would; launches nothing and touches no device.");

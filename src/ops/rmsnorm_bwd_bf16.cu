@@ -5,6 +5,6 @@
 
 namespace quack {
 namespace ops {
-QUACK_RMSNORM_BWD_INSTANTIATION(, DType::kBFloat16)
+QUACK_RMSNORM_BWD_INSTANTIATION(, DType::kBFloat16, false)
 }  // namespace ops
 }  // namespace quack

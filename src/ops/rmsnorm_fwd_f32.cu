@@ -5,6 +5,6 @@
 
 namespace quack {
 namespace ops {
-QUACK_RMSNORM_FWD_INSTANTIATION(, DType::kFloat32)
+QUACK_RMSNORM_FWD_INSTANTIATION(, DType::kFloat32, false)
 }  // namespace ops
 }  // namespace quack

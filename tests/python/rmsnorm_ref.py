@@ -1,4 +1,5 @@
-"""Independent float64 reference and comparison helpers for the RMSNorm tests."""
+"""Independent float64 reference and comparison helpers for the RMSNorm and
+LayerNorm tests (centre=True: LayerNorm)."""
 import torch
 
 import quack_cpp
@@ -13,21 +14,30 @@ def as_f32(v: float) -> float:
     return float(torch.tensor(v, dtype=torch.float32))
 
 
-def reference(x, weight=None, bias=None, residual=None, eps=1e-6, weight_offset=0.0):
-    """float64 (y, h, rstd, scale) of RMSNorm, straight from the definition.
+def reference(x, weight=None, bias=None, residual=None, eps=1e-6, weight_offset=0.0, centre=False,
+              with_mean=False):
+    """float64 (y, h, rstd, scale) of RMSNorm (LayerNorm with centre), straight
+    from the definition; with_mean: the row means appended (zeros for RMSNorm).
     scale = |h * rstd * (w + offset)| + |b|, the magnitude of what the kernel
-    adds in fp32 (its rounding error is relative to this, not to |y|)."""
+    adds in fp32 (its rounding error is relative to this, not to |y|: for
+    LayerNorm, |h| rather than |h - mean|, as the kernel rounds h - mean)."""
     h = x.double()
     if residual is not None:
         h = h + residual.double()
-    rstd = torch.rsqrt((h * h).mean(dim=-1) + as_f32(eps))
-    y = h * rstd.unsqueeze(-1)
+    mean = h.mean(dim=-1) if centre else torch.zeros_like(h[..., 0])
+    hc = h - mean.unsqueeze(-1)
+    rstd = torch.rsqrt((hc * hc).mean(dim=-1) + as_f32(eps))
+    y = hc * rstd.unsqueeze(-1)
+    mag = (h * rstd.unsqueeze(-1)).abs().detach()
     if weight is not None:
         y = y * (weight.double() + as_f32(weight_offset))
-    scale = y.abs()
+        mag = mag * (weight.double() + as_f32(weight_offset)).abs().detach()
+    scale = y.abs().detach() + mag if centre else y.abs().detach()
     if bias is not None:
         y = y + bias.double()
-        scale = scale + bias.double().abs()
+        scale = scale + bias.double().abs().detach()
+    if with_mean:
+        return y, h, rstd, scale, mean
     return y, h, rstd, scale
 
 
@@ -93,22 +103,29 @@ def poison_allocator(*specs, device="cuda"):
 
 
 def run_and_check(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
-                  prenorm=False, weight_offset=0.0, return_rstd=False, poison=True):
-    """Calls quack_cpp.rmsnorm on poisoned allocator memory and checks the
-    result's structure and every value. Returns the outputs as a list."""
+                  prenorm=False, weight_offset=0.0, return_rstd=False, poison=True, centre=False):
+    """Calls quack_cpp.rmsnorm (centre: quack_cpp.layernorm, return_rstd its
+    return_mean_rstd) on poisoned allocator memory and checks the result's
+    structure and every value. Returns the outputs as a list."""
     y_dtype = out_dtype or x.dtype
     h_dtype = residual_dtype or (residual.dtype if residual is not None else x.dtype)
     if poison:
         poison_allocator((x.shape, y_dtype), (x.shape, h_dtype), (x.shape[:-1], F32), device=x.device)
-    res = quack_cpp.rmsnorm(x, weight, bias, residual, out_dtype=out_dtype, residual_dtype=residual_dtype,
-                            eps=eps, prenorm=prenorm, weight_offset=weight_offset, return_rstd=return_rstd)
+    if centre:
+        res = quack_cpp.layernorm(x, weight, bias, residual, out_dtype=out_dtype, residual_dtype=residual_dtype,
+                                  eps=eps, prenorm=prenorm, weight_offset=weight_offset,
+                                  return_mean_rstd=return_rstd)
+    else:
+        res = quack_cpp.rmsnorm(x, weight, bias, residual, out_dtype=out_dtype, residual_dtype=residual_dtype,
+                                eps=eps, prenorm=prenorm, weight_offset=weight_offset, return_rstd=return_rstd)
     outs = list(res) if isinstance(res, tuple) else [res]
     assert isinstance(res, tuple) == (prenorm or return_rstd)
-    assert len(outs) == 1 + prenorm + return_rstd
+    assert len(outs) == 1 + prenorm + return_rstd * (1 + centre)
     for t in outs:
         assert t.device == x.device and t.is_contiguous() and not t.requires_grad
 
-    ref_y, ref_h, ref_rstd, scale = reference(x, weight, bias, residual, eps, weight_offset)
+    ref_y, ref_h, ref_rstd, scale, ref_mean = reference(x, weight, bias, residual, eps, weight_offset, centre,
+                                                        with_mean=True)
     y = outs[0]
     assert y.shape == x.shape and y.dtype == y_dtype
     assert_close(y, ref_y, scale, "out")
@@ -121,19 +138,24 @@ def run_and_check(x, weight=None, bias=None, residual=None, out_dtype=None, resi
         rstd = outs[-1]
         assert rstd.shape == x.shape[:-1] and rstd.dtype == F32
         assert_rstd_close(rstd, ref_rstd)
+        if centre:
+            mean = outs[-2]
+            assert mean.shape == x.shape[:-1] and mean.dtype == F32
+            # fp32 sums: relative to the row's magnitude, not to the mean's
+            assert_close(mean, ref_mean, ref_h.abs().amax(dim=-1) if ref_h.numel() else ref_mean, "mean")
     return outs
 
 
 def check_grads(x, weight=None, bias=None, residual=None, prenorm=False, weight_offset=0.0, eps=1e-6,
-                rtol=3e-2, grad_out_strided=False):
+                rtol=3e-2, grad_out_strided=False, centre=False):
     """quack_cpp.rmsnorm forward + backward on the leaves given (those that
     require grad), with random gradients on y (and on residual_out with
     prenorm), against float64 autograd of `reference`. Each leaf's gradient
     must have its dtype and match within rtol * |ref| + rtol * mean|ref|.
     grad_out_strided: the gradient on y arrives as a view whose rows are 2N
     apart (non-contiguous, passed to the kernel without a copy)."""
-    outs = quack_cpp.rmsnorm(x, weight, bias, residual=residual, prenorm=prenorm, weight_offset=weight_offset,
-                             eps=eps)
+    norm = quack_cpp.layernorm if centre else quack_cpp.rmsnorm
+    outs = norm(x, weight, bias, residual=residual, prenorm=prenorm, weight_offset=weight_offset, eps=eps)
     y, h = (outs[0], outs[1]) if prenorm else (outs, None)
     gen = torch.Generator(device="cpu").manual_seed(x.shape[-1] + 17)
     gy = torch.randn(y.shape, generator=gen, dtype=F32).to(x.device)
@@ -148,7 +170,7 @@ def check_grads(x, weight=None, bias=None, residual=None, prenorm=False, weight_
     leaves = [t for t in (x, weight, bias, residual) if t is not None]
     ref = {id(t): t.detach().double().requires_grad_() for t in leaves}
     d = lambda t: None if t is None else ref[id(t)]  # noqa: E731
-    yd, hd, _, _ = reference(d(x), d(weight), d(bias), d(residual), eps, weight_offset)
+    yd, hd, _, _ = reference(d(x), d(weight), d(bias), d(residual), eps, weight_offset, centre)
     outs_d = [yd] + ([hd] if prenorm else [])
     torch.autograd.backward(outs_d, [g.double() for g in grads])
     for t in leaves:

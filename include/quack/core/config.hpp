@@ -177,6 +177,7 @@ bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, 
 const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
 // rmsnorm_bwd_workspace_bytes for given device limits (src/rmsnorm_bwd.cu).
 size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, const DeviceLimits& lim);
+size_t layernorm_bwd_workspace_bytes(const LayerNormBwdArgs& args, const DeviceLimits& lim);
 
 // ---------------------------------------------------------------------------
 // Chunked two-pass rows (softmax's long rows): a row split over a cluster of

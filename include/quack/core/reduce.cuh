@@ -70,8 +70,18 @@ struct MaxSumOp {
   }
 };
 
+// Two sums in one reduction round (LayerNorm backward: sum g * xhat and sum g).
+struct SumPairOp {
+  using T = float2;
+  __device__ __forceinline__ static float2 identity() { return make_float2(0.0f, 0.0f); }
+  __device__ __forceinline__ static float2 combine(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+};
+
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+__device__ __forceinline__ float2 shfl_xor(float2 v, int mask) {
+  return make_float2(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask));
 }
 __device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int mask) {
   return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};
@@ -85,6 +95,23 @@ __device__ __forceinline__ typename Op::T warp_reduce(typename Op::T v, int widt
   for (int mask = 16; mask >= 1; mask >>= 1)
     if (mask < width) v = Op::combine(v, shfl_xor(v, mask));
   return v;
+}
+
+// Row moments from parts: lane r holds part r's (sum, sum of squared
+// deviations from the part's own mean) and n, its element count (0: an empty
+// part, or a lane past the parts). Returns (mean, sum of squared deviations
+// from it) of the whole, in every lane: Chan, Golub and LeVeque's update,
+// m2 = sum_r m2_r + n_r (mean_r - mean)^2, free of the cancellation in
+// sum(x^2) - n mean^2. Butterflies in a fixed order: bit-identical in every
+// lane and run after run.
+__device__ __forceinline__ float2 combine_moments(float2 part, int n, float total) {
+  const float mean = warp_reduce<SumOp>(part.x) / total;
+  float m2 = 0.0f;
+  if (n > 0) {
+    const float d = part.x / float(n) - mean;
+    m2 = fmaf(float(n) * d, d, part.y);
+  }
+  return make_float2(mean, warp_reduce<SumOp>(m2));
 }
 
 // Whole-CTA reduction (the CTA is one team of `blockDim.x` threads, a multiple
@@ -206,7 +233,12 @@ struct ClusterExchange {
 
   // `v` equal in all threads of the CTA; `size` CTAs in the cluster, this
   // one of rank `rank`. Returns the cluster's combination.
-  __device__ __forceinline__ T reduce(T v, int size, int rank) {
+  __device__ __forceinline__ T reduce(T v, int size, int rank) { return warp_reduce<Op>(gather(v, size, rank)); }
+
+  // The exchange without the combination: lane r of every warp receives
+  // rank r's value (Op::identity() in lanes >= size), for combinations that
+  // need to know whose value is whose (LayerNorm's per-CTA moments).
+  __device__ __forceinline__ T gather(T v, int size, int rank) {
     if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     const uint32_t b = bar + 8 * (count & 1);
     const uint32_t set = bar + 16 + uint32_t((count & 1) * 16 * sizeof(T));
@@ -253,7 +285,7 @@ struct ClusterExchange {
       }
     }
     ++count;
-    return warp_reduce<Op>(p);
+    return p;
   }
 
   __device__ __forceinline__ void finish() {

@@ -58,6 +58,7 @@ struct RMSNormFwdParams {
   void* res_out;  // nullable
   int64_t res_out_stride;
   float* rstd;  // nullable
+  float* mean;  // nullable (LayerNorm)
   float eps, weight_offset;
   DType res_dtype, w_dtype, b_dtype, out_dtype, res_out_dtype;
   // Layout (from RowConfig).
@@ -66,12 +67,16 @@ struct RMSNormFwdParams {
   uint32_t stage_bytes;
 };
 
-// Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset].
+// Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
+// the register kernel's LayerNorm rows exchange a pair (SumPairOp) and take
+// reg_scratch_bytes(true).
 constexpr uint32_t kReducerScratchBytes = 512;  // 16-B multiple
 constexpr uint32_t kClusterScratchOffset = 272;
+constexpr uint32_t reg_scratch_bytes(bool centre) { return centre ? 640 : kReducerScratchBytes; }
 static_assert(core::RowReducer<core::SumOp>::scratch_bytes() <= kClusterScratchOffset &&
                   kClusterScratchOffset % 8 == 0 &&
-                  kClusterScratchOffset + core::ClusterExchange<core::SumOp>::scratch_bytes() <= kReducerScratchBytes,
+                  kClusterScratchOffset + core::ClusterExchange<core::SumOp>::scratch_bytes() <= kReducerScratchBytes &&
+                  kClusterScratchOffset + core::ClusterExchange<core::SumPairOp>::scratch_bytes() <= reg_scratch_bytes(true),
               "reducer scratch layout");
 constexpr int kMaxThreads = kRowKernelMaxThreads;
 // Elements a thread handles as one straight-line group, all their loads
@@ -86,12 +91,19 @@ constexpr int kMinBlocksUniform = 2;
 // kUniform: every tensor present has x's dtype (the common case), so every
 // access is compile-time typed; otherwise secondary tensors dispatch on their
 // run-time dtype (mixed precision, e.g. an fp32 residual stream).
-template <typename Tx, bool kVecIO, bool kUniform>
+// kCentre: LayerNorm (see rmsnorm_fwd_reg_kernel): pass 1 sums h, a second
+// pass over the staged values sums the squared deviations from the mean
+// (chunked rows re-stage their chunks for it: one more read of the row).
+template <typename Tx, bool kVecIO, bool kUniform, bool kCentre = false>
 __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kMinBlocks) rmsnorm_fwd_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
   // Vectors per group (one on the element-wise path).
   constexpr int U = kVecIO ? kGroupElems / VEC : 1;
+  // Vectors a group of the passes over staged values: LayerNorm's mixed-dtype
+  // kernel holds one more value (the mean) across them and spills with
+  // groups of U (ptxas -v, CUDA 13.0), so it takes one vector at a time.
+  constexpr int UP = kCentre && !kUniform ? 1 : U;
   // The element-wise (misaligned) staging is too wide to unroll in 128 registers.
   constexpr int kStageUnroll = kVecIO ? U : 1;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
@@ -188,7 +200,7 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
   auto for_groups = [&](int nv, auto&& body) {
     int i0 = 0;
 #pragma unroll 1
-    for (; i0 + U <= nv; i0 += U) body(std::integral_constant<int, U>{}, i0);
+    for (; i0 + UP <= nv; i0 += UP) body(std::integral_constant<int, UP>{}, i0);
 #pragma unroll 1
     for (; i0 < nv; ++i0) body(std::integral_constant<int, 1>{}, i0);
   };
@@ -234,21 +246,61 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
 #pragma unroll
             for (int u = 0; u < G; ++u)
 #pragma unroll
-              for (int j = 0; j < VEC; ++j) acc = fmaf(h[u][j], h[u][j], acc);
+              for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[u][j] : fmaf(h[u][j], h[u][j], acc);
           });
         }
       }
       acc = red.reduce(acc);  // every thread of the CTA (and cluster) takes part
+      // The chunk left in the staging buffer.
+      int resident = p.chunks - 1;
+      float mean = 0.0f;
+      if constexpr (kCentre) {
+        // Pass 1b: squared deviations from the mean over the valid columns
+        // (padding slots hold zeros, not the mean), last chunk first.
+        mean = acc / float(p.cols);
+        acc = 0.0f;
+        for (int k = p.chunks - 1; k >= 0; --k) {
+          if (k != resident) {
+            stage(blk, 0, r, k);
+            cp_async_commit();
+            cp_async_wait_all();
+            resident = k;
+          }
+          if (!active) continue;
+          const int col0 = first_col + k * chunk_cols;
+          auto deviations = [&](auto g, int i0) {
+            constexpr int G = decltype(g)::value;
+            float h[G][VEC];
+            staged_h(g, buf, r, i0, h);
+#pragma unroll
+            for (int u = 0; u < G; ++u) {
+              const int valid = seg_col1 - (col0 + (i0 + u) * col_step);
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) {
+                const float d = j < valid ? h[u][j] - mean : 0.0f;
+                acc = fmaf(d, d, acc);
+              }
+            }
+          };
+          for_groups(vectors_in(col0), deviations);
+        }
+        acc = red.reduce(acc);
+      }
       const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
       if (!active) continue;
-      if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
+      if (t == 0 && crank == 0) {
+        if (p.rstd != nullptr) p.rstd[row] = rstd;
+        if (kCentre && p.mean != nullptr) p.mean[row] = mean;
+      }
 
-      // Pass 2: normalise and write (last chunk first: it is still staged).
+      // Pass 2: normalise and write (the resident chunk first).
       using IO = SecondaryIO<Tx, VEC, kVecIO, kUniform>;
       void* orow = IO::ptr(p.out, p.out_dtype, row * p.out_stride);
       void* rorow = p.res_out ? IO::ptr(p.res_out, p.res_out_dtype, row * p.res_out_stride) : nullptr;
-      for (int k = p.chunks - 1; k >= 0; --k) {
-        if (p.chunks > 1 && k != p.chunks - 1) {
+      for (int kk = p.chunks - 1; kk >= 0; --kk) {
+        // (resident is the last chunk, or chunk 0 after pass 1b)
+        const int k = resident == 0 ? p.chunks - 1 - kk : kk;
+        if (k != resident) {
           stage(blk, 0, r, k);
           cp_async_commit();
           cp_async_wait_all();
@@ -271,6 +323,10 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
             const int valid = rem < VEC ? rem : VEC;
             if (rorow != nullptr)
               IO::store(IO::ptr(rorow, p.res_out_dtype, col), p.res_out_dtype, valid, h[u]);
+            if constexpr (kCentre) {
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) h[u][j] -= mean;
+            }
             if (p.w != nullptr) {
 #pragma unroll
               for (int j = 0; j < VEC; ++j) {
@@ -340,7 +396,13 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 // with cp.async instead of registers, so a thread can own a larger share
 // (VPT = 64 elements) in a small, register-light CTA; many CTAs share an SM,
 // and the grid is one cluster per row (not persistent).
-template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false>
+// kCentre: LayerNorm. The row's mean comes off first and the variance is
+// taken about it from the held values (two passes over registers, no
+// sum(h^2) - mean^2 cancellation): team / CTA reductions of the sum, then of
+// the squared deviations from the CTA's own mean; clustered rows then
+// exchange one (sum, deviations) pair per CTA and combine the moments
+// (core::combine_moments), so a row still costs one cluster round.
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -358,7 +420,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
   extern __shared__ __align__(16) unsigned char smem[];
 
   // Cluster exchange (st.async + mbarrier) when clustered.
-  ClusterExchange<SumOp> cl;
+  ClusterExchange<std::conditional_t<kCentre, SumPairOp, SumOp>> cl;
   if constexpr (kCluster) cl.start(smem + kClusterScratchOffset);
 
   // One row block: load, reduce, write. Everything here is derived afresh
@@ -394,7 +456,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     // x (and the residual) of this thread's share, and sum of squares.
     RawVec<Tx, VEC> xv[kRes || kStaged ? 1 : VPT] = {};
     // Staging slot of vector i (kStaged): consecutive threads, consecutive 16 B.
-    const uint32_t x_slot0 = smem_addr(smem) + kReducerScratchBytes + uint32_t(t) * 16;
+    const uint32_t x_slot0 = smem_addr(smem) + reg_scratch_bytes(kCentre) + uint32_t(t) * 16;
     auto x_at = [&](int i) {
       if constexpr (kStaged) {
         RawVec<Tx, VEC> v;
@@ -428,7 +490,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 #pragma unroll
         for (int i = 0; i < VPT; ++i)
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) acc = fmaf(h[i][j], h[i][j], acc);
+          for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[i][j] : fmaf(h[i][j], h[i][j], acc);
       } else {
         if constexpr (kStaged) {
 #pragma unroll
@@ -447,10 +509,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
           float f[VEC];
           x_at(i).widen(f);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) acc = fmaf(f[j], f[j], acc);
+          for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + f[j] : fmaf(f[j], f[j], acc);
         }
       }
     }
+    // h of vector i (fp32).
+    auto h_at = [&](int i, float (&f)[VEC]) {
+      if constexpr (kRes) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
+      } else {
+        x_at(i).widen(f);
+      }
+    };
     // Elements of vector i this thread holds (0 past the row's end).
     auto valid_at = [&](int i) {
       const int c = col0 + i * col_step;
@@ -479,7 +550,44 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     }
 
     // Every thread of the CTA (and cluster) takes part.
-    if constexpr (kCluster) {
+    float mean = 0.0f;
+    if constexpr (kCentre) {
+      // Sum, then squared deviations from this CTA's mean (its n elements);
+      // two block reductions a row, always scratch halves 0 then 1.
+      const int n = kCluster ? min(VPT * team * VEC, max(0, cols - crank * VPT * team * VEC)) : cols;
+      RowReducer<SumOp> red(smem, team, 1);
+      float sum;
+      if constexpr (kCluster) sum = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem));
+      else sum = red.reduce(acc);
+      const float cta_mean = n > 0 ? sum / float(n) : 0.0f;
+      float dev = 0.0f;
+      if (active) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          float f[VEC];
+          h_at(i, f);
+          const int valid = valid_at(i);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float d = j < valid ? f[j] - cta_mean : 0.0f;
+            dev = fmaf(d, d, dev);
+          }
+        }
+      }
+      if constexpr (kCluster) {
+        dev = block_reduce<SumOp>(dev, reinterpret_cast<float*>(smem) + 32);
+        // Lane r: CTA r's (sum, deviations) and element count.
+        const float2 part = cl.gather(make_float2(sum, dev), p.cluster, crank);
+        const int lane = int(threadIdx.x) & 31;
+        const int lane_n = lane < p.cluster ? min(VPT * team * VEC, max(0, cols - lane * VPT * team * VEC)) : 0;
+        const float2 mom = combine_moments(part, lane_n, float(cols));
+        mean = mom.x;
+        acc = mom.y;
+      } else {
+        mean = cta_mean;
+        acc = red.reduce(dev);
+      }
+    } else if constexpr (kCluster) {
       // One team per CTA; the exchange's count alternates the scratch.
       acc = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem) + 32 * (cl.count & 1));
       acc = cl.reduce(acc, p.cluster, crank);
@@ -489,7 +597,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
     }
     const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
     if (!active) return;  // (clustered rows are always active: one row per cluster)
-    if (p.rstd != nullptr && t == 0 && crank == 0) p.rstd[row] = rstd;
+    if (t == 0 && crank == 0) {
+      if (p.rstd != nullptr) p.rstd[row] = rstd;
+      if (kCentre && p.mean != nullptr) p.mean[row] = mean;
+    }
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
@@ -502,17 +613,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
       const RawVec<Tw, VEC>& wv = kEarlyW ? w_early[kEarlyW ? i : 0] : w_late;
       const RawVec<Tw, VEC>& bv = kEarlyW ? b_early[kEarlyW ? i : 0] : b_late;
       float f[VEC];
+      h_at(i, f);
       if constexpr (kRes) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
         if (rorow != nullptr) {
           RawVec<TrOrX, VEC> o;
           o.narrow(f);
           if (valid == VEC) o.store(rorow + c);
           else o.store_partial(rorow + c, valid);
         }
-      } else {
-        x_at(i).widen(f);
+      }
+      if constexpr (kCentre) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] -= mean;
       }
       if (w != nullptr) {
         float wf[VEC];
@@ -555,32 +667,34 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 }
 
 
-// Launches the kernel for x's element type. Defined here, explicitly
-// instantiated once per dtype in src/ops/rmsnorm_fwd_<dtype>.cu.
-template <DType kX>
+// Launches the kernel for x's element type; kCentre: LayerNorm. Defined
+// here, explicitly instantiated once per dtype and norm in
+// src/ops/{rms,layer}norm_fwd_<dtype>.cu.
+template <DType kX, bool kCentre>
 Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool vec_io, bool uniform,
                           int device, cudaStream_t stream) {
   using Tx = typename core::TypeOf<kX>::type;
   static core::KernelAttrCache cache[4];
+  const auto shape = core::launch_shape(cfg);
   if (uniform) {
-    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true>, cache[3], device, core::launch_shape(cfg), stream, p);
-    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true>, cache[2], device, core::launch_shape(cfg), stream, p);
+    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true, kCentre>, cache[3], device, shape, stream, p);
+    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true, kCentre>, cache[2], device, shape, stream, p);
   }
-  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false>, cache[1], device, core::launch_shape(cfg), stream, p);
-  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false>, cache[0], device, core::launch_shape(cfg), stream, p);
+  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false, kCentre>, cache[1], device, shape, stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false, kCentre>, cache[0], device, shape, stream, p);
 }
 
 // Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
-template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster = false, bool kStaged = false>
+template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged>, cache, device,
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre>, cache, device,
                                  core::launch_shape(cfg), stream, p);
 }
 
-template <typename Tx, typename Tw, typename Tr>
+template <typename Tx, typename Tw, typename Tr, bool kCentre>
 Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   constexpr int kResBytes = std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>));
   constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
@@ -588,18 +702,18 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
   if (cfg.staged) {  // clustered, no residual stream, the staged tile (config.cpp)
     if constexpr (std::is_void_v<Tr>) {
       constexpr int kSt = rmsnorm_reg_staged_vpt(sizeof(Tx));
-      if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kSt, true, true>(p, cfg, device, stream);
+      if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
     }
   } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
-    if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCl, true>(p, cfg, device, stream);
+    if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kCl, true>(p, cfg, device, stream);
   } else switch (cfg.vpt) {
-    case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 1>(p, cfg, device, stream);
-    case 2: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 2>(p, cfg, device, stream);
+    case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 1>(p, cfg, device, stream);
+    case 2: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 2>(p, cfg, device, stream);
     case 4:
-      if constexpr (kMax >= 4) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 4>(p, cfg, device, stream);
+      if constexpr (kMax >= 4) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 4>(p, cfg, device, stream);
       break;
     case 8:
-      if constexpr (kMax >= 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, 8>(p, cfg, device, stream);
+      if constexpr (kMax >= 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8>(p, cfg, device, stream);
       break;
   }
   return {Code::kUnsupported, "rmsnorm: no register-resident kernel with " + std::to_string(cfg.vpt) +
@@ -607,36 +721,39 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
                                   ") for this dtype combination"};
 }
 
-template <typename Tx, typename Tw>
+template <typename Tx, typename Tw, bool kCentre>
 Status launch_rmsnorm_fwd_reg_res(const RMSNormFwdParams& p, const RegRowConfig& cfg, RegRes res, int device,
                                   cudaStream_t stream) {
   switch (res) {
-    case RegRes::kNone: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, void>(p, cfg, device, stream);
-    case RegRes::kSameAsX: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, Tx>(p, cfg, device, stream);
-    case RegRes::kFloat32: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, float>(p, cfg, device, stream);
+    case RegRes::kNone: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, void, kCentre>(p, cfg, device, stream);
+    case RegRes::kSameAsX: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, Tx, kCentre>(p, cfg, device, stream);
+    case RegRes::kFloat32: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, float, kCentre>(p, cfg, device, stream);
   }
   return {Code::kUnsupported, "rmsnorm: unknown residual mode"};
 }
 
 // Launches the register-resident kernel for x's element type; w_f32: weight
 // and bias are fp32 (else x's dtype). Instantiated with launch_rmsnorm_fwd.
-template <DType kX>
+template <DType kX, bool kCentre>
 Status launch_rmsnorm_fwd_reg(const RMSNormFwdParams& p, const RegRowConfig& cfg, bool w_f32, RegRes res,
                               int device, cudaStream_t stream) {
   using Tx = typename core::TypeOf<kX>::type;
-  if (w_f32 && !std::is_same_v<Tx, float>) return launch_rmsnorm_fwd_reg_res<Tx, float>(p, cfg, res, device, stream);
-  return launch_rmsnorm_fwd_reg_res<Tx, Tx>(p, cfg, res, device, stream);
+  if (w_f32 && !std::is_same_v<Tx, float>) return launch_rmsnorm_fwd_reg_res<Tx, float, kCentre>(p, cfg, res, device, stream);
+  return launch_rmsnorm_fwd_reg_res<Tx, Tx, kCentre>(p, cfg, res, device, stream);
 }
 
-#define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT)                                                \
-  EXTERN template Status launch_rmsnorm_fwd<DT>(const RMSNormFwdParams&, const RowConfig&, bool, bool,    \
-                                                int, cudaStream_t);                                       \
-  EXTERN template Status launch_rmsnorm_fwd_reg<DT>(const RMSNormFwdParams&, const RegRowConfig&, bool, \
-                                                    RegRes, int, cudaStream_t);
+#define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                \
+  EXTERN template Status launch_rmsnorm_fwd<DT, CENTRE>(const RMSNormFwdParams&, const RowConfig&, bool, bool,    \
+                                                        int, cudaStream_t);                                       \
+  EXTERN template Status launch_rmsnorm_fwd_reg<DT, CENTRE>(const RMSNormFwdParams&, const RegRowConfig&, bool, \
+                                                            RegRes, int, cudaStream_t);
 #ifndef QUACK_RMSNORM_FWD_TU
-QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32)
-QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat16)
-QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kBFloat16)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32, false)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat16, false)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kBFloat16, false)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32, true)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat16, true)
+QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kBFloat16, true)
 #endif
 
 }  // namespace ops

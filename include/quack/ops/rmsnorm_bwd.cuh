@@ -20,6 +20,11 @@
 //    the one thread that owns it. Rows longer than kRMSNormBwdSplitMinCols
 //    take 2' instead (two kernels, a grid independent of N).
 // 3. The fixed-order reduction of the partial rows into dweight / dbias.
+//
+// LayerNorm (kCentre; quack.hpp LayerNormBwdArgs) is the same pipeline with
+// the forward's mean: xhat = (h - mean) * rstd, and
+//   dh = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dresidual_out,
+// the two row sums taken in one reduction round (core::SumPairOp).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +50,7 @@ struct RMSNormBwdParams {
   int64_t dres_out_stride;
   const void* w;  // nullable
   const float* rstd;
+  const float* mean;  // LayerNorm only
   void* dx;
   int64_t dx_stride;
   void* dres;  // nullable
@@ -60,18 +66,46 @@ struct RMSNormBwdParams {
 
 // Shared memory before the accumulators: the row reduction's scratch.
 constexpr uint32_t kRMSNormBwdScratchBytes = 1024;
-static_assert(core::RowReduce<core::SumOp, true>::scratch_bytes() <= kRMSNormBwdScratchBytes &&
-                  core::RowReducer<core::SumOp>::scratch_bytes() <= kRMSNormBwdScratchBytes,
+static_assert(core::RowReduce<core::SumPairOp, true>::scratch_bytes() <= kRMSNormBwdScratchBytes &&
+                  core::RowReducer<core::SumPairOp>::scratch_bytes() <= kRMSNormBwdScratchBytes,
               "rmsnorm bwd scratch");
+
+// A row's reduced sums: (sum g * h', sum g) for LayerNorm, where h' = h - mean,
+// (sum g * h, -) for RMSNorm.
+template <bool kCentre>
+struct NormBwdDots {
+  using Op = std::conditional_t<kCentre, core::SumPairOp, core::SumOp>;
+  using T = typename Op::T;
+  __device__ __forceinline__ static T make(float gh, float g) {
+    if constexpr (kCentre) return make_float2(gh, g);
+    else return (void)g, gh;
+  }
+  __device__ __forceinline__ static float gh(T v) {
+    if constexpr (kCentre) return v.x;
+    else return v;
+  }
+  // mean(g) over the row (0 for RMSNorm).
+  __device__ __forceinline__ static float g_mean(T v, float cols) {
+    if constexpr (kCentre) return v.y / cols;
+    else return (void)v, (void)cols, 0.0f;
+  }
+};
 // Elements of a row a thread of the register kernel owns at most: its
 // accumulators (8 bytes each) for a 1024-thread CTA fill 128 KB.
 constexpr int kRMSNormBwdMaxElemsPerThread = 16;
-constexpr int rmsnorm_bwd_max_vpt(int elem_bytes) { return kRMSNormBwdMaxElemsPerThread / (16 / elem_bytes); }
+// LayerNorm's kernels hold the mean and sum g besides: at 16 elements they
+// spill within 64 registers (fp32 4-20 bytes, fp16 16-20 bytes, ptxas -v,
+// CUDA 13.0), so they take half the share, and rows past 1024 x 16 x 8
+// elements take the split path.
+constexpr int kLayerNormBwdMaxElemsPerThread = 8;
+constexpr int rmsnorm_bwd_max_vpt(int elem_bytes, bool centre) {
+  return (centre ? kLayerNormBwdMaxElemsPerThread : kRMSNormBwdMaxElemsPerThread) / (16 / elem_bytes);
+}
 
 // ---------------------------------------------------------------------------
 // 1. Register-resident rows.
 // Tw: the weight's element type, void without a weight.
-template <typename T, typename Tw, int VPT, bool kCluster>
+template <typename T, typename Tw, int VPT, bool kCluster, bool kCentre>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(const RMSNormBwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -80,7 +114,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
   constexpr int E = VPT * VEC;
   static_assert(E <= kRMSNormBwdMaxElemsPerThread, "accumulator share");
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReduce<SumOp, kCluster> cred;
+  using Dots = NormBwdDots<kCentre>;
+  RowReduce<typename Dots::Op, kCluster> cred;
   cred.start(smem);
   // Accumulators: slot q of thread tid (elements 2q and 2q + 1 of its
   // share: sum dy * xhat, sum dy, sum dy * xhat, sum dy) is the float4 at
@@ -130,24 +165,36 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
     uint32_t my_acc = acc0 + threadIdx.x * 16, acc_stride = blockDim.x * 16;
     asm volatile("" : "+r"(my_acc), "+r"(acc_stride));
     RawVec<T, VEC> hv[VPT], dyv[VPT];
-    float rstd = 0.0f, dot = 0.0f;
+    float rstd = 0.0f, mean = 0.0f, dot = 0.0f, gsum = 0.0f;
+    // h - mean of vector i (h for RMSNorm), fp32.
+    auto centred = [&](int i, float (&hf)[VEC]) {
+      hv[i].widen(hf);
+      if constexpr (kCentre) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) hf[j] -= mean;
+      }
+    };
     if (active) {
       rstd = p.rstd[row];
+      if constexpr (kCentre) mean = p.mean[row];
       const T* hrow = static_cast<const T*>(p.h) + row * p.h_stride;
       const T* dyrow = static_cast<const T*>(p.dy) + row * p.dy_stride;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(hv[i], hrow, i);
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
-      // Padding holds zeros: it adds nothing to the sums.
+      // Padding holds dy = 0: it adds nothing to the sums.
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         float hf[VEC], gf[VEC];
-        hv[i].widen(hf);
+        centred(i, hf);
         dyv[i].widen(gf);
         scale_by_weight(i, gf);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) dot = fmaf(gf[j], hf[j], dot);  // (times rstd after the reduction)
+        for (int j = 0; j < VEC; ++j) {
+          dot = fmaf(gf[j], hf[j], dot);  // (times rstd after the reduction)
+          if constexpr (kCentre) gsum += gf[j];
+        }
       }
       if (grads) {
 #pragma unroll
@@ -156,7 +203,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
           // both loads issued, then the math, then the stores.
           constexpr int S = VEC / 2, G = 2;
           float hf[VEC], df[VEC];
-          hv[i].widen(hf);
+          centred(i, hf);
           dyv[i].widen(df);
 #pragma unroll
           for (int q0 = 0; q0 < S; q0 += G) {
@@ -177,15 +224,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
         }
       }
     }
+    typename Dots::T dots = Dots::make(dot, gsum);
     if constexpr (kCluster) {
-      dot = cred.reduce(dot, g.team, p.cluster, g.crank);
+      dots = cred.reduce(dots, g.team, p.cluster, g.crank);
     } else {
-      RowReducer<SumOp> red(smem, g.team, 1);
+      RowReducer<typename Dots::Op> red(smem, g.team, 1);
       red.parity = parity;
-      dot = red.reduce(dot);
+      dots = red.reduce(dots);
     }
     if (!active) return;
-    const float c = dot * rstd / float(p.cols);
+    const float c = Dots::gh(dots) * rstd / float(p.cols), gm = Dots::g_mean(dots, float(p.cols));
     T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
     T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
     const T* drorow = p.dres_out != nullptr ? static_cast<const T*>(p.dres_out) + row * p.dres_out_stride : nullptr;
@@ -193,7 +241,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
     for (int i = 0; i < VPT; ++i) {
       if (g.valid(i) == 0) continue;
       float hf[VEC], gf[VEC], dro[VEC];
-      hv[i].widen(hf);
+      centred(i, hf);
       dyv[i].widen(gf);
       scale_by_weight(i, gf);
       if (drorow != nullptr) {
@@ -207,7 +255,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float xh = hf[j] * rstd;
-        hf[j] = fmaf(rstd, fmaf(-xh, c, gf[j]), dro[j]);
+        hf[j] = fmaf(rstd, fmaf(-xh, c, gf[j] - gm), dro[j]);
       }
       RawVec<T, VEC> o;
       o.narrow(hf);
@@ -273,13 +321,13 @@ __device__ __forceinline__ void store_elem(void* base, DType dt, int64_t i, floa
 // 2. General rows: element-wise, any dtypes, one CTA per row at a time
 // (persistent grid), two passes. Column c of a row is handled by thread
 // c % blockDim.x, which alone updates column c of its CTA's partial row.
-// (Templates only so that the header defines no non-inline symbol; one
-// instantiation, in src/rmsnorm_bwd.cu.)
-template <int = 0>
+// (Instantiated in src/rmsnorm_bwd.cu.)
+template <bool kCentre>
 __global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormBwdParams p) {
   using namespace core;
+  using Dots = NormBwdDots<kCentre>;
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReducer<SumOp> red(smem, int(blockDim.x), 1);
+  RowReducer<typename Dots::Op> red(smem, int(blockDim.x), 1);
   const int tid = int(threadIdx.x), nthr = int(blockDim.x);
   const int64_t cols = p.cols;
   float2* part = p.partial != nullptr ? p.partial + int64_t(blockIdx.x) * cols : nullptr;
@@ -288,12 +336,14 @@ __global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormB
   auto weight = [&](int64_t c) { return p.w != nullptr ? load_elem(p.w, p.w_dtype, c) + p.weight_offset : 1.0f; };
 
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const float rstd = p.rstd[row];
+    const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
     const int64_t h0 = row * p.h_stride, dy0 = row * p.dy_stride;
-    float dot = 0.0f;
+    float dot = 0.0f, gsum = 0.0f;
     for (int64_t c = tid; c < cols; c += nthr) {
-      const float xh = load_elem(p.h, p.h_dtype, h0 + c) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
-      dot = fmaf(d * weight(c), xh, dot);
+      const float xh = (load_elem(p.h, p.h_dtype, h0 + c) - mean) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
+      const float gv = d * weight(c);
+      dot = fmaf(gv, xh, dot);
+      gsum += gv;
       if (part != nullptr) {
         float2 a = part[c];
         a.x = fmaf(d, xh, a.x);
@@ -301,10 +351,11 @@ __global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormB
         part[c] = a;
       }
     }
-    const float cmean = red.reduce(dot) / float(cols);
+    const auto dots = red.reduce(Dots::make(dot, gsum));
+    const float cmean = Dots::gh(dots) / float(cols), gm = Dots::g_mean(dots, float(cols));
     for (int64_t c = tid; c < cols; c += nthr) {
-      const float xh = load_elem(p.h, p.h_dtype, h0 + c) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
-      float v = rstd * fmaf(-xh, cmean, d * weight(c));
+      const float xh = (load_elem(p.h, p.h_dtype, h0 + c) - mean) * rstd, d = load_elem(p.dy, p.dy_dtype, dy0 + c);
+      float v = rstd * fmaf(-xh, cmean, d * weight(c) - gm);
       if (p.dres_out != nullptr) v += load_elem(p.dres_out, p.dres_out_dtype, row * p.dres_out_stride + c);
       store_elem(p.dx, p.dx_dtype, row * p.dx_stride + c, v);
       if (p.dres != nullptr) store_elem(p.dres, p.dres_dtype, row * p.dres_stride + c, v);
@@ -316,7 +367,8 @@ __global__ void __launch_bounds__(256) rmsnorm_bwd_general_kernel(const RMSNormB
 // 2'. Long general rows (N > kRMSNormBwdSplitMinCols), in two kernels, so
 // that neither the grid nor the workspace depends on N:
 //   a. rmsnorm_bwd_dot_kernel: dot[row] = sum_c dy * (w + offset) * h, one
-//      CTA per row (persistent grid), a fixed-order CTA reduction;
+//      CTA per row (persistent grid), a fixed-order CTA reduction (LayerNorm:
+//      the pair (sum g * (h - mean), sum g) at dot[2 row]);
 //   b. rmsnorm_bwd_split_kernel: a CTA owns kRMSNormBwdSplitCols columns and
 //      a group of rows; it writes dx for them and holds its columns' dw / db
 //      sums in registers, then writes them as one partial row (group g's).
@@ -330,15 +382,17 @@ constexpr int kRMSNormBwdSplitThreads = 256;
 constexpr int kRMSNormBwdSplitPerThread = 4;
 constexpr int64_t kRMSNormBwdSplitCols = int64_t(kRMSNormBwdSplitThreads) * kRMSNormBwdSplitPerThread;
 
-template <int = 0>
+template <bool kCentre>
 __global__ void __launch_bounds__(512) rmsnorm_bwd_dot_kernel(const RMSNormBwdParams p, float* dot) {
   using namespace core;
+  using Dots = NormBwdDots<kCentre>;
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReducer<SumOp> red(smem, int(blockDim.x), 1);
+  RowReducer<typename Dots::Op> red(smem, int(blockDim.x), 1);
   const int64_t tid = threadIdx.x, nthr = blockDim.x;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const int64_t h0 = row * p.h_stride, dy0 = row * p.dy_stride;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const float mean = kCentre ? p.mean[row] : 0.0f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f}, gs[4] = {0.f, 0.f, 0.f, 0.f};
     int64_t c = tid;
     for (; c + 3 * nthr < p.cols; c += 4 * nthr) {
       float hv[4], dv[4], wv[4];
@@ -349,20 +403,28 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_dot_kernel(const RMSNormBwdPa
         wv[u] = p.w != nullptr ? load_elem(p.w, p.w_dtype, c + u * nthr) + p.weight_offset : 1.0f;
       }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) acc[u] = fmaf(dv[u] * wv[u], hv[u], acc[u]);
+      for (int u = 0; u < 4; ++u) {
+        acc[u] = fmaf(dv[u] * wv[u], hv[u] - mean, acc[u]);
+        if constexpr (kCentre) gs[u] = fmaf(dv[u], wv[u], gs[u]);
+      }
     }
     for (; c < p.cols; c += nthr) {
       const float w = p.w != nullptr ? load_elem(p.w, p.w_dtype, c) + p.weight_offset : 1.0f;
-      acc[0] = fmaf(load_elem(p.dy, p.dy_dtype, dy0 + c) * w, load_elem(p.h, p.h_dtype, h0 + c), acc[0]);
+      const float gv = load_elem(p.dy, p.dy_dtype, dy0 + c) * w;
+      acc[0] = fmaf(gv, load_elem(p.h, p.h_dtype, h0 + c) - mean, acc[0]);
+      gs[0] += gv;
     }
-    const float d = red.reduce((acc[0] + acc[1]) + (acc[2] + acc[3]));
-    if (tid == 0) dot[row] = d;
+    const auto d = red.reduce(Dots::make((acc[0] + acc[1]) + (acc[2] + acc[3]), (gs[0] + gs[1]) + (gs[2] + gs[3])));
+    if (tid == 0) {
+      if constexpr (kCentre) reinterpret_cast<float2*>(dot)[row] = d;
+      else dot[row] = d;
+    }
   }
 }
 
 // grid = splits x groups (blockIdx.x = group * splits + split); group g
 // covers rows [g * rows_per_group, (g + 1) * rows_per_group).
-template <int = 0>
+template <bool kCentre>
 __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_kernel(const RMSNormBwdParams p,
                                                                                     const float* dot,
                                                                                     int64_t splits,
@@ -379,7 +441,9 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
   }
   const int64_t r1 = min(p.rows, (group + 1) * rows_per_group);
   for (int64_t row = group * rows_per_group; row < r1; ++row) {
-    const float rstd = p.rstd[row], cm = dot[row] * rstd / float(p.cols);
+    const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
+    const float cm = (kCentre ? dot[2 * row] : dot[row]) * rstd / float(p.cols);
+    const float gm = kCentre ? dot[2 * row + 1] / float(p.cols) : 0.0f;
     float hv[K], dv[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -391,8 +455,8 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
     for (int k = 0; k < K; ++k) {
       const int64_t c = c0 + k * kRMSNormBwdSplitThreads;
       if (c >= p.cols) continue;
-      const float xh = hv[k] * rstd;
-      float v = rstd * fmaf(-xh, cm, dv[k] * w[k]);
+      const float xh = (hv[k] - mean) * rstd;
+      float v = rstd * fmaf(-xh, cm, dv[k] * w[k] - gm);
       if (p.dres_out != nullptr) v += load_elem(p.dres_out, p.dres_out_dtype, row * p.dres_out_stride + c);
       store_elem(p.dx, p.dx_dtype, row * p.dx_stride + c, v);
       if (p.dres != nullptr) store_elem(p.dres, p.dres_dtype, row * p.dres_stride + c, v);
@@ -453,16 +517,16 @@ __global__ void __launch_bounds__(32 * kRMSNormBwdReduceSlices) rmsnorm_bwd_redu
 // the other 3 ran their rows after the rest, at 32% of copy,
 // bench/results/2026-11-30-rmsnorm-bwd-359f60f.md); the workspace holds
 // cfg.grid / cfg.cluster partial rows, at least as many as are written.
-template <typename T, typename Tw, int VPT>
+template <typename T, typename Tw, int VPT, bool kCentre>
 Status launch_rmsnorm_bwd_reg_tile(const RMSNormBwdParams& p, const RegRowConfig& cfg, int device,
                                    cudaStream_t stream, int64_t* launched) {
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
   if (cfg.cluster > 1) {
     static core::KernelAttrCache cache;
-    return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, true>, cache, device, shape, stream, p);
+    return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, true, kCentre>, cache, device, shape, stream, p);
   }
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, false>, cache, device, shape, stream, p);
+  return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, false, kCentre>, cache, device, shape, stream, p);
 }
 
 template <class T>
@@ -470,18 +534,20 @@ struct TypeTag {
   using type = T;
 };
 
-template <DType kX>
+template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
                               cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
-  constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)));
+  constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)), kCentre);
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
     switch (cfg.vpt) {
-      case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1>(p, cfg, device, stream, launched);
-      case 2: return launch_rmsnorm_bwd_reg_tile<T, Tw, 2>(p, cfg, device, stream, launched);
+      case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1, kCentre>(p, cfg, device, stream, launched);
+      case 2:
+        if constexpr (kMax >= 2) return launch_rmsnorm_bwd_reg_tile<T, Tw, 2, kCentre>(p, cfg, device, stream, launched);
+        break;
       case 4:
-        if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4>(p, cfg, device, stream, launched);
+        if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4, kCentre>(p, cfg, device, stream, launched);
         break;
     }
     return {Code::kUnsupported, "rmsnorm backward: no register-resident kernel with " +
@@ -492,13 +558,16 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
   return run(TypeTag<T>{});
 }
 
-#define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT)                                                        \
-  EXTERN template Status launch_rmsnorm_bwd_reg<DT>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
-                                                    cudaStream_t, int64_t*);
+#define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                        \
+  EXTERN template Status launch_rmsnorm_bwd_reg<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
+                                                            cudaStream_t, int64_t*);
 #ifndef QUACK_RMSNORM_BWD_TU
-QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32)
-QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16)
-QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kBFloat16)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32, false)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16, false)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kBFloat16, false)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32, true)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16, true)
+QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kBFloat16, true)
 #endif
 
 }  // namespace ops

@@ -1,5 +1,7 @@
-// GPU tests of RMSNorm backward through the public C++ API (quack::rmsnorm_bwd)
-// against a float64 reference.
+// GPU tests of RMSNorm and LayerNorm backward through the public C++ API
+// (quack::rmsnorm_bwd, quack::layernorm_bwd: the same kernels, the second in
+// their centred mode) against a float64 reference. Every case runs as both
+// ops; LayerNorm's rows of h sit off zero by up to 4 standard deviations.
 //
 // Every operand lives in its own guarded, poisoned buffer
 // (support/guarded_tensor.hpp): reads of a gap or guard turn a row into NaN,
@@ -99,7 +101,7 @@ bool close(double got, double want, double rtol, double atol) {
 double rtol_of(DType t) { return t == kF32 ? 1e-6 : t == kF16 ? 1e-3 : 8e-3; }
 double tiny_of(DType t) { return t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126); }
 
-void run_case(const BwdCase& c) {
+void run_case(const BwdCase& c, bool centre) {
   const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
   const int64_t M = c.rows, N = c.cols, stride = N + c.pad;
   std::mt19937 gen(uint32_t(M * 7919 + N));
@@ -110,30 +112,44 @@ void run_case(const BwdCase& c) {
   {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (int64_t r = 0; r < M; ++r)
-      for (int64_t j = 0; j < N; ++j) h[size_t(r * N + j)] = float(round_to(c.t, float(1 + r % 8) * nd(gen)));
+      for (int64_t j = 0; j < N; ++j)
+        h[size_t(r * N + j)] = float(round_to(c.t, float(1 + r % 8) * (nd(gen) + (centre ? float(r % 9) - 4.0f : 0.0f))));
   }
   std::vector<float> w = random_values(size_t(N), c.wt, gen, 0.5f);
   for (auto& x : w) x = float(round_to(c.wt, 1.0f + x));
   std::vector<float> dro = c.dres_out ? random_values(size_t(M * N), c.t, gen, 1.0f) : std::vector<float>{};
-  std::vector<float> rstd(static_cast<size_t>(M));
+  // The forward's mean (LayerNorm) and rstd, from h in float64, rounded to fp32.
+  std::vector<float> rstd(static_cast<size_t>(M)), mean(static_cast<size_t>(M), 0.0f);
   for (int64_t r = 0; r < M; ++r) {
-    double ss = 0.0;
-    for (int64_t j = 0; j < N; ++j) ss += double(h[size_t(r * N + j)]) * h[size_t(r * N + j)];
+    double sum = 0.0, ss = 0.0;
+    for (int64_t j = 0; j < N; ++j) sum += double(h[size_t(r * N + j)]);
+    if (centre) mean[size_t(r)] = float(sum / double(N));
+    for (int64_t j = 0; j < N; ++j) {
+      const double d = double(h[size_t(r * N + j)]) - mean[size_t(r)];
+      ss += d * d;
+    }
     rstd[size_t(r)] = float(1.0 / std::sqrt(ss / double(N) + 1e-6));
   }
 
   GuardedTensor th({c.t, M, N, stride, c.offset}), tdy({dy_t, M, N, stride, 0}), tdx({dx_t, M, N, stride, 0});
   GuardedTensor tdro({c.t, c.dres_out ? M : 0, N, stride, 0}), tdres({c.t, c.dres ? M : 0, N, stride, 0});
   GuardedTensor tw({c.wt, 1, N, N, 0}), tdw({c.wt, 1, N, N, 0}), tdb({c.wt, 1, N, N, 0}), trstd({kF32, 1, M, M, 0});
-  for (const GuardedTensor* t : {&th, &tdy, &tdx, &tdro, &tdres, &tw, &tdw, &tdb, &trstd})
+  GuardedTensor tmean({kF32, 1, M, M, 0});
+  for (const GuardedTensor* t : {&th, &tdy, &tdx, &tdro, &tdres, &tw, &tdw, &tdb, &trstd, &tmean})
     ASSERT_TRUE(t->ok()) << "cudaMalloc failed";
+  QUACK_ASSERT_CUDA(tmean.upload(mean));
   QUACK_ASSERT_CUDA(th.upload(h));
   QUACK_ASSERT_CUDA(tdy.upload(dy));
   QUACK_ASSERT_CUDA(tw.upload(w));
   QUACK_ASSERT_CUDA(trstd.upload(rstd));
   if (c.dres_out) QUACK_ASSERT_CUDA(tdro.upload(dro));
 
-  RMSNormBwdArgs a;
+  LayerNormBwdArgs a;  // (an RMSNormBwdArgs and the mean)
+  const RMSNormBwdArgs& base = a;
+  a.mean = centre ? static_cast<const float*>(tmean.ptr()) : nullptr;
+  auto bwd = [&](const LayerNormBwdArgs& args) {
+    return centre ? layernorm_bwd(args, nullptr) : rmsnorm_bwd(static_cast<const RMSNormBwdArgs&>(args), nullptr);
+  };
   a.rows = M;
   a.cols = N;
   a.h = {th.ptr(), c.t, stride};
@@ -148,7 +164,7 @@ void run_case(const BwdCase& c) {
   a.weight_offset = c.weight_offset;
   size_t ws_bytes = 0;
   {
-    const Status st = rmsnorm_bwd_workspace_bytes(a, &ws_bytes);
+    const Status st = centre ? layernorm_bwd_workspace_bytes(a, &ws_bytes) : rmsnorm_bwd_workspace_bytes(base, &ws_bytes);
     ASSERT_TRUE(st.ok()) << st.message;
   }
   DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
@@ -160,9 +176,9 @@ void run_case(const BwdCase& c) {
   if (c.dweight || c.dbias) ASSERT_GT(parts, 0);
   if (ws_bytes > 0) {
     // Too small a workspace is refused, naming it.
-    RMSNormBwdArgs small = a;
+    LayerNormBwdArgs small = a;
     small.workspace_bytes = ws_bytes - 8;
-    const Status st = rmsnorm_bwd(small, nullptr);
+    const Status st = bwd(small);
     EXPECT_EQ(st.code, Code::kInvalidArgument);
     EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
   }
@@ -172,7 +188,7 @@ void run_case(const BwdCase& c) {
   std::vector<std::vector<double>> first(outs.size());
   for (int run = 0; run < 2; ++run) {
     for (GuardedTensor* t : outs) QUACK_ASSERT_CUDA(t->poison());
-    const Status st = rmsnorm_bwd(a, nullptr);
+    const Status st = bwd(a);
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
     for (size_t k = 0; k < outs.size(); ++k) {
@@ -193,7 +209,7 @@ void run_case(const BwdCase& c) {
   // Inputs unchanged.
   {
     const std::vector<std::pair<const GuardedTensor*, const std::vector<float>*>> ins = {
-        {&th, &h}, {&tdy, &dy}, {&tw, &w}, {&trstd, &rstd}};
+        {&th, &h}, {&tdy, &dy}, {&tw, &w}, {&trstd, &rstd}, {&tmean, &mean}};
     for (const auto& [t, ref] : ins) {
       std::vector<double> v;
       int64_t dirty = 0;
@@ -209,27 +225,32 @@ void run_case(const BwdCase& c) {
   std::vector<double> dw(size_t(N), 0.0), db(size_t(N), 0.0), dw_abs(size_t(N), 0.0), db_abs(size_t(N), 0.0);
   int64_t bad = 0;
   for (int64_t r = 0; r < M; ++r) {
-    const double rs = rstd[size_t(r)];
-    double dot = 0.0, dot_abs = 0.0;
+    const double rs = rstd[size_t(r)], mu = mean[size_t(r)];
+    // (|h| * rs, not |xhat|: the kernel rounds h - mean in fp32)
+    double dot = 0.0, dot_abs = 0.0, gsum = 0.0, gsum_abs = 0.0;
     for (int64_t j = 0; j < N; ++j) {
       const size_t i = size_t(r * N + j);
       const double wj = c.weight ? double(w[size_t(j)]) + c.weight_offset : 1.0;
-      const double xh = h[i] * rs, g = dy[i] * wj;
+      const double xh = (h[i] - mu) * rs, g = dy[i] * wj;
       dot += g * xh;
-      dot_abs += std::fabs(g * xh);
+      dot_abs += std::fabs(g * h[i] * rs) + std::fabs(g * xh);
+      gsum += g;
+      gsum_abs += std::fabs(g);
       dw[size_t(j)] += dy[i] * xh;
-      dw_abs[size_t(j)] += std::fabs(dy[i] * xh);
+      dw_abs[size_t(j)] += std::fabs(dy[i] * h[i] * rs) + std::fabs(dy[i] * xh);
       db[size_t(j)] += dy[i];
       db_abs[size_t(j)] += std::fabs(dy[i]);
     }
     const double cm = dot / double(N), cm_abs = dot_abs / double(N);
+    const double gm = centre ? gsum / double(N) : 0.0, gm_abs = centre ? gsum_abs / double(N) : 0.0;
     for (int64_t j = 0; j < N; ++j) {
       const size_t i = size_t(r * N + j);
       const double wj = c.weight ? double(w[size_t(j)]) + c.weight_offset : 1.0;
-      const double xh = h[i] * rs, g = dy[i] * wj;
-      const double want = rs * (g - xh * cm) + (c.dres_out ? double(dro[i]) : 0.0);
+      const double xh = (h[i] - mu) * rs, g = dy[i] * wj;
+      const double want = rs * (g - gm - xh * cm) + (c.dres_out ? double(dro[i]) : 0.0);
       // fp32: the terms' rounding carried through the formula.
-      const double cond = rs * (std::fabs(g) + std::fabs(xh) * cm_abs) + (c.dres_out ? std::fabs(dro[i]) : 0.0);
+      const double cond = rs * (std::fabs(g) + gm_abs + (std::fabs(h[i]) * rs + std::fabs(xh)) * cm_abs) +
+                          (c.dres_out ? std::fabs(dro[i]) : 0.0);
       const double atol = fp32_err * cond + tiny_of(dx_t);
       if (!close(first[0][i], want, 2 * rtol_of(dx_t), atol) && ++bad <= 5)
         ADD_FAILURE() << "dx row " << r << " col " << j << ": got " << first[0][i] << ", want " << want;
@@ -258,7 +279,12 @@ class RMSNormBwdGpu : public testing::TestWithParam<BwdCase> {};
 
 TEST_P(RMSNormBwdGpu, MatchesFloat64AndIsDeterministic) {
   QUACK_REQUIRE_SM90();
-  run_case(GetParam());
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),

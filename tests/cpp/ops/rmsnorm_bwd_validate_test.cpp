@@ -200,3 +200,41 @@ TEST(RMSNormBwdConfig, ValidForEveryNOrRefusedBeyondTheTiles) {
 
 }  // namespace
 }  // namespace quack
+
+// LayerNorm backward shares the validation and adds the forward's mean.
+namespace quack {
+namespace {
+
+LayerNormBwdArgs ln_args() {
+  LayerNormBwdArgs a;
+  static_cast<RMSNormBwdArgs&>(a) = args();
+  a.mean = static_cast<const float*>(addr(8));
+  return a;
+}
+
+TEST(LayerNormBwdValidate, NeedsTheForwardsMean) {
+  EXPECT_TRUE(can_implement(ln_args()).ok());
+  LayerNormBwdArgs a = ln_args();
+  a.mean = nullptr;
+  for (const Status& st : {can_implement(a), layernorm_bwd(a, nullptr)}) {
+    EXPECT_EQ(st.code, Code::kInvalidArgument);
+    EXPECT_EQ(st.message.rfind("mean: null pointer", 0), 0u) << st.message;
+  }
+  size_t bytes = 1;
+  EXPECT_EQ(layernorm_bwd_workspace_bytes(a, &bytes).message.rfind("mean:", 0), 0u);
+  EXPECT_EQ(bytes, 0u);
+  a.mean = reinterpret_cast<const float*>(static_cast<const char*>(addr(8)) + 2);
+  EXPECT_EQ(can_implement(a).message.rfind("mean: pointer is not 4-byte aligned", 0), 0u);
+  // The shared checks name their arguments as for RMSNorm.
+  a = ln_args();
+  a.dx.row_stride = kCols - 1;
+  EXPECT_EQ(can_implement(a).message.rfind("dx:", 0), 0u);
+  // No rows: no mean needed.
+  a = ln_args();
+  a.rows = 0;
+  a.mean = nullptr;
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+}  // namespace
+}  // namespace quack

@@ -1,4 +1,8 @@
-// GPU tests of RMSNorm forward through the public C++ API (quack::rmsnorm_fwd).
+// GPU tests of RMSNorm and LayerNorm forward through the public C++ API
+// (quack::rmsnorm_fwd, quack::layernorm_fwd: the same kernels, the second in
+// their centred mode). Every case runs as both ops; LayerNorm's inputs get a
+// per-row offset (up to 8 standard deviations), so a variance taken as
+// mean(h^2) - mean^2 or a row centred on another's mean shows.
 //
 // Each case lays every operand out in its own cudaMalloc'ed buffer:
 //   [guard][offset elements][row 0][gap][row 1][gap] ... [row M-1][guard]
@@ -48,8 +52,8 @@ using test::store_elem;
 // ---------------------------------------------------------------------------
 // Cases.
 
-enum Operand { kX, kRes, kW, kB, kOut, kResOut, kRstd, kNumOperands };
-const char* const kOperandName[kNumOperands] = {"x", "residual", "weight", "bias", "out", "residual_out", "rstd"};
+enum Operand { kX, kRes, kW, kB, kOut, kResOut, kRstd, kMean, kNumOperands };
+const char* const kOperandName[kNumOperands] = {"x", "residual", "weight", "bias", "out", "residual_out", "rstd", "mean"};
 
 struct OperandSpec {
   bool present = false;
@@ -181,7 +185,7 @@ struct Inputs {
   std::vector<float> x, res, w, b;  // values representable in their dtypes
 };
 
-Inputs make_inputs(const FwdCase& c) {
+Inputs make_inputs(const FwdCase& c, bool centre) {
   std::mt19937 gen(uint32_t(c.rows * 7919 + c.cols));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Inputs in;
@@ -192,7 +196,9 @@ Inputs make_inputs(const FwdCase& c) {
       for (int64_t j = 0; j < c.cols; ++j) v[r * c.cols + j] = float(round_to(c.op[o].dtype, value(r)));
   };
   // Row scales from 0.25 to 4: a row normalised with another's rstd shows.
-  fill(in.x, kX, c.rows, [&](int64_t r) { return std::ldexp(2.0f * u(gen), int(r % 5) - 2); });
+  fill(in.x, kX, c.rows, [&](int64_t r) {
+    return std::ldexp(2.0f * u(gen) + (centre ? float(r % 9) - 4.0f : 0.0f), int(r % 5) - 2);
+  });
   fill(in.res, kRes, c.rows, [&](int64_t) { return u(gen); });
   fill(in.w, kW, 1, [&](int64_t) { return 1.0f + 0.5f * u(gen); });
   fill(in.b, kB, 1, [&](int64_t) { return 0.5f * u(gen); });
@@ -202,24 +208,28 @@ Inputs make_inputs(const FwdCase& c) {
 Layout layout_of(const FwdCase& c, Operand o) {
   const OperandSpec& s = c.op[o];
   if (o == kW || o == kB) return {s.dtype, 1, c.cols, c.cols, s.offset};
-  if (o == kRstd) return {s.dtype, c.rows, 1, 1, s.offset};
+  if (o == kRstd || o == kMean) return {s.dtype, c.rows, 1, 1, s.offset};
   return {s.dtype, c.rows, c.cols, c.cols + s.pad, s.offset};
 }
 
-// Runs one case end to end; reports every kind of mismatch.
-void run_case(const FwdCase& c) {
-  const Inputs in = make_inputs(c);
+// Runs one case end to end, as RMSNorm or (centre) LayerNorm, which also
+// writes the mean wherever the case asks for rstd; reports every kind of
+// mismatch.
+void run_case(const FwdCase& case_, bool centre) {
+  FwdCase c = case_;
+  if (centre && c.op[kRstd].present) c.op[kMean] = c.op[kRstd];
+  const Inputs in = make_inputs(c, centre);
   std::vector<GuardedTensor> t;
   t.reserve(kNumOperands);
   for (int o = 0; o < kNumOperands; ++o) {
     t.emplace_back(c.op[o].present ? layout_of(c, Operand(o)) : Layout{});
     ASSERT_TRUE(t.back().ok()) << "cudaMalloc failed for " << kOperandName[o];
   }
-  const std::vector<float>* input_values[kNumOperands] = {&in.x, &in.res, &in.w, &in.b, nullptr, nullptr, nullptr};
+  const std::vector<float>* input_values[kNumOperands] = {&in.x, &in.res, &in.w, &in.b, nullptr, nullptr, nullptr, nullptr};
   for (const Operand o : {kX, kRes, kW, kB})
     if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].upload(*input_values[o]));
 
-  RMSNormFwdArgs a;
+  LayerNormFwdArgs a;  // (an RMSNormFwdArgs and the mean)
   a.rows = c.rows;
   a.cols = c.cols;
   auto matrix = [&](Operand o) {
@@ -236,46 +246,56 @@ void run_case(const FwdCase& c) {
   a.out = mut_matrix(kOut);
   a.residual_out = mut_matrix(kResOut);
   a.rstd = c.op[kRstd].present ? static_cast<float*>(t[kRstd].ptr()) : nullptr;
+  a.mean = c.op[kMean].present ? static_cast<float*>(t[kMean].ptr()) : nullptr;
   a.eps = c.eps;
   a.weight_offset = c.weight_offset;
   {
-    const Status st = can_implement(a);
+    const Status st = centre ? can_implement(a) : can_implement(static_cast<const RMSNormFwdArgs&>(a));
     ASSERT_TRUE(st.ok()) << st.message;
   }
 
   // Float64 reference.
-  std::vector<double> want_out(size_t(c.rows * c.cols)), want_h(want_out.size()), want_rstd(size_t(c.rows));
+  std::vector<double> want_out(size_t(c.rows * c.cols)), want_h(want_out.size()), want_rstd(size_t(c.rows)),
+      want_mean(size_t(c.rows));
   for (int64_t r = 0; r < c.rows; ++r) {
-    double ss = 0.0;
+    double sum = 0.0;
     for (int64_t j = 0; j < c.cols; ++j) {
       const size_t i = size_t(r * c.cols + j);
       const double h = double(in.x[i]) + (in.res.empty() ? 0.0 : double(in.res[i]));
       want_h[i] = h;
-      ss += h * h;
+      sum += h;
+    }
+    const double mean = centre ? sum / double(c.cols) : 0.0;
+    double ss = 0.0;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const double d = want_h[size_t(r * c.cols + j)] - mean;
+      ss += d * d;
     }
     const double rstd = 1.0 / std::sqrt(ss / double(c.cols) + double(c.eps));
     want_rstd[size_t(r)] = rstd;
+    want_mean[size_t(r)] = mean;
     for (int64_t j = 0; j < c.cols; ++j) {
       const size_t i = size_t(r * c.cols + j);
-      double y = want_h[i] * rstd;
+      double y = (want_h[i] - mean) * rstd;
       if (!in.w.empty()) y *= double(in.w[size_t(j)]) + double(c.weight_offset);
       if (!in.b.empty()) y += double(in.b[size_t(j)]);
       want_out[i] = y;
     }
   }
-  const std::vector<double>* want[kNumOperands] = {nullptr, nullptr, nullptr, nullptr, &want_out, &want_h, &want_rstd};
+  const std::vector<double>* want[kNumOperands] = {nullptr,   nullptr, nullptr,     nullptr,
+                                                  &want_out, &want_h, &want_rstd, &want_mean};
 
   cudaStream_t stream;
   QUACK_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<double> first[kNumOperands];
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE(run == 0 ? "first call" : "second call (must repeat the first bit for bit)");
-    for (const Operand o : {kOut, kResOut, kRstd})
+    for (const Operand o : {kOut, kResOut, kRstd, kMean})
       if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].poison());
     // The uploads and memsets ran on the legacy stream, which a non-blocking
     // stream does not wait for.
     QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
-    const Status st = rmsnorm_fwd(a, stream);
+    const Status st = centre ? layernorm_fwd(a, stream) : rmsnorm_fwd(a, stream);
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
     QUACK_ASSERT_CUDA(cudaGetLastError());
@@ -296,7 +316,8 @@ void run_case(const FwdCase& c) {
           ok = got[i] == expect;
         } else if (run == 0) {
           expect = (*want[o])[i];
-          ok = close(got[i], expect, c.op[o].dtype);
+          // (a mean near 0 is an absolute error of the row's scale)
+          ok = close(got[i], expect, c.op[o].dtype) || (o == kMean && std::fabs(got[i] - expect) <= 1e-5);
         } else {
           expect = first[o][i];
           ok = got[i] == expect;
@@ -316,7 +337,12 @@ class RMSNormFwdGpu : public testing::TestWithParam<FwdCase> {};
 
 TEST_P(RMSNormFwdGpu, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
-  run_case(GetParam());
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormFwdGpu, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
@@ -343,7 +369,12 @@ using RMSNormFwdGpuStaged = RMSNormFwdGpuTuned<register_kernels_off>;
 
 TEST_P(RMSNormFwdGpuStaged, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
-  run_case(GetParam());
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormFwdGpuStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(StagedCases, RMSNormFwdGpuStaged, testing::ValuesIn(fwd_cases()),
@@ -357,7 +388,12 @@ using RMSNormFwdGpuRegClusters = RMSNormFwdGpuTuned<smem_staging_off>;
 
 TEST_P(RMSNormFwdGpuRegClusters, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
-  run_case(GetParam());
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormFwdGpuRegClusters, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::ValuesIn(fwd_cases()),
@@ -378,11 +414,15 @@ TEST(RMSNormFwdGpuLarge, RowOffsetsBeyond2Pow31Elements) {
                            .pad(kX, gap).pad(kOut, gap).pad(kRes, gap + 8).pad(kResOut, gap + 16);
   {
     SCOPED_TRACE("vector path");
-    run_case(base);
+    run_case(base, false);
   }
   {
     SCOPED_TRACE("element-wise path");
-    run_case(FwdCase(base).offset(kX, 1));
+    run_case(FwdCase(base).offset(kX, 1), false);
+  }
+  {
+    SCOPED_TRACE("LayerNorm, vector path");
+    run_case(base, true);
   }
 }
 

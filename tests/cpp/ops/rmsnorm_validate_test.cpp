@@ -285,3 +285,32 @@ TEST(Library, NamesAndVersion) {
 
 }  // namespace
 }  // namespace quack
+
+// LayerNorm forward: RMSNorm's validation, torch's eps default, and the
+// optional mean output.
+namespace quack {
+namespace {
+
+TEST(LayerNormFwdValidate, SharesRMSNormsChecksAndAddsTheMean) {
+  LayerNormFwdArgs a;
+  EXPECT_EQ(a.eps, 1e-5f);  // torch.nn.LayerNorm's default
+  static_cast<RMSNormFwdArgs&>(a) = full_args();
+  a.mean = static_cast<float*>(addr(7));
+  EXPECT_TRUE(can_implement(a).ok());
+  a.mean = nullptr;  // optional
+  EXPECT_TRUE(can_implement(a).ok());
+  a.mean = reinterpret_cast<float*>(static_cast<char*>(addr(7)) + 2);
+  for (const Status& st : {can_implement(a), layernorm_fwd(a, nullptr)}) {
+    EXPECT_EQ(st.code, Code::kInvalidArgument);
+    EXPECT_EQ(st.message.rfind("mean: pointer is not 4-byte aligned", 0), 0u) << st.message;
+  }
+  a.mean = nullptr;
+  a.eps = -1.0f;
+  EXPECT_EQ(layernorm_fwd(a, nullptr).message.rfind("eps:", 0), 0u);
+  a.eps = 1e-5f;
+  a.out.row_stride = kCols - 1;
+  EXPECT_EQ(can_implement(a).message.rfind("out:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace quack
