@@ -75,7 +75,10 @@ def make_impl(key, torch):
             return fwd, bwd, step
         return make
     if key == "torch":
-        return by_autograd(lambda xg, wg, bg: F.layer_norm(xg, (xg.shape[-1],), wg, bg, EPS))
+        # (eager needs the parameters in x's dtype: cast, as autocast would; the
+        # gradients come back in fp32 through the casts)
+        return by_autograd(lambda xg, wg, bg: F.layer_norm(xg, (xg.shape[-1],), wg.to(xg.dtype), bg.to(xg.dtype),
+                                                           EPS))
     if key == "compile":
         fn = torch.compile(lambda xg, wg, bg: F.layer_norm(xg, (xg.shape[-1],), wg, bg, EPS), dynamic=False)
         return by_autograd(fn)
