@@ -90,7 +90,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     prob.rows = a.rows;
     prob.cols = a.cols;
     prob.x_elem_bytes = dtype_size(t);
-    prob.max_vpt = ops::rmsnorm_bwd_max_vpt(dtype_size(t), centre);
+    prob.max_vpt = ops::rmsnorm_bwd_max_vpt(dtype_size(t));
     prob.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
     plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;

@@ -93,14 +93,7 @@ struct NormBwdDots {
 // Elements of a row a thread of the register kernel owns at most: its
 // accumulators (8 bytes each) for a 1024-thread CTA fill 128 KB.
 constexpr int kRMSNormBwdMaxElemsPerThread = 16;
-// LayerNorm's kernels hold the mean and sum g besides: at 16 elements they
-// spill within 64 registers (fp32 4-20 bytes, fp16 16-20 bytes, ptxas -v,
-// CUDA 13.0), so they take half the share, and rows past 1024 x 16 x 8
-// elements take the split path.
-constexpr int kLayerNormBwdMaxElemsPerThread = 8;
-constexpr int rmsnorm_bwd_max_vpt(int elem_bytes, bool centre) {
-  return (centre ? kLayerNormBwdMaxElemsPerThread : kRMSNormBwdMaxElemsPerThread) / (16 / elem_bytes);
-}
+constexpr int rmsnorm_bwd_max_vpt(int elem_bytes) { return kRMSNormBwdMaxElemsPerThread / (16 / elem_bytes); }
 
 // ---------------------------------------------------------------------------
 // 1. Register-resident rows.
@@ -174,6 +167,29 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
         for (int j = 0; j < VEC; ++j) hf[j] -= mean;
       }
     };
+    // Adds vector i's dy * xhat and dy (hf: h - mean, df: dy) to its slots,
+    // two at a time (four spilled the fp16 tiles; LayerNorm's fp16 tiles,
+    // one at a time: two spilled 16 bytes): both loads issued, then the
+    // math, then the stores.
+    auto accumulate = [&](int i, const float (&hf)[VEC], const float (&df)[VEC]) {
+      constexpr int S = VEC / 2, G = kCentre && std::is_same_v<T, __half> ? 1 : 2;
+#pragma unroll
+      for (int q0 = 0; q0 < S; q0 += G) {
+        float4 a[G];
+#pragma unroll
+        for (int q = 0; q < G; ++q) a[q] = lds_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride);
+#pragma unroll
+        for (int q = 0; q < G; ++q) {
+          const int e = 2 * (q0 + q);
+          a[q].x = fmaf(df[e], hf[e] * rstd, a[q].x);
+          a[q].y += df[e];
+          a[q].z = fmaf(df[e + 1], hf[e + 1] * rstd, a[q].z);
+          a[q].w += df[e + 1];
+        }
+#pragma unroll
+        for (int q = 0; q < G; ++q) sts_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride, a[q]);
+      }
+    };
     if (active) {
       rstd = p.rstd[row];
       if constexpr (kCentre) mean = p.mean[row];
@@ -189,6 +205,12 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
         float hf[VEC], gf[VEC];
         centred(i, hf);
         dyv[i].widen(gf);
+        if constexpr (kCentre) {
+          // LayerNorm: the weight-gradient slots of this vector here, from
+          // the values already widened (a second pass, as RMSNorm's below,
+          // spilled its 16-element tiles within 64 registers, ptxas -v).
+          if (grads) accumulate(i, hf, gf);
+        }
         scale_by_weight(i, gf);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
@@ -196,31 +218,13 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
           if constexpr (kCentre) gsum += gf[j];
         }
       }
-      if (grads) {
+      if (!kCentre && grads) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
-          // A vector's slots, two at a time (four spilled the fp16 tiles):
-          // both loads issued, then the math, then the stores.
-          constexpr int S = VEC / 2, G = 2;
           float hf[VEC], df[VEC];
           centred(i, hf);
           dyv[i].widen(df);
-#pragma unroll
-          for (int q0 = 0; q0 < S; q0 += G) {
-            float4 a[G];
-#pragma unroll
-            for (int q = 0; q < G; ++q) a[q] = lds_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride);
-#pragma unroll
-            for (int q = 0; q < G; ++q) {
-              const int e = 2 * (q0 + q);
-              a[q].x = fmaf(df[e], hf[e] * rstd, a[q].x);
-              a[q].y += df[e];
-              a[q].z = fmaf(df[e + 1], hf[e + 1] * rstd, a[q].z);
-              a[q].w += df[e + 1];
-            }
-#pragma unroll
-            for (int q = 0; q < G; ++q) sts_f4(my_acc + uint32_t(i * S + q0 + q) * acc_stride, a[q]);
-          }
+          accumulate(i, hf, df);
         }
       }
     }
@@ -242,7 +246,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
       if (g.valid(i) == 0) continue;
       float hf[VEC], gf[VEC], dro[VEC];
       centred(i, hf);
-      dyv[i].widen(gf);
+      if constexpr (kCentre && kWeight) {
+        // dy again, from L1 / L2 (read moments ago): LayerNorm's tiles with
+        // a weight do not hold it across the reduction (at 16 elements a
+        // thread they spilled 16-20 bytes, ptxas -v, CUDA 13.0).
+        RawVec<T, VEC> d;
+        g.load(d, static_cast<const T*>(p.dy) + row * p.dy_stride, i);
+        d.widen(gf);
+      } else {
+        dyv[i].widen(gf);
+      }
       scale_by_weight(i, gf);
       if (drorow != nullptr) {
         RawVec<T, VEC> v;
@@ -538,14 +551,12 @@ template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
                               cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
-  constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)), kCentre);
+  constexpr int kMax = rmsnorm_bwd_max_vpt(int(sizeof(T)));
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
     switch (cfg.vpt) {
       case 1: return launch_rmsnorm_bwd_reg_tile<T, Tw, 1, kCentre>(p, cfg, device, stream, launched);
-      case 2:
-        if constexpr (kMax >= 2) return launch_rmsnorm_bwd_reg_tile<T, Tw, 2, kCentre>(p, cfg, device, stream, launched);
-        break;
+      case 2: return launch_rmsnorm_bwd_reg_tile<T, Tw, 2, kCentre>(p, cfg, device, stream, launched);
       case 4:
         if constexpr (kMax >= 4) return launch_rmsnorm_bwd_reg_tile<T, Tw, 4, kCentre>(p, cfg, device, stream, launched);
         break;
