@@ -4,7 +4,8 @@
 1. quack_cpp.rmsnorm against torch's RMSNorm, in float64, for a few shapes;
 2. the pre-norm residual form (y, h = rmsnorm(x, w, residual=h, prenorm=True));
 3. quack_cpp.RMSNorm as a drop-in for torch.nn.RMSNorm (same state_dict);
-4. one timing per shape: quack_cpp vs torch eager, in GB/s of model bytes
+4. quack_cpp.LayerNorm against torch.nn.LayerNorm, forward and backward;
+5. one timing per shape: quack_cpp vs torch eager, in GB/s of model bytes
    (read x + write y + read the weight), median of CUDA-event timings.
 
 bench/bench_rmsnorm.py is the real benchmark; this only shows the API works.
@@ -87,7 +88,29 @@ def main() -> int:
     if diff > 0.05:
         return 1
 
-    print("\n4. quick timing (median of 50 CUDA-event timings; bench/bench_rmsnorm.py is the real benchmark)")
+    print("\n4. quack_cpp.LayerNorm against torch.nn.LayerNorm, forward and backward (fp32 parameters, bf16 x)")
+    theirs = torch.nn.LayerNorm(4096, device=dev)
+    with torch.no_grad():
+        theirs.weight.uniform_(0.5, 1.5)
+        theirs.bias.uniform_(-0.5, 0.5)
+    ours = quack_cpp.LayerNorm(4096, device=dev)
+    ours.load_state_dict(theirs.state_dict())
+    x = (torch.randn(8, 128, 4096, device=dev) + 3).to(torch.bfloat16).requires_grad_()
+    gy = torch.randn(8, 128, 4096, device=dev, dtype=torch.bfloat16)
+    y = ours(x)
+    y.backward(gy)
+    gx, gw = x.grad.clone(), ours.weight.grad.clone()
+    x.grad = None
+    y_ref = torch.nn.functional.layer_norm(x.float(), (4096,), theirs.weight, theirs.bias, 1e-5)
+    y_ref.backward(gy.float())
+    diff = (y.float() - y_ref).abs().max().item()
+    rel_gx = ((gx.float() - x.grad.float()).abs().max() / x.grad.float().abs().max()).item()
+    rel_gw = ((gw - theirs.weight.grad).abs().max() / theirs.weight.grad.abs().max()).item()
+    print(f"   (8, 128, 4096): max |y - torch| = {diff:.3g}; max rel err dx {rel_gx:.2e}, dweight {rel_gw:.2e}")
+    if diff > 0.05 or rel_gx > 2e-2 or rel_gw > 2e-2:
+        return 1
+
+    print("\n5. quick timing (median of 50 CUDA-event timings; bench/bench_rmsnorm.py is the real benchmark)")
     print(f"   {'M x N':>16} {'dtype':>15} {'quack_cpp':>16} {'torch eager':>16}")
     for m, n, dt in [(32768, 4096, torch.bfloat16), (4096, 32768, torch.bfloat16), (256, 262144, torch.bfloat16),
                      (16384, 8192, torch.float32)]:

@@ -246,10 +246,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
       if (g.valid(i) == 0) continue;
       float hf[VEC], gf[VEC], dro[VEC];
       centred(i, hf);
-      if constexpr (kCentre && kWeight) {
-        // dy again, from L1 / L2 (read moments ago): LayerNorm's tiles with
-        // a weight do not hold it across the reduction (at 16 elements a
-        // thread they spilled 16-20 bytes, ptxas -v, CUDA 13.0).
+      if constexpr (kCentre && kWeight && VPT * VEC == kRMSNormBwdMaxElemsPerThread) {
+        // dy again, from L1 / L2 (read moments ago): LayerNorm's 16-element
+        // tiles with a weight do not hold it across the reduction (they
+        // spilled 16-20 bytes, ptxas -v, CUDA 13.0).
         RawVec<T, VEC> d;
         g.load(d, static_cast<const T*>(p.dy) + row * p.dy_stride, i);
         d.widen(gf);
