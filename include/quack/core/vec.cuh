@@ -279,12 +279,6 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // 16-byte accesses; 8 bytes: one) or element-wise for a row's partial last
 // vector, converted to fp32 only where they are used.
 
-// Brings the 128-byte line holding p into this SM's L1 (no register, no
-// wait): a later load of it hits L1 instead of paying L2's latency.
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 template <typename T, int VEC>
 struct RawVec {
   static constexpr int kBytes = VEC * int(sizeof(T));

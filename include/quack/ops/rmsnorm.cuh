@@ -547,20 +547,6 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 #pragma unroll
         for (int i = 0; i < VPT; ++i) load_wb(i, w_early[i], b_early[i]);
       }
-    } else if constexpr (kCentre) {
-      // LayerNorm's larger tiles load weight and bias after two reductions:
-      // start them towards L1 now, in no registers (bf16 N = 4K with a
-      // weight: 66.7% of copy against 93.0% without one,
-      // bench/results/2026-11-30-layernorm.md).
-      if (active) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-          if (valid_at(i) == 0) continue;
-          const int c = col0 + i * col_step;
-          if (w != nullptr) prefetch_l1(w + c);
-          if (b != nullptr) prefetch_l1(b + c);
-        }
-      }
     }
 
     // Every thread of the CTA (and cluster) takes part.
