@@ -236,5 +236,27 @@ TEST(LayerNormBwdValidate, NeedsTheForwardsMean) {
   EXPECT_TRUE(can_implement(a).ok());
 }
 
+// The plan: LayerNorm's fp32 rows take the 8-element register tile wherever
+// the row fits a cluster of them (measured faster, src/rmsnorm_bwd.cu), so
+// their CTAs are twice RMSNorm's and half as many are resident: half the
+// partial rows. 16-bit rows, and fp32 rows past 1024 x 16 x 8 elements, take
+// RMSNorm's tile.
+TEST(LayerNormBwdWorkspace, Fp32RowsTakeTheEightElementTileWhereTheyFit) {
+  const DeviceLimits lim;
+  for (const DType t : {DType::kFloat32, DType::kBFloat16}) {
+    for (const int64_t n : {int64_t(4096), int64_t(262144)}) {
+      LayerNormBwdArgs a = ln_args();
+      a.h.dtype = a.dy.dtype = a.dx.dtype = t;
+      a.rows = int64_t(1) << 16;
+      a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = n;
+      const size_t ln = layernorm_bwd_workspace_bytes(a, lim);
+      const size_t rms = rmsnorm_bwd_workspace_bytes(static_cast<const RMSNormBwdArgs&>(a), lim);
+      ASSERT_GT(ln, 0u);
+      EXPECT_EQ(ln % (size_t(n) * 8), 0u);  // partial rows only: the register kernel
+      EXPECT_EQ(ln * (t == DType::kFloat32 && n == 4096 ? 2 : 1), rms) << dtype_name(t) << " N = " << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace quack
