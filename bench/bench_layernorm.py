@@ -126,11 +126,12 @@ def run(args):
             rows = rows.to("cuda")
             # float64 references: dw / db over every row (in 16M-element slabs), y and dx on sampled rows.
             want_dw = torch.zeros(n, dtype=torch.float64, device="cuda")
-            want_db = dy.double().sum(0) if m * n <= (1 << 26) else sum(
-                dy[r0:r0 + (1 << 24) // n].double().sum(0) for r0 in range(0, m, max(1, (1 << 24) // n)))
-            for r0 in range(0, m, max(1, (1 << 24) // n)):
-                xs, dys = x[r0:r0 + (1 << 24) // n].double(), dy[r0:r0 + (1 << 24) // n].double()
+            want_db = torch.zeros(n, dtype=torch.float64, device="cuda")
+            slab = max(1, (1 << 24) // n)  # rows
+            for r0 in range(0, m, slab):
+                xs, dys = x[r0:r0 + slab].double(), dy[r0:r0 + slab].double()
                 want_dw += (dys * F_norm(xs)).sum(0)
+                want_db += dys.sum(0)
             xs, dys, wd, bd = x.index_select(0, rows).double(), dy.index_select(0, rows).double(), w.double(), b.double()
             xh = F_norm(xs)
             want_y = xh * wd + bd

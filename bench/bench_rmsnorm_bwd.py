@@ -109,8 +109,9 @@ def run(args):
             rows = torch.unique(torch.cat([torch.tensor([0, m - 1]), torch.randint(0, m, (30,), generator=g)]))
             rows = rows.to("cuda")
             want_dw = torch.zeros(n, dtype=torch.float64, device="cuda")
-            for r0 in range(0, m, max(1, (1 << 24) // n)):  # in slabs of 16M elements
-                xs, dys = x[r0:r0 + (1 << 24) // n].double(), dy[r0:r0 + (1 << 24) // n].double()
+            slab = max(1, (1 << 24) // n)  # rows: slabs of 16M elements
+            for r0 in range(0, m, slab):
+                xs, dys = x[r0:r0 + slab].double(), dy[r0:r0 + slab].double()
                 want_dw += (dys * xs * torch.rsqrt((xs * xs).mean(-1, keepdim=True) + EPS)).sum(0)
             xs, dys, wd = x.index_select(0, rows).double(), dy.index_select(0, rows).double(), w.double()
             rstd = torch.rsqrt((xs * xs).mean(-1, keepdim=True) + EPS)
