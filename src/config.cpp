@@ -322,6 +322,9 @@ bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, 
   for (int b : kRegRowVptBuckets)
     if (b <= prob.max_vpt) c.vpt = b;
   const int max_cluster = std::max(1, std::min(lim.max_cluster, 16));
+  // The family's own smaller tile, where a cluster of such tiles covers the row.
+  if (prob.vpt_target > 0 && prob.vpt_target < c.vpt && nvec <= int64_t(kRegRowMaxThreads) * prob.vpt_target * max_cluster)
+    c.vpt = prob.vpt_target;
   if (nvec > int64_t(kRegRowMaxThreads) * c.vpt * max_cluster) return false;
   // The largest tile, then as many threads as the row needs; past one
   // 1024-thread CTA, a cluster of them.

@@ -96,12 +96,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     // of such tiles, 16 beyond (H200, fp32 weight and bias, 8 vs 16: N = 256
     // 93.6% vs 89.1% of copy, 1K 89.1 vs 84.7, 16K 74.0 vs 66.8, 64K 64.0 vs
     // 58.6; bench/results/2026-11-30-layernorm.md).
-    if (centre && t == DType::kFloat32) {
-      RegRowProblem small = prob;
-      small.max_vpt = 2;
-      if (choose_norm_bwd_config(small, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, small, lim) == nullptr)
-        prob = small;
-    }
+    if (centre && t == DType::kFloat32) prob.vpt_target = 2;
     plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
     plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
   }

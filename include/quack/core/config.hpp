@@ -171,8 +171,10 @@ const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& p
 // layout, persistent -- grid / cluster CTAs (clusters) walk the row blocks and
 // each leaves one partial row of weight gradients -- with shared memory of
 // scratch + threads * vpt * vec * 8 bytes (a thread's fp32 accumulator
-// pairs). prob.max_vpt: the kernel family's largest tile. Returns false when
-// the row exceeds a cluster of max_cluster 1024-thread CTAs at that tile.
+// pairs). prob.max_vpt: the kernel family's largest tile; prob.vpt_target (a
+// bucket, 0: none): a smaller tile taken wherever a cluster of them covers
+// the row. Returns false when the row exceeds a cluster of max_cluster
+// 1024-thread CTAs at the largest tile.
 bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out);
 const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
 // rmsnorm_bwd_workspace_bytes for given device limits (src/rmsnorm_bwd.cu).
