@@ -16,7 +16,60 @@ from ._rmsnorm import rmsnorm
 _DEFAULT_EPS = torch.finfo(torch.float32).eps
 
 
-class RMSNorm(torch.nn.Module):
+class _LastDimNorm(torch.nn.Module):
+    """What quack_cpp's norm modules share: torch.nn's constructor arguments,
+    parameters (weight ones, bias zeros), state_dict keys and the shape check
+    of x; only the last dimension is normalised. Subclasses give the op."""
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    normalized_shape: Tuple[int, ...]
+    elementwise_affine: bool
+    _name = ""
+    _eps_may_be_none = False
+
+    def __init__(self, normalized_shape, eps, elementwise_affine: bool, bias: bool, device, dtype) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        normalized_shape = tuple(normalized_shape)
+        if len(normalized_shape) != 1:
+            raise ValueError(
+                f"{self._name}: normalized_shape must be an int or a 1-element sequence "
+                f"(only the last dimension is normalised), got {normalized_shape}")
+        if normalized_shape[0] < 1:
+            raise ValueError(f"{self._name}: normalized_shape must be >= 1, got {normalized_shape}")
+        if (not self._eps_may_be_none) if eps is None else not eps >= 0:
+            raise ValueError(f"{self._name}: eps must be {'None or ' if self._eps_may_be_none else ''}>= 0, "
+                             f"got {eps}")
+        self.normalized_shape = normalized_shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(normalized_shape, **factory_kwargs))
+            if bias:
+                self.bias = Parameter(torch.empty(normalized_shape, **factory_kwargs))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def _check_x(self, x) -> None:
+        n = self.normalized_shape[0]
+        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] != n:
+            raise ValueError(f"{self._name}: x's last dimension must be normalized_shape = {n}, "
+                             f"got x of shape {tuple(x.shape)}")
+
+
+class RMSNorm(_LastDimNorm):
     """Drop-in for ``torch.nn.RMSNorm`` over the last dimension.
 
     Same constructor arguments, attributes and state_dict keys (``weight``,
@@ -29,52 +82,17 @@ class RMSNorm(torch.nn.Module):
     1-element sequence. The output has x's dtype whatever the weight's dtype.
     """
 
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
-    normalized_shape: Tuple[int, ...]
     eps: Optional[float]
-    elementwise_affine: bool
+    _name = "quack_cpp.RMSNorm"
+    _eps_may_be_none = True
 
     def __init__(self, normalized_shape: Union[int, Tuple[int, ...], torch.Size],
                  eps: Optional[float] = None, elementwise_affine: bool = True, bias: bool = False,
                  device=None, dtype=None) -> None:
-        factory_kwargs = {"device": device, "dtype": dtype}
-        super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(normalized_shape)
-        if len(normalized_shape) != 1:
-            raise ValueError(
-                "quack_cpp.RMSNorm: normalized_shape must be an int or a 1-element sequence "
-                f"(only the last dimension is normalised), got {normalized_shape}")
-        if normalized_shape[0] < 1:
-            raise ValueError(f"quack_cpp.RMSNorm: normalized_shape must be >= 1, got {normalized_shape}")
-        if eps is not None and not eps >= 0:
-            raise ValueError(f"quack_cpp.RMSNorm: eps must be None or >= 0, got {eps}")
-        self.normalized_shape = normalized_shape
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(torch.empty(normalized_shape, **factory_kwargs))
-            if bias:
-                self.bias = Parameter(torch.empty(normalized_shape, **factory_kwargs))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        n = self.normalized_shape[0]
-        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] != n:
-            raise ValueError(f"quack_cpp.RMSNorm: x's last dimension must be normalized_shape = {n}, "
-                             f"got x of shape {tuple(x.shape)}")
+        self._check_x(x)
         return rmsnorm(x, self.weight, self.bias, eps=_DEFAULT_EPS if self.eps is None else self.eps)
 
     def extra_repr(self) -> str:
@@ -84,7 +102,7 @@ class RMSNorm(torch.nn.Module):
         return s
 
 
-class LayerNorm(torch.nn.Module):
+class LayerNorm(_LastDimNorm):
     """Drop-in for ``torch.nn.LayerNorm`` normalising the last dimension.
 
     Same constructor arguments (``normalized_shape``, ``eps=1e-5``,
@@ -95,51 +113,15 @@ class LayerNorm(torch.nn.Module):
     dtype (fp32 parameters under bf16 activations need no cast).
     """
 
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
-    normalized_shape: Tuple[int, ...]
     eps: float
-    elementwise_affine: bool
+    _name = "quack_cpp.LayerNorm"
 
     def __init__(self, normalized_shape: Union[int, Tuple[int, ...], torch.Size], eps: float = 1e-5,
                  elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None) -> None:
-        factory_kwargs = {"device": device, "dtype": dtype}
-        super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(normalized_shape)
-        if len(normalized_shape) != 1:
-            raise ValueError(
-                "quack_cpp.LayerNorm: normalized_shape must be an int or a 1-element sequence "
-                f"(only the last dimension is normalised), got {normalized_shape}")
-        if normalized_shape[0] < 1:
-            raise ValueError(f"quack_cpp.LayerNorm: normalized_shape must be >= 1, got {normalized_shape}")
-        if not eps >= 0:
-            raise ValueError(f"quack_cpp.LayerNorm: eps must be >= 0, got {eps}")
-        self.normalized_shape = normalized_shape
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(torch.empty(normalized_shape, **factory_kwargs))
-            if bias:
-                self.bias = Parameter(torch.empty(normalized_shape, **factory_kwargs))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            init.ones_(self.weight)
-        if self.bias is not None:
-            init.zeros_(self.bias)
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        n = self.normalized_shape[0]
-        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] != n:
-            raise ValueError(f"quack_cpp.LayerNorm: x's last dimension must be normalized_shape = {n}, "
-                             f"got x of shape {tuple(x.shape)}")
+        self._check_x(x)
         return layernorm(x, self.weight, self.bias, eps=float(self.eps))
 
     def extra_repr(self) -> str:
