@@ -181,6 +181,71 @@ Status softmax_fwd(const SoftmaxFwdArgs& args, cudaStream_t stream);
 Status can_implement(const SoftmaxBwdArgs& args);
 Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------
+// Cross-entropy over rows of logits (the class dimension is the row), as
+// torch.nn.functional.cross_entropy for 2-D logits, plus z_loss and softcap.
+// With x' = softcap * tanh(x / softcap) (softcap > 0; else x' = x),
+// lse = log sum_c exp(x'_c), w the class weights (all 1 when absent), eps
+// the label smoothing and t the row's target:
+//   ce_row = (1 - eps) w_t (lse - x'_t) + (eps / V) sum_c w_c (lse - x'_c)
+//   z_row  = z_loss * lse^2                      (PaLM's auxiliary loss)
+// Rows whose target is ignore_index count nothing (loss 0, gradient 0).
+// Reduction kNone writes ce_row + z_row per row; kSum their sum; kMean
+// sum(ce_row) / W + sum(z_row) / R, where W is the sum of w_t over counted
+// rows (torch's denominator: NaN when it is 0, as torch's 0 / 0) and R the
+// number of counted rows. A target outside [0, V) that is not ignore_index
+// makes its row's loss and gradient NaN (so the total too); it is never used
+// as an address. lse (optional) receives the row's log-sum-exp in fp32.
+// dlogits (optional) receives d(loss)/d(logits) times the upstream gradient
+// dloss (kNone: one fp32 per row; otherwise one fp32; nullptr: 1), in the
+// logits' dtype; it may be the logits buffer itself (in place: same pointer
+// and stride). Everything is computed in fp32; the loss is deterministic
+// (fixed summation order, no atomics). No host synchronisation: all scalars
+// (the denominators, dloss) stay on the device.
+enum class IndexDType : int32_t { kInt32 = 0, kInt64 = 1 };
+enum class Reduction : int32_t { kNone = 0, kMean = 1, kSum = 2 };
+
+struct CrossEntropyArgs {
+  int64_t rows = 0;  // M (0 is allowed: kMean gives NaN, kSum 0, as torch)
+  int64_t cols = 0;  // V >= 1
+  MatrixRef logits;
+  const void* target = nullptr;  // [rows] class indices
+  IndexDType target_dtype = IndexDType::kInt64;
+  int64_t target_stride = 1;     // in elements, >= 0
+  const float* weight = nullptr;  // [cols] fp32 class weights, optional
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::kMean;
+  float label_smoothing = 0.0f;  // in [0, 1]
+  float z_loss = 0.0f;           // >= 0
+  float softcap = 0.0f;          // > 0: cap the logits first; 0: off
+  float* loss = nullptr;         // kNone: [rows], else [1]; optional
+  float* lse = nullptr;          // [rows], optional
+  MutMatrixRef dlogits;          // optional, the logits' dtype
+  const float* dloss = nullptr;  // upstream gradient (see above), optional
+  void* workspace = nullptr;     // cross_entropy_workspace_bytes(args) bytes, 16-byte aligned
+  size_t workspace_bytes = 0;
+};
+Status can_implement(const CrossEntropyArgs& args);
+// *bytes: device memory the call needs in args.workspace (the mean's
+// denominators; the rows' shares of a reduced loss); depends on the shape and
+// options only.
+Status cross_entropy_workspace_bytes(const CrossEntropyArgs& args, size_t* bytes);
+Status cross_entropy(const CrossEntropyArgs& args, cudaStream_t stream);
+
+// dlogits *= dloss, for a gradient cross_entropy wrote with dloss = nullptr
+// (a unit upstream factor) before the factor was known: per_row, row r is
+// scaled by dloss[r], otherwise every row by dloss[0]. Rows whose factor is
+// exactly 1 are not read or written (read on the device: no synchronisation).
+struct CrossEntropyGradScaleArgs {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  MutMatrixRef dlogits;
+  const float* dloss = nullptr;  // per_row: [rows]; else [1]
+  bool per_row = false;
+};
+Status can_implement(const CrossEntropyGradScaleArgs& args);
+Status cross_entropy_scale_grad(const CrossEntropyGradScaleArgs& args, cudaStream_t stream);
+
 // Library version, "major.minor.patch".
 const char* version();
 

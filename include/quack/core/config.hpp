@@ -213,5 +213,6 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
 // and their records (src/softmax.cu).
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
+std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim);
 
 }  // namespace quack

@@ -77,6 +77,25 @@ struct SumPairOp {
   __device__ __forceinline__ static float2 combine(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 };
 
+// Cross-entropy's row statistics: the online-softmax pair and a plain sum
+// (the row's logits, or their class-weighted sum, for label smoothing). 16
+// bytes with padding: one st.async.v4 in a cluster exchange.
+struct alignas(16) MaxSumDot {
+  float m;
+  float s;
+  float d;
+  float pad;
+};
+
+struct MaxSumDotOp {
+  using T = MaxSumDot;
+  __device__ __forceinline__ static MaxSumDot identity() { return {-INFINITY, 0.0f, 0.0f, 0.0f}; }
+  __device__ __forceinline__ static MaxSumDot combine(MaxSumDot a, MaxSumDot b) {
+    const MaxSum ms = MaxSumOp::combine({a.m, a.s}, {b.m, b.s});
+    return {ms.m, ms.s, a.d + b.d, 0.0f};
+  }
+};
+
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
@@ -85,6 +104,10 @@ __device__ __forceinline__ float2 shfl_xor(float2 v, int mask) {
 }
 __device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int mask) {
   return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};
+}
+__device__ __forceinline__ MaxSumDot shfl_xor(MaxSumDot v, int mask) {
+  return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask),
+          __shfl_xor_sync(0xffffffffu, v.d, mask), 0.0f};
 }
 
 // Butterfly over aligned groups of `width` lanes (power of two <= 32). Every
@@ -214,7 +237,7 @@ struct RowReducer {
 template <class Op>
 struct ClusterExchange {
   using T = typename Op::T;
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16, "32-, 64- or 128-bit values");
   // Shared scratch: [2] mbarriers, then [2][16] values (slot r from rank r).
   uint32_t bar;        // shared::cta address of the scratch
   uint32_t count = 0;  // reductions done
@@ -257,9 +280,14 @@ struct ClusterExchange {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(rslot),
                      "r"(*reinterpret_cast<const uint32_t*>(&v)), "r"(rbar)
                      : "memory");
-      } else {
+      } else if constexpr (sizeof(T) == 8) {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(rslot),
                      "l"(*reinterpret_cast<const uint64_t*>(&v)), "r"(rbar)
+                     : "memory");
+      } else {
+        const uint4 u = *reinterpret_cast<const uint4*>(&v);
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(rslot),
+                     "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w), "r"(rbar)
                      : "memory");
       }
     }
@@ -278,9 +306,16 @@ struct ClusterExchange {
         uint32_t u;
         asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(u) : "r"(set + 4 * lane) : "memory");
         p = *reinterpret_cast<const T*>(&u);
-      } else {
+      } else if constexpr (sizeof(T) == 8) {
         uint64_t u;
         asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(u) : "r"(set + 8 * lane) : "memory");
+        p = *reinterpret_cast<const T*>(&u);
+      } else {
+        uint4 u;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+                     : "r"(set + 16 * lane)
+                     : "memory");
         p = *reinterpret_cast<const T*>(&u);
       }
     }

@@ -1,0 +1,470 @@
+// Cross-entropy over rows of logits, forward and backward in one kernel.
+//
+// Per row (logits x, target t, class weights w, V = cols; x' = softcap(x)
+// = c tanh(x / c) when a softcap c is set, else x):
+//   lse   = log sum_c exp(x'_c)
+//   ce    = (1 - eps) w_t (lse - x'_t) + (eps / V) sum_c w_c (lse - x'_c)
+//   z     = z_loss lse^2
+// (w = 1 without class weights). A row whose target is ignore_index counts
+// nothing (loss 0, gradient 0); a target outside [0, V) gives NaN loss and
+// gradient for its row and is never used as an address.
+// Reduction: 'none' writes ce + z per row; 'sum' the sum over rows; 'mean'
+// sum(ce) / W + sum(z) / R, W = sum of w_t over counted rows (torch's
+// denominator), R = the number of counted rows.
+// Gradient of the row's loss with upstream factor g (g / W and g / R for
+// mean), p_c = exp(x'_c - lse):
+//   a = g_ce (1 - eps) w_t,  b = g_ce eps / V,  A = a + b sum_c w_c + 2 g_z z_loss lse
+//   dL/dx'_c = A p_c - b w_c - a [c == t]
+//   dx_c = dL/dx'_c (1 - (x'_c / c)^2)  with a softcap
+//
+// Kernels (host dispatch: src/cross_entropy.cu):
+// 1. ce_prepare_kernel: one CTA; W, R and sum_c w_c in a fixed order (the
+//    mean's denominators and the smoothing's weight sum), read by 2. on the
+//    device: no host synchronisation.
+// 2. The row kernels: register-resident (a team, a CTA or a cluster of up to
+//    16 CTAs per row, core/row_tile.cuh; logits read from HBM once, the
+//    gradient written from the same registers), or streaming (one CTA per
+//    row; the gradient pass re-reads the row, mostly from L2) for misaligned
+//    or very long rows. Each writes its row's loss (or its share of the
+//    total), lse, and optionally dx.
+// 3. ce_finish_kernel: one CTA sums the rows' shares in a fixed order
+//    (deterministic, no atomics).
+// 4. ce_scale_kernel: dx *= g per row, for a gradient written for a unit
+//    upstream factor; rows whose factor is exactly 1 are not touched.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "quack/core/config.hpp"
+#include "quack/core/launch.cuh"
+#include "quack/core/reduce.cuh"
+#include "quack/core/row_tile.cuh"
+#include "quack/core/vec.cuh"
+#include "quack/ops/softmax.cuh"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace ops {
+
+struct CEParams {
+  int64_t rows, cols;
+  const void* x;
+  int64_t x_stride;
+  const void* target;
+  int64_t target_stride;
+  bool target64;
+  const float* cw;  // class weights [cols] or null
+  int64_t ignore_index;
+  float smoothing;  // eps
+  float z_loss;
+  float softcap;  // 0: none
+  int reduction;  // 0 none, 1 mean, 2 sum
+  bool wsmooth;   // class weights with eps > 0: d is sum_c w_c x'_c
+  const float* totals;  // [W, R, sum w] from ce_prepare_kernel, or null
+  float* row_loss;      // [rows]: 'none' the loss, else the row's share of the total; or null
+  float* lse;           // [rows] or null
+  void* dx;             // null: no gradient
+  int64_t dx_stride;
+  const float* dloss;  // upstream gradient, null: 1
+  bool dloss_per_row;
+  int team, cluster;
+  int64_t row_blocks;
+};
+
+// Shared memory of the row kernels: the MaxSumDot reduction's scratch,
+// clustered.
+constexpr uint32_t kCEScratchBytes = 1600;
+static_assert(core::RowReduce<core::MaxSumDotOp, true>::scratch_bytes() <= kCEScratchBytes, "ce scratch");
+
+// Register tiles (16-byte vectors of logits per thread) that compile within
+// 64 registers without spilling (ptxas -v, CUDA 13.0): 8, the softmax
+// forward's best 16-bit tile, spilled 24-56 bytes (the row's scalars, the
+// softcap and the weighted-smoothing addresses stay live beside the tile).
+constexpr int ce_max_vpt() { return 4; }
+constexpr int ce_cluster_vpt() { return 4; }
+
+// softcap(x) = c tanh(x / c) as c (1 - 2 / (1 + e^(2x/c))): one MUFU.EX2 and
+// one MUFU.RCP, absolute error ~1e-7 c (tanh.approx's 2^-11 relative error
+// would move a loss by 1e-2 at c = 30). k2 = 2 log2(e) / c.
+__device__ __forceinline__ float softcap_of(float x, float c, float k2) {
+  return c - __fdividef(2.0f * c, 1.0f + core::fast_exp2(x * k2));
+}
+
+// One row's scalars, computed by every thread of its team (the target and its
+// weight are broadcast loads).
+struct CERow {
+  int64_t t;
+  bool ignored, bad;  // bad: target outside [0, V) and not ignored
+  float wt;           // w_t (1 without class weights; 0 when not counted)
+
+  __device__ __forceinline__ static CERow make(const CEParams& p, int64_t row) {
+    CERow r;
+    r.t = p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
+                     : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
+    r.ignored = r.t == p.ignore_index;
+    r.bad = !r.ignored && (r.t < 0 || r.t >= p.cols);
+    r.wt = (r.ignored || r.bad) ? 0.0f : (p.cw ? __ldg(p.cw + r.t) : 1.0f);
+    return r;
+  }
+};
+
+// The row's gradient coefficients and loss, from its statistics.
+struct CECoef {
+  float lse;
+  float A, a, b;  // dL/dx'_c = A p_c - b w_c - a [c == t]
+  bool zero;      // an ignored row: the gradient is exactly 0
+
+  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
+                                    int64_t row) {
+    lse = st.m + core::fast_log2(st.s) * kLn2;
+    zero = r.ignored;
+    float g = 1.0f;
+    if (p.dloss) g = __ldg(p.dloss + (p.dloss_per_row ? row : 0));
+    float gce = g, gz = g;
+    if (p.reduction == 1) {
+      gce = __fdiv_rn(g, __ldg(p.totals));
+      gz = __fdiv_rn(g, __ldg(p.totals + 1));
+    }
+    const float V = float(p.cols);
+    a = gce * (1.0f - p.smoothing) * r.wt;
+    b = gce * p.smoothing / V;
+    const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
+    A = a + b * wsum + 2.0f * gz * p.z_loss * lse;
+    if (r.bad) A = a = b = __int_as_float(0x7fc00000);
+  }
+};
+
+// The row's loss (or its share of the total) from its statistics and target
+// logit x'_t; written by one thread per row.
+__device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
+                                             float xt, int64_t row) {
+  const float lse = st.m + core::fast_log2(st.s) * kLn2;
+  if (p.lse) p.lse[row] = lse;
+  if (!p.row_loss) return;
+  float loss;
+  if (r.ignored) {
+    loss = 0.0f;
+  } else if (r.bad) {
+    loss = __int_as_float(0x7fc00000);
+  } else {
+    const float V = float(p.cols);
+    // sum_c w_c (lse - x'_c) = lse sum_c w_c - d.
+    const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
+    float ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
+    if (p.smoothing != 0.0f) ce += p.smoothing / V * (lse * wsum - st.d);
+    const float z = p.z_loss * lse * lse;
+    if (p.reduction == 1) loss = __fdiv_rn(ce, __ldg(p.totals)) + __fdiv_rn(z, __ldg(p.totals + 1));
+    else loss = ce + z;
+  }
+  p.row_loss[row] = loss;
+}
+
+// x'_t, loaded by the thread that writes the row's loss (the load's latency
+// hides under the row's reduction).
+template <typename T>
+__device__ __forceinline__ float ce_target_logit(const CEParams& p, const CERow& r, int64_t row, float k2) {
+  if (r.ignored || r.bad) return 0.0f;
+  const float x = core::to_float(static_cast<const T*>(p.x)[row * p.x_stride + r.t]);
+  return p.softcap != 0.0f ? softcap_of(x, p.softcap, k2) : x;
+}
+
+// dx of VEC elements at columns c0.. (n valid) from their logits f[] (x', with
+// a softcap applied).
+template <int VEC>
+__device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, const CERow& r, int c0, int n,
+                                        float (&f)[VEC]) {
+  if (k.zero) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f[j] = 0.0f;
+    return;
+  }
+  const float inv_c = p.softcap != 0.0f ? 1.0f / p.softcap : 0.0f;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float pc = core::fast_exp2((f[j] - k.lse) * kLog2e);
+    float wc = 1.0f;
+    if (p.wsmooth && j < n) wc = __ldg(p.cw + c0 + j);
+    float g = fmaf(k.A, pc, -k.b * wc);
+    if (c0 + j == r.t) g -= k.a;
+    if (p.softcap != 0.0f) {
+      const float u = f[j] * inv_c;
+      g *= fmaf(-u, u, 1.0f);
+    }
+    f[j] = g;
+  }
+}
+
+// Widens a vector and applies the softcap.
+template <typename T, int VEC>
+__device__ __forceinline__ void ce_widen(const core::RawVec<T, VEC>& v, float (&f)[VEC], float c, float k2) {
+  v.widen(f);
+  if (c != 0.0f) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) f[j] = softcap_of(f[j], c, k2);
+  }
+}
+
+// Adds n of VEC logits into the thread's (s, d) against the max `base`
+// (padding beyond n excluded).
+template <int VEC>
+__device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f)[VEC], int c0, int n,
+                                              float base, float& s, float& d) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if (j < n) {
+      s += core::fast_exp2((f[j] - base) * kLog2e);
+      d = p.wsmooth ? fmaf(__ldg(p.cw + c0 + j), f[j], d) : d + f[j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Register-resident rows. kGrad: dx is written (from the registers).
+template <typename T, int VPT, bool kCluster, bool kGrad>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReduce<MaxSumDotOp, kCluster> red;
+  red.start(smem);
+  const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
+
+  auto do_rows = [&](int64_t blk) {
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const int64_t row = blk * g.teams + g.team_id;
+    const bool active = row < p.rows;
+    const bool writer = active && g.t == 0 && g.crank == 0;
+    RawVec<T, VEC> xv[VPT];
+    MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
+    float xt = 0.0f;
+    if (active) {
+      const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+      // Only the writer needs the target before the reduction (its logit's
+      // load then hides under the row's loads); the others take the row's
+      // scalars after it, when fewer registers are live.
+      if (writer) xt = ce_target_logit<T>(p, CERow::make(p, row), row, k2);
+      if (!g.whole) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+      }
+      // The max of the raw logits (softcap is monotonic), then one
+      // exponential per element against it.
+      float m = max_of(xv);
+      if (p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
+      const float base = m == -INFINITY ? 0.0f : m;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float f[VEC];
+        ce_widen(xv[i], f, p.softcap, k2);
+        ce_accumulate(p, f, g.col(i), g.valid(i), base, st.s, st.d);
+      }
+      st.m = m;
+    }
+    st = red.reduce(st, g.team, p.cluster, g.crank);
+    if (!active) return;
+    const CERow r = CERow::make(p, row);
+    if (writer) ce_write_row(p, r, st, xt, row);
+    if constexpr (kGrad) {
+      const CECoef k(p, r, st, row);
+      T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const int n = g.valid(i);
+        if (n == 0) continue;
+        float f[VEC];
+        ce_widen(xv[i], f, p.softcap, k2);
+        ce_grad(p, k, r, g.col(i), n, f);
+        RawVec<T, VEC> o;
+        o.narrow(f);
+        g.store(o, orow, i);
+      }
+    }
+  };
+
+  for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
+  red.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Streaming rows: one CTA per row (grid-stride), the statistics in one pass
+// with online rescaling, the gradient in a second. kVecIO: 16-byte accesses
+// (aligned rows); otherwise element by element.
+template <typename T, bool kVecIO, bool kGrad>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const CEParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
+  const int64_t cols = p.cols, step = int64_t(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+    const CERow r = CERow::make(p, row);
+    const bool writer = threadIdx.x == 0;
+    const float xt = writer ? ce_target_logit<T>(p, r, row, k2) : 0.0f;
+    float m = -INFINITY, s = 0.0f, d = 0.0f;
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
+      const int n = cols - c < VEC ? int(cols - c) : VEC;
+      RawVec<T, VEC> v;
+      stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+      float f[VEC];
+      ce_widen(v, f, p.softcap, k2);
+      float vm = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        if (j < n) vm = fmaxf(vm, f[j]);
+      const float nm = fmaxf(m, vm);
+      s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+      ce_accumulate(p, f, int(c), n, nm == -INFINITY ? 0.0f : nm, s, d);
+      m = nm;
+    }
+    RowReducer<MaxSumDotOp> red(smem, int(blockDim.x), 1);
+    // Consecutive rows alternate the scratch (one reducer per row: parity by row).
+    red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
+    const MaxSumDot st = red.reduce(MaxSumDot{m, s, d, 0.0f});
+    if (writer) ce_write_row(p, r, st, xt, row);
+    if constexpr (kGrad) {
+      const CECoef k(p, r, st, row);
+      T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+      for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
+        const int n = cols - c < VEC ? int(cols - c) : VEC;
+        RawVec<T, VEC> v;
+        stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+        float f[VEC];
+        ce_widen(v, f, p.softcap, k2);
+        ce_grad(p, k, r, int(c), n, f);
+        v.narrow(f);
+        stream_store<T, VEC, kVecIO>(v, orow + c, n);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Scalar kernels (src/cross_entropy.cu): one CTA of kCEScalarThreads, fixed
+// summation orders.
+//   ce_prepare_kernel: W = sum of w_t and R = the count over counted rows;
+//     sum_c w_c.
+//   ce_finish_kernel: loss = sum of the rows' shares; a mean with W = 0
+//     (every row ignored, or zero weights) is NaN, as torch's 0 / 0.
+constexpr int kCEScalarThreads = 1024;
+
+struct CEScalarParams {
+  int64_t rows, cols;
+  const void* target;
+  int64_t target_stride;
+  bool target64;
+  const float* cw;
+  int64_t ignore_index;
+  float* totals;          // prepare: out [W, R, sum w]; finish: in (null: none)
+  const float* row_loss;  // finish: the rows' shares
+  float* loss;            // finish: out [1]
+  int reduction;
+};
+
+// ---------------------------------------------------------------------------
+// dx *= g (g[row], or g[0] for every row), skipping rows whose factor is
+// exactly 1: a gradient written for a unit upstream factor costs nothing more
+// when the factor is 1, read on the device. One CTA per row (grid-stride).
+template <typename T, bool kVecIO>
+__global__ void __launch_bounds__(256) ce_scale_kernel(int64_t rows, int64_t cols, void* dx, int64_t stride,
+                                                       const float* g, bool per_row) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float f = __ldg(g + (per_row ? row : 0));
+    if (f == 1.0f) {
+      if (!per_row) return;
+      continue;
+    }
+    T* xr = static_cast<T*>(dx) + row * stride;
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += int64_t(blockDim.x) * VEC) {
+      const int n = cols - c < VEC ? int(cols - c) : VEC;
+      RawVec<T, VEC> v;
+      // Plain (coherent) loads: dx may have been written by this stream's
+      // previous kernel only, but .nc is reserved for data no kernel writes.
+      if (kVecIO && n == VEC) *reinterpret_cast<uint4*>(v.w) = *reinterpret_cast<const uint4*>(xr + c);
+      else v.load_partial(xr + c, n);
+      float e[VEC];
+      v.widen(e);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) e[j] *= f;
+      v.narrow(e);
+      stream_store<T, VEC, kVecIO>(v, xr + c, n);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Launchers, explicitly instantiated once per dtype (src/ops/cross_entropy_<dt>.cu).
+
+template <auto kKernel, typename... Args>
+Status launch_ce_kernel(const core::LaunchShape& shape, int device, cudaStream_t stream, Args&&... args) {
+  static core::KernelAttrCache cache;
+  return core::launch_row_kernel(kKernel, cache, device, shape, stream, std::forward<Args>(args)...);
+}
+
+template <typename T, int VPT, bool kCluster>
+Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, bool grad, int device,
+                          cudaStream_t stream) {
+  if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true>>(shape, device, stream, p);
+  return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false>>(shape, device, stream, p);
+}
+
+// Register-resident: cfg from choose_reg_row_config (vpt a bucket <=
+// ce_max_vpt(); clustered rows at ce_cluster_vpt()).
+template <DType kX>
+Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape = core::launch_shape(cfg);
+  if (cfg.cluster > 1) {
+    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true>(p, shape, grad, device, stream);
+  } else {
+    switch (cfg.vpt) {
+      case 1: return launch_ce_reg_tile<T, 1, false>(p, shape, grad, device, stream);
+      case 2: return launch_ce_reg_tile<T, 2, false>(p, shape, grad, device, stream);
+      case 4: return launch_ce_reg_tile<T, 4, false>(p, shape, grad, device, stream);
+    }
+  }
+  return {Code::kUnsupported, "cross_entropy: no register-resident kernel with " + std::to_string(cfg.vpt) +
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) + ")"};
+}
+
+// Streaming: one CTA of `threads` per row, `grid` CTAs.
+template <DType kX>
+Status launch_ce_stream(const CEParams& p, int threads, int64_t grid, bool vec_io, bool grad, int device,
+                        cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{grid, threads, kCEScratchBytes, 1, false};
+  if (vec_io) {
+    if (grad) return launch_ce_kernel<ce_stream_kernel<T, true, true>>(shape, device, stream, p);
+    return launch_ce_kernel<ce_stream_kernel<T, true, false>>(shape, device, stream, p);
+  }
+  if (grad) return launch_ce_kernel<ce_stream_kernel<T, false, true>>(shape, device, stream, p);
+  return launch_ce_kernel<ce_stream_kernel<T, false, false>>(shape, device, stream, p);
+}
+
+template <DType kX>
+Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, const float* g, bool per_row,
+                       bool vec_io, int64_t grid, int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{grid, 256, 0, 1, false};
+  if (vec_io) return launch_ce_kernel<ce_scale_kernel<T, true>>(shape, device, stream, rows, cols, dx, stride, g, per_row);
+  return launch_ce_kernel<ce_scale_kernel<T, false>>(shape, device, stream, rows, cols, dx, stride, g, per_row);
+}
+
+#define QUACK_CE_INSTANTIATION(EXTERN, DT)                                                                      \
+  EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, int, cudaStream_t);      \
+  EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, int, cudaStream_t);    \
+  EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
+                                             int64_t, int, cudaStream_t);
+#ifndef QUACK_CE_TU
+QUACK_CE_INSTANTIATION(extern, DType::kFloat32)
+QUACK_CE_INSTANTIATION(extern, DType::kFloat16)
+QUACK_CE_INSTANTIATION(extern, DType::kBFloat16)
+#endif
+
+}  // namespace ops
+}  // namespace quack

@@ -1,0 +1,322 @@
+// Cross-entropy host entry points: validation, the workspace, the plan, and
+// the scalar kernels (denominators, the fixed-order total); the row kernels
+// are in ops/cross_entropy.cuh.
+#include <algorithm>
+#include <cfloat>
+#include <cstdio>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/ops/cross_entropy.cuh"
+#include "quack/quack.hpp"
+#include "validate.hpp"
+
+namespace quack {
+
+using detail::invalid;
+
+namespace ops {
+
+// Sums of one CTA in a fixed order: thread i takes rows i, i + 1024, ...;
+// then block_reduce's fixed tree.
+__global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CEScalarParams p) {
+  __shared__ float2 scratch2[64];
+  __shared__ float scratch1[64];
+  float w = 0.0f, r = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.rows; i += blockDim.x) {
+    const int64_t t = p.target64 ? static_cast<const int64_t*>(p.target)[i * p.target_stride]
+                                 : int64_t(static_cast<const int32_t*>(p.target)[i * p.target_stride]);
+    if (t == p.ignore_index || t < 0 || t >= p.cols) continue;
+    w += p.cw ? p.cw[t] : 1.0f;
+    r += 1.0f;
+  }
+  const float2 wr = core::block_reduce<core::SumPairOp>(make_float2(w, r), scratch2);
+  float ws = 0.0f;
+  if (p.cw)
+    for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) ws += p.cw[c];
+  ws = core::block_reduce<core::SumOp>(ws, scratch1);
+  if (threadIdx.x == 0) {
+    p.totals[0] = wr.x;
+    p.totals[1] = wr.y;
+    p.totals[2] = ws;
+  }
+}
+
+__global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
+  __shared__ float scratch[64];
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.rows; i += blockDim.x) s += p.row_loss[i];
+  s = core::block_reduce<core::SumOp>(s, scratch);
+  if (threadIdx.x == 0) {
+    // The rows' shares are already divided by W; W = 0 is torch's 0 / 0.
+    if (p.reduction == 1 && (p.totals == nullptr || !(p.totals[0] != 0.0f))) s = __int_as_float(0x7fc00000);
+    *p.loss = s;
+  }
+}
+
+}  // namespace ops
+
+namespace {
+
+// Workspace layout: [0, 16) the totals (W, R, sum w) when needed, then the
+// rows' shares when the loss is reduced.
+struct CEWorkspace {
+  bool totals = false;
+  bool shares = false;
+  size_t bytes = 0;
+};
+
+CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
+  CEWorkspace w;
+  w.totals = a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f);
+  w.shares = a.reduction != Reduction::kNone && a.loss != nullptr;
+  w.bytes = (w.totals ? 16 : 0) + (w.shares ? size_t(a.rows) * 4 : 0);
+  w.bytes = (w.bytes + 15) / 16 * 16;
+  return w;
+}
+
+bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto x = uintptr_t(a), y = uintptr_t(b);
+  return x < y + uintptr_t(b_bytes) && y < x + uintptr_t(a_bytes);
+}
+
+struct Plan {
+  bool reg = false;
+  RegRowConfig cfg;
+};
+
+Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim) {
+  Plan plan;
+  RegRowProblem prob;
+  prob.rows = rows;
+  prob.cols = cols;
+  prob.x_elem_bytes = es;
+  prob.max_vpt = ops::ce_max_vpt();
+  prob.cluster_vpt = ops::ce_cluster_vpt();
+  prob.scratch_bytes = ops::kCEScratchBytes;
+  plan.reg = choose_reg_row_config(prob, lim, current_row_tuning(), &plan.cfg) &&
+             check_reg_row_config(plan.cfg, prob, lim) == nullptr;
+  return plan;
+}
+
+template <class F>
+Status by_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kFloat16: return f(std::integral_constant<DType, DType::kFloat16>{});
+    case DType::kBFloat16: return f(std::integral_constant<DType, DType::kBFloat16>{});
+  }
+  return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+}
+
+Status cuda_check(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorString(e)};
+  return Status::success();
+}
+
+}  // namespace
+
+std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim) {
+  const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim);
+  char buf[128];
+  if (plan.reg) {
+    const RegRowConfig& c = plan.cfg;
+    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", c.team, c.threads, c.cluster, c.vpt);
+  } else {
+    std::snprintf(buf, sizeof buf, "stream");
+  }
+  return buf;
+}
+
+Status can_implement(const CrossEntropyArgs& a) {
+  Status st;
+  if (!(st = detail::check_shape(a.rows, a.cols, "the class dimension")).ok()) return st;
+  if (!(st = detail::check_matrix("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols, true))
+           .ok())
+    return st;
+  if (a.target_dtype != IndexDType::kInt32 && a.target_dtype != IndexDType::kInt64)
+    return invalid("target_dtype: unsupported index dtype code " + std::to_string(int(a.target_dtype)) +
+                   " (expected int32 or int64)");
+  const int tsize = a.target_dtype == IndexDType::kInt64 ? 8 : 4;
+  if (a.rows > 0 && a.target == nullptr) return invalid("target: null pointer");
+  if (uintptr_t(a.target) % tsize != 0)
+    return invalid("target: pointer is not aligned to its element size (" + std::to_string(tsize) + " bytes)");
+  if (a.target_stride < 0) return invalid("target_stride: must be >= 0, got " + std::to_string(a.target_stride));
+  if (uintptr_t(a.weight) % 4 != 0) return invalid("weight: pointer is not aligned to 4 bytes (fp32)");
+  if (a.reduction != Reduction::kNone && a.reduction != Reduction::kMean && a.reduction != Reduction::kSum)
+    return invalid("reduction: unsupported code " + std::to_string(int(a.reduction)) + " (expected none, mean or sum)");
+  if (!(a.label_smoothing >= 0.0f && a.label_smoothing <= 1.0f))
+    return invalid("label_smoothing: must be in [0, 1], got " + std::to_string(a.label_smoothing));
+  if (!(st = detail::check_finite("z_loss", a.z_loss, true)).ok()) return st;
+  if (!(st = detail::check_finite("softcap", a.softcap, true)).ok()) return st;
+  // 2 log2(e) / softcap must stay finite: no subnormal caps.
+  if (a.softcap != 0.0f && a.softcap < FLT_MIN)
+    return invalid("softcap: must be 0 (off) or >= 1.18e-38 (a normal float), got " + std::to_string(a.softcap));
+  if (uintptr_t(a.loss) % 4 != 0) return invalid("loss: pointer is not aligned to 4 bytes (fp32)");
+  if (uintptr_t(a.lse) % 4 != 0) return invalid("lse: pointer is not aligned to 4 bytes (fp32)");
+  if (a.dlogits.ptr != nullptr) {
+    if (!(st = detail::check_matrix("dlogits", a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, a.rows, a.cols,
+                                    false))
+             .ok())
+      return st;
+    if (a.dlogits.dtype != a.logits.dtype)
+      return invalid(std::string("dlogits: dtype ") + dtype_name(a.dlogits.dtype) + " differs from logits' " +
+                     dtype_name(a.logits.dtype) + " (they must match)");
+    if (a.rows > 0) {
+      const int es = dtype_size(a.logits.dtype);
+      const int64_t lb = ((a.rows - 1) * a.logits.row_stride + a.cols) * es;
+      const int64_t db = ((a.rows - 1) * a.dlogits.row_stride + a.cols) * es;
+      const bool same = a.dlogits.ptr == a.logits.ptr && a.dlogits.row_stride == a.logits.row_stride;
+      if (!same && ranges_overlap(a.dlogits.ptr, db, a.logits.ptr, lb))
+        return invalid("dlogits: overlaps logits without being the same buffer (in place needs the same pointer "
+                       "and row stride)");
+    }
+  }
+  if (uintptr_t(a.dloss) % 4 != 0) return invalid("dloss: pointer is not aligned to 4 bytes (fp32)");
+  if (a.dloss != nullptr && a.dlogits.ptr == nullptr)
+    return invalid("dloss: given without dlogits (the upstream gradient only scales dlogits)");
+  const CEWorkspace ws = ce_workspace(a);
+  if (ws.bytes > 0 && a.rows > 0) {
+    if (a.workspace == nullptr) return invalid("workspace: null pointer (cross_entropy_workspace_bytes says " +
+                                               std::to_string(ws.bytes) + " bytes)");
+    if (uintptr_t(a.workspace) % 16 != 0) return invalid("workspace: pointer is not 16-byte aligned");
+    if (a.workspace_bytes < ws.bytes)
+      return invalid("workspace_bytes: " + std::to_string(a.workspace_bytes) + " is less than the " +
+                     std::to_string(ws.bytes) + " bytes needed");
+  }
+  return Status::success();
+}
+
+Status cross_entropy_workspace_bytes(const CrossEntropyArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes: null pointer");
+  Status st = detail::check_shape(a.rows, a.cols, "the class dimension");
+  if (!st.ok()) return st;
+  *bytes = ce_workspace(a).bytes;
+  return Status::success();
+}
+
+Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok()) return st;
+  if (a.rows == 0 && (a.loss == nullptr || a.reduction == Reduction::kNone)) return Status::success();
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
+
+  const CEWorkspace ws = ce_workspace(a);
+  float* const base = a.rows > 0 ? static_cast<float*>(a.workspace) : nullptr;
+  float* totals = ws.totals ? base : nullptr;
+  float* shares = ws.shares && base != nullptr ? base + (ws.totals ? 4 : 0) : nullptr;
+
+  ops::CEScalarParams sp{};
+  sp.rows = a.rows;
+  sp.cols = a.cols;
+  sp.target = a.target;
+  sp.target_stride = a.target_stride;
+  sp.target64 = a.target_dtype == IndexDType::kInt64;
+  sp.cw = a.weight;
+  sp.ignore_index = a.ignore_index;
+  sp.totals = totals;
+  sp.row_loss = shares;
+  sp.loss = a.loss;
+  sp.reduction = int(a.reduction);
+  if (a.rows == 0) {
+    // Nothing to read; the reduced loss is still written by the finish
+    // kernel: NaN for a mean of nothing, 0 for a sum (as torch).
+    sp.totals = nullptr;
+    ops::ce_finish_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    return cuda_check("cross_entropy finish kernel launch");
+  }
+  if (totals != nullptr) {
+    ops::ce_prepare_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    if (!(st = cuda_check("cross_entropy prepare kernel launch")).ok()) return st;
+  }
+
+  ops::CEParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.x = a.logits.ptr;
+  p.x_stride = a.logits.row_stride;
+  p.target = a.target;
+  p.target_stride = a.target_stride;
+  p.target64 = sp.target64;
+  p.cw = a.weight;
+  p.ignore_index = a.ignore_index;
+  p.smoothing = a.label_smoothing;
+  p.z_loss = a.z_loss;
+  p.softcap = a.softcap;
+  p.reduction = int(a.reduction);
+  p.wsmooth = a.weight != nullptr && a.label_smoothing != 0.0f;
+  p.totals = totals;
+  p.row_loss = a.reduction == Reduction::kNone ? a.loss : shares;
+  p.lse = a.lse;
+  p.dx = a.dlogits.ptr;
+  p.dx_stride = a.dlogits.row_stride;
+  p.dloss = a.dloss;
+  p.dloss_per_row = a.reduction == Reduction::kNone;
+  const bool grad = a.dlogits.ptr != nullptr;
+
+  const int es = dtype_size(a.logits.dtype);
+  const int vec = 16 / es;
+  const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
+                      detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
+  const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim) : Plan{};
+  auto launch_rows = [&]() -> Status {
+    if (plan.reg) {
+      p.team = plan.cfg.team;
+      p.cluster = plan.cfg.cluster;
+      p.row_blocks = plan.cfg.row_blocks;
+      return by_dtype(a.logits.dtype, [&](auto dt) {
+        return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, grad, device, stream);
+      });
+    }
+    // Streaming: one CTA per row, about 4 vectors a thread per pass, 32..1024
+    // threads; up to 32 CTAs per SM (the kernel strides over the rest).
+    const int64_t nvec = (a.cols + vec - 1) / vec;
+    int64_t threads = 32;
+    while (threads < kRegRowMaxThreads && threads * 4 < nvec) threads *= 2;
+    p.team = int(threads);
+    p.cluster = 1;
+    p.row_blocks = a.rows;
+    const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 32);
+    return by_dtype(a.logits.dtype, [&](auto dt) {
+      return ops::launch_ce_stream<decltype(dt)::value>(p, int(threads), grid, vec_io, grad, device, stream);
+    });
+  };
+  if (Status ls = launch_rows(); !ls.ok()) return ls;
+
+  if (shares != nullptr) {
+    ops::ce_finish_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    if (!(st = cuda_check("cross_entropy finish kernel launch")).ok()) return st;
+  }
+  return Status::success();
+}
+
+Status can_implement(const CrossEntropyGradScaleArgs& a) {
+  Status st;
+  if (!(st = detail::check_shape(a.rows, a.cols, "the class dimension")).ok()) return st;
+  if (!(st = detail::check_matrix("dlogits", a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, a.rows, a.cols,
+                                  true))
+           .ok())
+    return st;
+  if (a.rows > 0 && a.dloss == nullptr) return invalid("dloss: null pointer");
+  if (uintptr_t(a.dloss) % 4 != 0) return invalid("dloss: pointer is not aligned to 4 bytes (fp32)");
+  return Status::success();
+}
+
+Status cross_entropy_scale_grad(const CrossEntropyGradScaleArgs& a, cudaStream_t stream) {
+  Status st = can_implement(a);
+  if (!st.ok() || a.rows == 0) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
+  const bool vec_io = detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, 16 / dtype_size(a.dlogits.dtype));
+  const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
+  return by_dtype(a.dlogits.dtype, [&](auto dt) {
+    return ops::launch_ce_scale<decltype(dt)::value>(a.rows, a.cols, a.dlogits.ptr, a.dlogits.row_stride, a.dloss,
+                                                     a.per_row, vec_io, grid, device, stream);
+  });
+}
+
+}  // namespace quack
