@@ -61,3 +61,13 @@ def layernorm_bwd(
     dw_ptr: int, dw_dtype: int, db_ptr: int, db_dtype: int,
     weight_offset: float, ws_ptr: int, ws_bytes: int, mode: int, stream: int, mean_ptr: int,
 ) -> int: ...
+def cross_entropy(
+    rows: int, cols: int, logits_ptr: int, dtype: int, logits_stride: int,
+    target_ptr: int, target64: bool, target_stride: int, weight_ptr: int, ignore_index: int,
+    reduction: int, label_smoothing: float, z_loss: float, softcap: float,
+    loss_ptr: int, lse_ptr: int, dx_ptr: int, dx_stride: int, dloss_ptr: int,
+    ws_ptr: int, ws_bytes: int, mode: int, stream: int,
+) -> int: ...
+def cross_entropy_scale_grad(
+    rows: int, cols: int, dx_ptr: int, dtype: int, dx_stride: int, dloss_ptr: int, per_row: bool, stream: int,
+) -> None: ...

@@ -5,6 +5,7 @@
     y, h = quack_cpp.rmsnorm(x, weight, residual=h, prenorm=True)
     y = quack_cpp.layernorm(x, weight, bias)  # same options; autograd
     p = quack_cpp.softmax(logits)            # also log_softmax; autograd
+    loss = quack_cpp.cross_entropy(logits, target)  # fwd + grad in one sweep
     norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
     ln = quack_cpp.LayerNorm(4096, device="cuda")   # torch.nn.LayerNorm drop-in
 
@@ -16,10 +17,11 @@ through torch's caching allocator (CUDA-graph capturable).
 import torch  # first: loads the CUDA runtime (libcudart) that _C links against
 
 from . import _C
+from ._cross_entropy import cross_entropy
 from ._layernorm import layernorm
 from ._rmsnorm import rmsnorm
 from ._softmax import log_softmax, softmax
-from .nn import LayerNorm, RMSNorm
+from .nn import CrossEntropyLoss, LayerNorm, RMSNorm
 
 __version__ = _C.version()
 
@@ -29,4 +31,4 @@ def version() -> str:
     return _C.version()
 
 
-__all__ = ["LayerNorm", "RMSNorm", "layernorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]
+__all__ = ["CrossEntropyLoss", "LayerNorm", "RMSNorm", "cross_entropy", "layernorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter, init
 
+from ._cross_entropy import cross_entropy
 from ._layernorm import layernorm
 from ._rmsnorm import rmsnorm
 
@@ -126,3 +127,44 @@ class LayerNorm(_LastDimNorm):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """Drop-in for ``torch.nn.CrossEntropyLoss`` (same constructor arguments,
+    including the deprecated size_average / reduce), plus ``z_loss``,
+    ``softcap`` and ``inplace_backward`` (see :func:`quack_cpp.cross_entropy`).
+    Classes are the input's last dimension; target holds class indices."""
+
+    __constants__ = ["ignore_index", "reduction", "label_smoothing", "z_loss", "softcap", "inplace_backward"]
+
+    def __init__(self, weight: Optional[Tensor] = None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
+                 softcap: Optional[float] = None, inplace_backward: bool = False) -> None:
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            from torch.nn import _reduction
+            reduction = _reduction.legacy_get_string(size_average, reduce, emit_warning=True)
+        if reduction not in ("none", "mean", "sum"):
+            raise ValueError(f"quack_cpp.CrossEntropyLoss: reduction must be 'none', 'mean' or 'sum', "
+                             f"got {reduction!r}")
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.z_loss = z_loss
+        self.softcap = softcap
+        self.inplace_backward = inplace_backward
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing,
+                             self.z_loss, self.softcap, False, self.inplace_backward)
+
+    def extra_repr(self) -> str:
+        s = f"ignore_index={self.ignore_index}, reduction={self.reduction!r}"
+        if self.label_smoothing:
+            s += f", label_smoothing={self.label_smoothing}"
+        if self.z_loss:
+            s += f", z_loss={self.z_loss}"
+        if self.softcap is not None:
+            s += f", softcap={self.softcap}"
+        return s

@@ -253,6 +253,53 @@ void softmax_bwd(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int
   if (!st.ok()) raise_status(st, kSoftmax);
 }
 
+constexpr const char* kCrossEntropy = "quack_cpp.cross_entropy";
+
+// mode 0 launches, 1 only validates, 2 returns the workspace bytes.
+size_t cross_entropy(int64_t rows, int64_t cols, uintptr_t logits_ptr, int32_t dtype, int64_t logits_stride,
+                     uintptr_t target_ptr, bool target64, int64_t target_stride, uintptr_t weight_ptr,
+                     int64_t ignore_index, int32_t reduction, double label_smoothing, double z_loss, double softcap,
+                     uintptr_t loss_ptr, uintptr_t lse_ptr, uintptr_t dx_ptr, int64_t dx_stride, uintptr_t dloss_ptr,
+                     uintptr_t ws_ptr, size_t ws_bytes, int mode, uintptr_t stream) {
+  quack::CrossEntropyArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.logits = {cptr<void>(logits_ptr), quack::DType(dtype), logits_stride};
+  a.target = cptr<void>(target_ptr);
+  a.target_dtype = target64 ? quack::IndexDType::kInt64 : quack::IndexDType::kInt32;
+  a.target_stride = target_stride;
+  a.weight = cptr<float>(weight_ptr);
+  a.ignore_index = ignore_index;
+  a.reduction = quack::Reduction(reduction);
+  a.label_smoothing = to_float(label_smoothing, kCrossEntropy, "label_smoothing");
+  a.z_loss = to_float(z_loss, kCrossEntropy, "z_loss");
+  a.softcap = to_float(softcap, kCrossEntropy, "softcap");
+  a.loss = reinterpret_cast<float*>(loss_ptr);
+  a.lse = reinterpret_cast<float*>(lse_ptr);
+  a.dlogits = {reinterpret_cast<void*>(dx_ptr), quack::DType(dtype), dx_stride};
+  a.dloss = cptr<float>(dloss_ptr);
+  a.workspace = reinterpret_cast<void*>(ws_ptr);
+  a.workspace_bytes = ws_bytes;
+  size_t bytes = 0;
+  const quack::Status st = mode == 0   ? quack::cross_entropy(a, reinterpret_cast<cudaStream_t>(stream))
+                           : mode == 1 ? quack::can_implement(a)
+                                       : quack::cross_entropy_workspace_bytes(a, &bytes);
+  if (!st.ok()) raise_status(st, kCrossEntropy);
+  return bytes;
+}
+
+void cross_entropy_scale_grad(int64_t rows, int64_t cols, uintptr_t dx_ptr, int32_t dtype, int64_t dx_stride,
+                              uintptr_t dloss_ptr, bool per_row, uintptr_t stream) {
+  quack::CrossEntropyGradScaleArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.dlogits = {reinterpret_cast<void*>(dx_ptr), quack::DType(dtype), dx_stride};
+  a.dloss = cptr<float>(dloss_ptr);
+  a.per_row = per_row;
+  const quack::Status st = quack::cross_entropy_scale_grad(a, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kCrossEntropy);
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -302,6 +349,18 @@ NB_MODULE(_C, m) {
         nb::arg("check_only"),
         "LayerNorm forward (quack::LayerNormFwdArgs): rmsnorm_fwd's arguments plus the mean output\n"
         "(fp32, one per row; 0: not written). check_only: validation alone, nothing launched.");
+  m.def("cross_entropy", &cross_entropy, nb::arg("rows"), nb::arg("cols"), nb::arg("logits_ptr"), nb::arg("dtype"),
+        nb::arg("logits_stride"), nb::arg("target_ptr"), nb::arg("target64"), nb::arg("target_stride"),
+        nb::arg("weight_ptr"), nb::arg("ignore_index"), nb::arg("reduction"), nb::arg("label_smoothing"),
+        nb::arg("z_loss"), nb::arg("softcap"), nb::arg("loss_ptr"), nb::arg("lse_ptr"), nb::arg("dx_ptr"),
+        nb::arg("dx_stride"), nb::arg("dloss_ptr"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"),
+        nb::arg("stream"),
+        "Cross-entropy (quack::CrossEntropyArgs) over raw device pointers; a pointer of 0 is an absent\n"
+        "operand; reduction 0 none, 1 mean, 2 sum; dx (dlogits) has the logits' dtype. mode 0 launches\n"
+        "on `stream`, 1 only validates, 2 returns the workspace bytes the launch needs.");
+  m.def("cross_entropy_scale_grad", &cross_entropy_scale_grad, nb::arg("rows"), nb::arg("cols"), nb::arg("dx_ptr"),
+        nb::arg("dtype"), nb::arg("dx_stride"), nb::arg("dloss_ptr"), nb::arg("per_row"), nb::arg("stream"),
+        "dx *= dloss (per row, or one scalar), skipping rows whose factor is exactly 1 (read on the device).");
   def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
                   "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
                   "as rmsnorm_fwd would; launches nothing and touches no device.");
