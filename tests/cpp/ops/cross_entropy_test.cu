@@ -1,0 +1,1076 @@
+// GPU tests of cross-entropy (forward and backward in one call) and of its
+// gradient scaling, through the public C++ API (quack::cross_entropy,
+// quack::cross_entropy_scale_grad), against a float64 reference written from
+// the maths (include/quack/ops/cross_entropy.cuh's header), not from the
+// kernels: lse by log-sum-exp in double, the softcap by std::tanh, the
+// smoothing as sum_c w_c (lse - x'_c) term by term, and the gradient in
+// closed form, which a host test (no GPU needed) checks against central
+// finite differences of the reference loss itself.
+//
+// Every operand lives in its own guarded, poisoned buffer (support/
+// guarded_tensor.hpp): writes outside an output's elements are counted byte
+// by byte, inputs (logits unless in place, targets, weights, dloss) must come
+// back unchanged, and the workspace may be written only inside its size.
+// Outputs are set to a sentinel before each call (so a NaN the maths asks for
+// cannot be mistaken for the NaN poison); each call runs twice and must give
+// bit-identical loss, lse and dlogits (determinism: fixed summation orders).
+//
+// Cases (~30% ignored rows in each unless named otherwise) cover every kernel:
+// register-resident rows in sub-CTA teams (V <= 200), a whole CTA (V 1000 ..
+// 32000 16-bit), clusters of 2..16 CTAs (V 32000 fp32 .. 262144), and the
+// streaming kernel, element-wise for misaligned rows (pointer off by one
+// element, odd row strides, only dlogits misaligned) and vectorised beyond the
+// register tiles (V 300000 fp32, 600000 bf16); the whole list runs a second
+// time with the register kernels disabled (the vectorised streaming kernel on
+// every shape). Across them each option appears several times in several
+// dtypes: int32/int64 targets, target strides 0 and 3, an ignore_index inside
+// [0, V), reductions none/mean/sum, class weights (with zeros), label
+// smoothing, z_loss, softcap, dloss (none: per row, mixed with exact 1s), in
+// place, forward only, gradient only, out-of-range targets, all rows ignored.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+#include "support/cuda_test.hpp"
+#include "support/guarded_tensor.hpp"
+
+namespace quack {
+namespace {
+
+using test::DeviceBuffer;
+using test::GuardedTensor;
+using test::Layout;
+using test::round_to;
+
+constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
+constexpr Reduction kNone = Reduction::kNone, kMean = Reduction::kMean, kSum = Reduction::kSum;
+const double kNaN = std::nan("");
+// Written into every output element before a call: no correct output is 1024
+// (|loss| and |dlogits| stay far below it here) and it is exact in every dtype.
+constexpr float kSentinel = 1024.0f;
+
+// ---------------------------------------------------------------------------
+// Float64 reference.
+
+struct Problem {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> x;        // [rows * cols] the logits as stored
+  std::vector<int64_t> target;  // [rows] as read (target_stride applied)
+  std::vector<double> weight;   // [cols], or empty: all 1
+  int64_t ignore_index = -100;
+  Reduction reduction = kMean;
+  double eps = 0.0, z_loss = 0.0, cap = 0.0;
+  std::vector<double> dloss;  // empty: 1; kNone: [rows]; else [1]
+};
+
+struct RowRef {
+  bool ignored = false, bad = false;
+  double lse = 0.0;
+  double ce = 0.0, z = 0.0;  // 0 for an ignored row, NaN for a bad one
+};
+
+struct Reference {
+  std::vector<RowRef> row;
+  double W = 0.0, R = 0.0;  // sum of w_t and count over counted rows
+  double wsum = 0.0;        // sum_c w_c
+  double loss = 0.0;        // kMean / kSum: the reduced loss
+};
+
+double capped(const Problem& p, double x) { return p.cap > 0.0 ? p.cap * std::tanh(x / p.cap) : x; }
+double weight_of(const Problem& p, int64_t c) { return p.weight.empty() ? 1.0 : p.weight[size_t(c)]; }
+double upstream(const Problem& p, int64_t row) {
+  if (p.dloss.empty()) return 1.0;
+  return p.reduction == kNone ? p.dloss[size_t(row)] : p.dloss[0];
+}
+
+double lse_of(const Problem& p, int64_t r) {
+  const double* xr = &p.x[size_t(r * p.cols)];
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t c = 0; c < p.cols; ++c) m = std::max(m, capped(p, xr[c]));
+  double s = 0.0;
+  for (int64_t c = 0; c < p.cols; ++c) s += std::exp(capped(p, xr[c]) - m);
+  return m + std::log(s);
+}
+
+Reference reference(const Problem& p) {
+  Reference ref;
+  ref.row.resize(size_t(p.rows));
+  for (int64_t c = 0; c < p.cols; ++c) ref.wsum += weight_of(p, c);
+  double sum_ce = 0.0, sum_z = 0.0;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    RowRef& o = ref.row[size_t(r)];
+    const int64_t t = p.target[size_t(r)];
+    o.ignored = t == p.ignore_index;
+    o.bad = !o.ignored && (t < 0 || t >= p.cols);
+    o.lse = lse_of(p, r);
+    if (o.ignored) continue;
+    if (o.bad) {
+      o.ce = o.z = kNaN;
+    } else {
+      const double* xr = &p.x[size_t(r * p.cols)];
+      double smooth = 0.0;  // sum_c w_c (lse - x'_c)
+      for (int64_t c = 0; c < p.cols; ++c) smooth += weight_of(p, c) * (o.lse - capped(p, xr[c]));
+      o.ce = (1.0 - p.eps) * weight_of(p, t) * (o.lse - capped(p, xr[t])) + p.eps / double(p.cols) * smooth;
+      o.z = p.z_loss * o.lse * o.lse;
+      ref.W += weight_of(p, t);
+      ref.R += 1.0;
+    }
+    sum_ce += o.ce;
+    sum_z += o.z;
+  }
+  if (p.reduction == kSum) ref.loss = sum_ce + sum_z;
+  // torch's 0 / 0 for a mean over no weight.
+  if (p.reduction == kMean) ref.loss = ref.W == 0.0 ? kNaN : sum_ce / ref.W + sum_z / ref.R;
+  return ref;
+}
+
+// The scalar whose gradient dlogits holds: sum_r dloss_r loss_r (kNone), or
+// dloss * loss.
+double objective(const Problem& p) {
+  const Reference ref = reference(p);
+  if (p.reduction != kNone) return upstream(p, 0) * ref.loss;
+  double s = 0.0;
+  for (int64_t r = 0; r < p.rows; ++r) s += upstream(p, r) * (ref.row[size_t(r)].ce + ref.row[size_t(r)].z);
+  return s;
+}
+
+// d objective / d x in closed form, p_c = exp(x'_c - lse):
+//   d ce / d x'_j = (1 - eps) w_t (p_j - [j == t]) + (eps / V) sum_c w_c (p_j - [j == c])
+//   d z  / d x'_j = 2 z_loss lse p_j
+//   d x' / d x    = 1 - tanh^2(x / cap)
+// times dloss, and 1 / W (ce) and 1 / R (z) for a mean.
+std::vector<double> gradient(const Problem& p, const Reference& ref) {
+  std::vector<double> dx(p.x.size(), 0.0);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const RowRef& o = ref.row[size_t(r)];
+    double* dr = &dx[size_t(r * p.cols)];
+    if (o.ignored) continue;
+    if (o.bad) {
+      std::fill(dr, dr + p.cols, kNaN);
+      continue;
+    }
+    const double* xr = &p.x[size_t(r * p.cols)];
+    const int64_t t = p.target[size_t(r)];
+    double g_ce = upstream(p, r), g_z = g_ce;
+    if (p.reduction == kMean) {
+      g_ce /= ref.W;
+      g_z /= ref.R;
+    }
+    for (int64_t j = 0; j < p.cols; ++j) {
+      const double pj = std::exp(capped(p, xr[j]) - o.lse);
+      const double dce = (1.0 - p.eps) * weight_of(p, t) * (pj - (j == t ? 1.0 : 0.0)) +
+                         p.eps / double(p.cols) * (ref.wsum * pj - weight_of(p, j));
+      const double dz = 2.0 * p.z_loss * o.lse * pj;
+      double d = g_ce * dce + g_z * dz;
+      if (p.cap > 0.0) {
+        const double th = std::tanh(xr[j] / p.cap);
+        d *= 1.0 - th * th;
+      }
+      dr[j] = d;
+    }
+  }
+  return dx;
+}
+
+// ---------------------------------------------------------------------------
+// Error bounds.
+//
+// The kernels compute in fp32 (unit roundoff u = 2^-24) and store dlogits in
+// the logits' dtype (u_t = 2^-24, 2^-11, 2^-8 for fp32, fp16, bf16). Each
+// bound below is a worst case of that rounding model for the steps the
+// quantity goes through, not a fit to observed errors:
+//  * s = sum_c exp(x'_c - m): a thread adds up to n_thr terms in sequence (at
+//    most 4 vectors = 32 elements in the register tiles; V / 1024 + 8 in a
+//    1024-thread streaming CTA, with as many online rescalings), then a tree
+//    of <= log2(V) levels. Each term's exponent (x'_c - m) log2(e) carries
+//    2u |x'_c - m|, which weighted by p_c sums to <= 2u ln V (the entropy), and
+//    ex2.approx / lg2.approx add a few ulps. So s has a relative error, i.e.
+//    lse an absolute error, of at most
+//      gamma = (2 n_thr + 4 log2(V + 1) + 32) u   (8e-6 at V = 1000, 3.8e-5 at 2^18)
+//    and lse's own rounding adds 2u |lse|. Sums of V terms of either sign
+//    (sum_c w_c x'_c, sum_c w_c) err by gamma times the sum of magnitudes.
+//  * softcap: c - 2c / (1 + 2^(2 x log2(e) / c)) with MUFU ex2 and a fast
+//    divide errs by d_cap <= (24 + 4 max|x| / c) u c per element, absolute
+//    (5e-5 at c = 30); lse moves by at most d_cap, as does each x'_c.
+//  * the reduction: W's sum (prepare kernel) and the total's (finish kernel)
+//    are 1024 sequential strands and a 10-level tree: gamma_M = (M / 1024 +
+//    16) u relative.
+// A row's loss then errs by each term's error (written out in bound_loss),
+// and a gradient element A p_c - b w_c - a [c == t] by p_c's relative error
+// (lse's and x'_c's errors, 2u |x'_c - lse| in its exponent, ex2's ulps), the
+// few roundings of A, a, b (and W's for a mean), the softcap factor's
+// (2 d_cap / c + 3u absolute), then the rounding to the dtype u_t |dx| and
+// the dtype's smallest step (fp16 subnormals; fp32 values below 2^-126 flush
+// to zero, as does p_c).
+//
+// The bounds stay far below what a wrong kernel changes: the loss bound is
+// < 5e-5 relative at V = 2^18 (< 1e-5 at V = 1000), while z_loss = 1e-4 adds
+// ~1e-3 of the loss (lse ~ 10..30) and label smoothing 0.1 ~10%. In the
+// gradient, the smoothing's -b w_c dominates every class with p_c << 1 / V
+// (most of them at these logit spreads), 100% of the element, against
+// u_t <= 0.4%; the z term changes A by 2 z_loss lse ~ 2e-3..6e-3 relative,
+// above the fp32 and fp16 bounds (u_t = 2^-11 = 4.9e-4) for the elements whose
+// p_c dominates; bf16 (0.4%) sees it in the loss, and in the gradient of the
+// case with z_loss = 0.05.
+struct Bounds {
+  double u = std::ldexp(1.0, -24);
+  double gamma = 0.0, gamma_m = 0.0, d_cap = 0.0;
+
+  explicit Bounds(const Problem& p) {
+    const double n_thr = std::max(32.0, std::ceil(double(p.cols) / 1024.0) + 8.0);
+    gamma = (2.0 * n_thr + 4.0 * std::log2(double(p.cols) + 1.0) + 32.0) * u;
+    gamma_m = (std::ceil(double(p.rows) / 1024.0) + 16.0) * u;
+    if (p.cap > 0.0) {
+      double max_abs = 0.0;
+      for (double v : p.x) max_abs = std::max(max_abs, std::fabs(v));
+      d_cap = (24.0 + 4.0 * max_abs / p.cap) * u * p.cap;
+    }
+  }
+  double lse(double lse) const { return gamma + 2.0 * u * std::fabs(lse) + d_cap; }
+};
+
+struct LossBound {
+  double ce = 0.0, z = 0.0;
+};
+
+// The error bound of a counted row's ce and z terms.
+LossBound bound_loss(const Problem& p, const Reference& ref, const Bounds& b, int64_t r) {
+  const RowRef& o = ref.row[size_t(r)];
+  const double* xr = &p.x[size_t(r * p.cols)];
+  const int64_t t = p.target[size_t(r)];
+  const double dl = b.lse(o.lse), u = b.u;
+  LossBound lb;
+  // (1 - eps) w_t (lse - x'_t): lse's and x'_t's errors, the subtraction and
+  // two products.
+  lb.ce = (1.0 - p.eps) * weight_of(p, t) * (dl + b.d_cap + 4.0 * u * std::fabs(o.lse - capped(p, xr[t])));
+  if (p.eps != 0.0) {
+    // (eps / V) (lse sum_c w_c - sum_c w_c x'_c): lse's error times the
+    // weights, both sums' errors, the final subtraction and products.
+    double d = 0.0, d_abs = 0.0;
+    for (int64_t c = 0; c < p.cols; ++c) {
+      d += weight_of(p, c) * capped(p, xr[c]);
+      d_abs += weight_of(p, c) * std::fabs(capped(p, xr[c]));
+    }
+    const double lw = std::fabs(o.lse) * ref.wsum;
+    lb.ce += p.eps / double(p.cols) *
+             (ref.wsum * (dl + b.d_cap) + (b.gamma + u) * lw + b.gamma * d_abs + 4.0 * u * std::fabs(o.lse * ref.wsum - d));
+  }
+  lb.ce += 2.0 * u * std::fabs(o.ce);
+  lb.z = p.z_loss * (2.0 * std::fabs(o.lse) * dl + 3.0 * u * o.lse * o.lse);
+  return lb;
+}
+
+// Bound of one gradient element of a counted row.
+double bound_grad(const Problem& p, const Reference& ref, const Bounds& b, int64_t r, int64_t j, double want, DType t) {
+  const RowRef& o = ref.row[size_t(r)];
+  const double* xr = &p.x[size_t(r * p.cols)];
+  const int64_t tgt = p.target[size_t(r)];
+  const double u = b.u, dl = b.lse(o.lse);
+  double g_ce = upstream(p, r), g_z = g_ce;
+  if (p.reduction == kMean) {
+    g_ce /= ref.W;
+    g_z /= ref.R;
+  }
+  const double a = std::fabs(g_ce * (1.0 - p.eps) * weight_of(p, tgt));
+  const double bb = std::fabs(g_ce * p.eps / double(p.cols));
+  const double zt = std::fabs(2.0 * g_z * p.z_loss * o.lse);
+  const double A_mag = a + bb * ref.wsum + zt;
+  const double xp = capped(p, xr[j]);
+  const double pj = std::exp(xp - o.lse);
+  const double wj = weight_of(p, j), at_t = j == tgt ? a : 0.0;
+  // A, a, b: a few roundings each, W's sum for a mean, sum_c w_c's for
+  // weighted smoothing, and the z term's share of lse's error.
+  const double gm = p.reduction == kMean ? b.gamma_m : 0.0;
+  const double err_A = (4.0 * u + gm + (p.weight.empty() ? 0.0 : b.gamma)) * A_mag +
+                       2.0 * std::fabs(g_z) * p.z_loss * dl;
+  const double rel_p = dl + b.d_cap + 2.0 * u * std::fabs(xp - o.lse) + 4.0 * u;
+  double err = A_mag * pj * rel_p + err_A * pj + (bb * wj + at_t) * (gm + 3.0 * u) +
+               2.0 * u * (A_mag * pj + bb * wj + at_t);
+  if (p.cap > 0.0) {
+    const double th = std::tanh(xr[j] / p.cap), f = 1.0 - th * th;
+    const double g_uncapped = A_mag * pj + bb * wj + at_t;  // a bound of |dL/dx'_j|
+    err = f * err + g_uncapped * (2.0 * b.d_cap / p.cap + 3.0 * u);
+  }
+  const double ut = t == kF32 ? u : t == kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double step = t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126);
+  return err + ut * (std::fabs(want) + err) + step + std::ldexp(1.0, -125) * A_mag;
+}
+
+// ---------------------------------------------------------------------------
+// The closed form against central finite differences of the reference loss
+// (host only): validates the gradient formula the GPU cases compare against.
+
+TEST(CrossEntropyReference, ClosedFormGradientMatchesFiniteDifferences) {
+  struct Opt {
+    Reduction red;
+    bool weight;
+    double eps, z, cap;
+    bool dloss;
+  };
+  const Opt opts[] = {
+      {kMean, false, 0.0, 0.0, 0.0, false}, {kSum, false, 0.0, 0.0, 0.0, true},
+      {kNone, false, 0.0, 0.0, 0.0, true},  {kMean, true, 0.0, 0.0, 0.0, true},
+      {kMean, false, 0.3, 0.0, 0.0, false}, {kSum, true, 0.3, 0.0, 0.0, true},
+      {kNone, true, 0.3, 0.0, 0.0, true},   {kMean, false, 0.0, 0.05, 0.0, true},
+      {kNone, false, 0.0, 0.05, 0.0, true}, {kMean, false, 0.0, 0.0, 4.0, false},
+      {kSum, false, 0.0, 0.0, 4.0, true},   {kMean, true, 0.2, 0.05, 4.0, true},
+      {kNone, true, 0.2, 0.05, 4.0, true},  {kSum, true, 1.0, 0.05, 4.0, false},
+  };
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  int config = 0;
+  for (const Opt& o : opts) {
+    SCOPED_TRACE("config " + std::to_string(config++));
+    Problem p;
+    p.rows = 6;
+    p.cols = 5;
+    p.reduction = o.red;
+    p.eps = o.eps;
+    p.z_loss = o.z;
+    p.cap = o.cap;
+    p.x.resize(size_t(p.rows * p.cols));
+    for (double& v : p.x) v = 3.0 * u(gen);
+    p.target = {0, 4, -100, 2, 2, 1};  // row 2 ignored
+    if (o.weight) p.weight = {0.5, 1.5, 0.0, 2.0, 1.0};  // row 3's target weighs 0
+    if (o.dloss) {
+      if (o.red == kNone) p.dloss = {0.7, -1.3, 2.0, 1.0, 0.4, -0.6};
+      else p.dloss = {1.7};
+    }
+    const Reference ref = reference(p);
+    const std::vector<double> cf = gradient(p, ref);
+    double largest = 0.0;
+    for (size_t i = 0; i < p.x.size(); ++i) {
+      const double x0 = p.x[i], h = 1e-5 * std::max(1.0, std::fabs(x0));
+      p.x[i] = x0 + h;
+      const double up = objective(p);
+      p.x[i] = x0 - h;
+      const double down = objective(p);
+      p.x[i] = x0;
+      const double fd = (up - down) / (2.0 * h);
+      // Truncation ~h^2 |f'''| / 6 ~ 1e-10, cancellation ~1e-16 |f| / h ~ 1e-10.
+      EXPECT_NEAR(cf[i], fd, 1e-7 + 1e-6 * std::fabs(fd)) << "row " << i / 5 << " col " << i % 5;
+      largest = std::max(largest, std::fabs(cf[i]));
+    }
+    EXPECT_GT(largest, 1e-2);  // the comparison is not of zeros
+    for (int64_t c = 0; c < p.cols; ++c) EXPECT_EQ(cf[size_t(2 * p.cols + c)], 0.0) << "ignored row";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// GPU cases.
+
+struct CeCase {
+  DType dtype;
+  int64_t rows, cols;
+  Reduction red;
+  bool i32 = false;        // int32 targets (else int64)
+  bool weight = false;     // class weights (uniform in [0.25, 2], ~3% zeros)
+  float eps = 0.0f, z = 0.0f, cap = 0.0f;
+  float dloss = 0.0f;      // 0: nullptr; else the upstream factor (kNone: per row, some exactly 1)
+  bool in_place = false;   // dlogits = logits
+  int64_t offset = 0, pad = 0;        // logits: elements before row 0; stride = cols + pad
+  int64_t dx_offset = 0, dx_pad = 0;  // dlogits (unless in place)
+  int64_t tstride = 1;
+  int64_t ignore_index = -100;
+  int ignored = 3;         // tenths of the rows ignored (row_ignored): 3 ~30%, 0 none, 10 all
+  bool bad = false;        // out-of-range targets in some rows
+  bool want_loss = true, want_lse = true, want_grad = true;
+  double spread = 3.0;     // logits ~ N(0, (spread * (0.5 .. 2))^2) per row
+
+  // Fluent setters for the case list.
+  CeCase& i32_() { i32 = true; return *this; }
+  CeCase& w() { weight = true; return *this; }
+  CeCase& smooth(float v) { eps = v; return *this; }
+  CeCase& zl(float v) { z = v; return *this; }
+  CeCase& softcap(float v) { cap = v; return *this; }
+  CeCase& g(float v) { dloss = v; return *this; }
+  CeCase& inplace() { in_place = true; return *this; }
+  CeCase& mis(int64_t off, int64_t pd) { offset = off; pad = pd; return *this; }
+  CeCase& dx_mis(int64_t off, int64_t pd) { dx_offset = off; dx_pad = pd; return *this; }
+  CeCase& ts(int64_t s) { tstride = s; return *this; }
+  CeCase& ii(int64_t v) { ignore_index = v; return *this; }
+  CeCase& ign(int tenths) { ignored = tenths; return *this; }
+  CeCase& badt() { bad = true; return *this; }
+  CeCase& noloss() { want_loss = false; return *this; }
+  CeCase& nolse() { want_lse = false; return *this; }
+  CeCase& nograd() { want_grad = false; return *this; }
+
+  std::string name() const {
+    auto num = [](double v) {
+      std::string s = std::to_string(v);
+      s.erase(s.find_last_not_of('0') + 1);
+      if (!s.empty() && s.back() == '.') s.pop_back();
+      for (char& ch : s) {
+        if (ch == '.') ch = 'p';
+        if (ch == '-') ch = 'm';
+      }
+      return s;
+    };
+    std::string n = "V" + std::to_string(cols) + "_M" + std::to_string(rows) + "_" +
+                    (dtype == kF32 ? "f32" : dtype == kF16 ? "f16" : "bf16") + "_" +
+                    (red == kNone ? "none" : red == kMean ? "mean" : "sum");
+    if (i32) n += "_i32";
+    if (weight) n += "_w";
+    if (eps != 0.0f) n += "_eps" + num(eps);
+    if (z != 0.0f) n += "_z" + num(z);
+    if (cap != 0.0f) n += "_cap" + num(cap);
+    if (dloss != 0.0f) n += "_g" + num(dloss);
+    if (in_place) n += "_inplace";
+    if (offset) n += "_off" + std::to_string(offset);
+    if (pad) n += "_pad" + std::to_string(pad);
+    if (dx_offset) n += "_dxoff" + std::to_string(dx_offset);
+    if (dx_pad) n += "_dxpad" + std::to_string(dx_pad);
+    if (tstride != 1) n += "_ts" + std::to_string(tstride);
+    if (ignore_index != -100) n += "_ii" + std::to_string(ignore_index);
+    if (ignored != 3) n += ignored == 0 ? "_noignored" : ignored == 10 ? "_allignored" : "_ign" + std::to_string(ignored);
+    if (bad) n += "_badtargets";
+    if (!want_loss) n += "_noloss";
+    if (!want_lse) n += "_nolse";
+    if (!want_grad) n += "_nograd";
+    return n;
+  }
+};
+
+CeCase C(DType t, int64_t rows, int64_t cols, Reduction red) {
+  CeCase c{t, rows, cols, red};
+  return c;
+}
+
+std::vector<CeCase> cases() {
+  std::vector<CeCase> v;
+  // Register-resident, sub-CTA teams (1, 2, 16, 32 threads a row).
+  v.push_back(C(kF32, 7, 1, kSum).i32_().smooth(0.1f).zl(1e-4f));
+  v.push_back(C(kBF16, 289, 1, kNone).w().g(0.75f));
+  v.push_back(C(kF16, 289, 2, kMean).i32_().smooth(0.1f));
+  v.push_back(C(kBF16, 7, 2, kNone).zl(1e-4f).softcap(30.0f).g(1.5f));
+  v.push_back(C(kF32, 1, 2, kSum).softcap(30.0f).g(-0.5f));
+  v.push_back(C(kF32, 289, 7, kSum).w().smooth(0.1f).zl(1e-4f).softcap(30.0f).g(0.75f));
+  v.push_back(C(kBF16, 1, 7, kMean).inplace());
+  v.push_back(C(kBF16, 7, 7, kMean).ts(0).ign(0));
+  v.push_back(C(kBF16, 289, 100, kMean).w().smooth(0.1f));
+  v.push_back(C(kF16, 289, 200, kSum).i32_().zl(1e-4f).softcap(30.0f).inplace());
+  // Register-resident, a whole CTA a row (vpt 1, 2, 4).
+  v.push_back(C(kBF16, 289, 1000, kMean));  // torch's defaults
+  v.push_back(C(kF32, 289, 1000, kNone).i32_().w().smooth(0.1f).g(0.75f));
+  v.push_back(C(kF16, 7, 1000, kSum).zl(1e-4f).g(2.5f));
+  v.push_back(C(kBF16, 1, 1000, kMean).w().smooth(0.1f).softcap(30.0f));
+  v.push_back(C(kF32, 7, 1000, kMean).ts(3).ii(3));
+  v.push_back(C(kBF16, 289, 1000, kSum).zl(0.05f).inplace());
+  v.push_back(C(kF32, 2000, 1000, kMean).zl(1e-4f).softcap(30.0f));
+  v.push_back(C(kBF16, 289, 4096, kMean).w().smooth(0.1f).zl(1e-4f).g(0.75f));
+  v.push_back(C(kF32, 289, 4096, kNone).i32_().softcap(30.0f));
+  v.push_back(C(kF16, 7, 4096, kSum).smooth(0.1f).inplace());
+  v.push_back(C(kBF16, 7, 4096, kNone).i32_().ts(3).g(0.75f));
+  v.push_back(C(kBF16, 7, 32000, kMean).zl(1e-4f).softcap(30.0f));
+  v.push_back(C(kF16, 1, 32000, kNone).w().smooth(0.1f));
+  v.push_back(C(kBF16, 7, 32000, kMean).w().smooth(0.1f).ign(0));
+  // Register-resident, clusters of 2 .. 16 CTAs a row.
+  v.push_back(C(kF32, 7, 32000, kSum).w().inplace());
+  v.push_back(C(kBF16, 7, 50304, kMean).w().smooth(0.1f).zl(1e-4f).softcap(30.0f).g(0.75f));
+  v.push_back(C(kF32, 7, 50304, kNone).i32_().g(0.75f));
+  v.push_back(C(kF16, 1, 50304, kSum).softcap(30.0f));
+  v.push_back(C(kBF16, 7, 128256, kMean).zl(1e-4f));
+  v.push_back(C(kF32, 7, 128256, kNone).w().smooth(0.1f).inplace());
+  v.push_back(C(kF16, 7, 128256, kSum).i32_().softcap(30.0f).g(2.5f));
+  v.push_back(C(kBF16, 3, 262144, kMean).smooth(0.1f).zl(1e-4f).softcap(30.0f));
+  v.push_back(C(kF32, 3, 262144, kSum).w().g(0.75f));
+  v.push_back(C(kF16, 3, 262144, kNone).i32_().inplace());
+  // Streaming, element-wise: misaligned pointers and odd row strides.
+  v.push_back(C(kF16, 7, 7, kNone).mis(1, 0));
+  v.push_back(C(kF16, 289, 1000, kMean).w().smooth(0.1f).mis(0, 1));
+  v.push_back(C(kF32, 1, 4096, kMean).zl(1e-4f).g(0.75f).mis(1, 0));
+  v.push_back(C(kBF16, 7, 50304, kMean).softcap(30.0f).dx_mis(1, 0));
+  v.push_back(C(kBF16, 7, 128256, kSum).i32_().smooth(0.1f).zl(1e-4f).mis(0, 3));
+  v.push_back(C(kBF16, 3, 262144, kNone).w().smooth(0.1f).g(0.75f).mis(1, 0));
+  v.push_back(C(kF32, 7, 32000, kNone).inplace().mis(1, 2));
+  // Streaming, vectorised: beyond the register tiles.
+  v.push_back(C(kF32, 2, 300000, kMean).smooth(0.1f).zl(1e-4f));
+  v.push_back(C(kBF16, 2, 600000, kSum).w().softcap(30.0f));
+  // Out-of-range targets (NaN rows) on each kernel.
+  v.push_back(C(kF32, 7, 1000, kNone).badt());
+  v.push_back(C(kBF16, 7, 4096, kMean).w().smooth(0.1f).badt());
+  v.push_back(C(kF16, 7, 50304, kSum).i32_().badt());
+  v.push_back(C(kBF16, 7, 1000, kMean).g(0.75f).mis(1, 0).badt());
+  v.push_back(C(kBF16, 7, 1, kSum).badt());
+  // Some outputs only: forward only, gradient only (a mean without shares),
+  // per-row losses without lse.
+  v.push_back(C(kBF16, 289, 4096, kMean).nograd());
+  v.push_back(C(kBF16, 7, 32000, kMean).zl(1e-4f).g(0.75f).noloss().nolse());
+  v.push_back(C(kF16, 289, 1000, kNone).w().smooth(0.1f).noloss());
+  v.push_back(C(kF32, 289, 1000, kSum).zl(1e-4f).nolse());
+  // Every row ignored: mean NaN (0 / 0), sum 0, none 0s, zero gradient.
+  v.push_back(C(kBF16, 7, 1000, kMean).w().smooth(0.1f).g(0.75f).ign(10));
+  v.push_back(C(kF32, 7, 4096, kSum).zl(1e-4f).ign(10));
+  v.push_back(C(kF16, 7, 200, kNone).softcap(30.0f).ign(10));
+  return v;
+}
+
+void PrintTo(const CeCase& c, std::ostream* os) { *os << c.name(); }
+
+uint32_t seed_of(const std::string& s) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 16777619u;
+  return h;
+}
+
+// Rows ignored: r % 10 in the first `ignored` of {1, 4, 8, 6, 0, 2, 3, 5, 7, 9}
+// (3: ~30%, row 0 kept); out of range (bad): r % 10 in {2, 3, 7}, unless ignored.
+bool row_ignored(int64_t r, int ignored) {
+  static const int order[10] = {1, 4, 8, 6, 0, 2, 3, 5, 7, 9};
+  for (int k = 0; k < ignored; ++k)
+    if (r % 10 == order[k]) return true;
+  return false;
+}
+
+template <class T>
+cudaError_t download_bytes(const DeviceBuffer& b, std::vector<T>* out) {
+  out->resize(b.bytes() / sizeof(T));
+  return cudaMemcpy(out->data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost);
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) return false;
+  return true;
+}
+
+// Expects `got` within `bound` of `want` (NaN wants NaN); counts and reports
+// the first failures; tracks the worst ratio error / bound.
+struct Checker {
+  const char* what;
+  int64_t bad = 0;
+  double worst = 0.0;
+  void check(double got, double want, double bound, int64_t r, int64_t c = -1) {
+    bool ok;
+    if (std::isnan(want)) {
+      ok = std::isnan(got);
+    } else {
+      const double e = std::fabs(got - want);
+      ok = e <= bound;  // false for NaN
+      if (bound > 0.0) worst = std::max(worst, e / bound);
+    }
+    if (!ok && ++bad <= 5)
+      ADD_FAILURE() << what << " row " << r << (c >= 0 ? " col " + std::to_string(c) : std::string()) << ": got "
+                    << got << ", want " << want << " (bound " << bound << ")";
+  }
+  void exact(double got, double want, int64_t r, int64_t c = -1) {
+    if (!(got == want) && ++bad <= 5)
+      ADD_FAILURE() << what << " row " << r << (c >= 0 ? " col " + std::to_string(c) : std::string()) << ": got "
+                    << got << ", want exactly " << want;
+  }
+  ~Checker() { EXPECT_EQ(bad, 0) << what << " elements wrong (worst error / bound " << worst << ")"; }
+};
+
+void run_case(const CeCase& c) {
+  const std::string name = c.name();
+  const bool misaligned = c.offset % (16 / dtype_size(c.dtype)) != 0 ||
+                          (c.pad * dtype_size(c.dtype)) % 16 != 0 ||
+                          (!c.in_place && c.want_grad &&
+                           (c.dx_offset % (16 / dtype_size(c.dtype)) != 0 || (c.dx_pad * dtype_size(c.dtype)) % 16 != 0));
+  SCOPED_TRACE("plan (default tuning): " + (misaligned ? std::string("stream, element-wise")
+                                                          : cross_entropy_plan_description(c.rows, c.cols, c.dtype, DeviceLimits{})));
+  std::mt19937 gen(seed_of(name));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  const int64_t V = c.cols, M = c.rows;
+
+  // Logits as stored; in half the rows the target's logit is lifted by 2
+  // standard deviations (p_t near 1: the gradient's a - A p_t cancels).
+  Problem p;
+  p.rows = M;
+  p.cols = V;
+  p.ignore_index = c.ignore_index;
+  p.reduction = c.red;
+  p.eps = c.eps;
+  p.z_loss = c.z;
+  p.cap = c.cap;
+
+  // Targets, as the row reads them: tbuf[r * tstride]; the slots between are
+  // valid but wrong classes.
+  std::vector<int64_t> want_t(static_cast<size_t>(M));
+  std::uniform_int_distribution<int64_t> cls(0, V - 1);
+  for (int64_t r = 0; r < M; ++r) {
+    int64_t t = cls(gen);
+    if (row_ignored(r, c.ignored)) {
+      t = c.ignore_index;
+    } else if (c.bad && (r % 10 == 2 || r % 10 == 3 || r % 10 == 7)) {
+      if (r % 10 == 2) t = V;
+      if (r % 10 == 3) t = c.i32 ? int64_t(std::numeric_limits<int32_t>::min()) : -(int64_t(1) << 40);
+      if (r % 10 == 7) t = -1;
+    }
+    want_t[size_t(r)] = t;
+  }
+  const size_t tslots = M == 0 ? 1 : size_t((M - 1) * c.tstride + 1);
+  std::vector<int64_t> tbuf(tslots);
+  for (size_t i = 0; i < tslots; ++i) tbuf[i] = cls(gen);
+  for (int64_t r = 0; r < M; ++r) tbuf[size_t(r * c.tstride)] = want_t[size_t(r)];
+  p.target.resize(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r) p.target[size_t(r)] = tbuf[size_t(r * c.tstride)];
+
+  std::vector<float> x(size_t(M * V));
+  for (int64_t r = 0; r < M; ++r) {
+    const float s = float(c.spread) * (0.5f + 0.5f * float(r % 4));
+    for (int64_t j = 0; j < V; ++j) x[size_t(r * V + j)] = s * normal(gen);
+    const int64_t t = p.target[size_t(r)];
+    if (r % 2 == 0 && t >= 0 && t < V) x[size_t(r * V + t)] += 2.0f * s;
+  }
+  for (float& v : x) v = float(round_to(c.dtype, v));
+  p.x.assign(x.begin(), x.end());
+
+  std::vector<float> w;
+  if (c.weight) {
+    w.resize(static_cast<size_t>(V));
+    for (float& v : w) v = uni(gen) < 0.03f ? 0.0f : 0.25f + 1.75f * uni(gen);
+    // Keep W > 0 (a mean over weight 0 is a separate, all-ignored case).
+    for (int64_t r = 0; r < M; ++r) {
+      const int64_t t = p.target[size_t(r)];
+      if (t >= 0 && t < V && t != c.ignore_index) {
+        if (w[size_t(t)] == 0.0f) w[size_t(t)] = 1.0f;
+        break;
+      }
+    }
+    p.weight.assign(w.begin(), w.end());
+  }
+  std::vector<float> dloss;
+  if (c.dloss != 0.0f && c.want_grad) {
+    if (c.red == kNone) {
+      dloss.resize(size_t(std::max<int64_t>(M, 1)));
+      for (int64_t r = 0; r < int64_t(dloss.size()); ++r)
+        dloss[size_t(r)] = r % 3 == 0 ? 1.0f : c.dloss * (0.5f + uni(gen)) * (r % 3 == 1 ? 1.0f : -1.0f);
+    } else {
+      dloss = {c.dloss};
+    }
+    p.dloss.assign(dloss.begin(), dloss.end());
+  }
+
+  // Device operands.
+  const Layout lx{c.dtype, M, V, V + c.pad, c.offset};
+  const Layout ldx{c.dtype, M, V, V + c.dx_pad, c.dx_offset};
+  GuardedTensor tx(lx);
+  GuardedTensor tdx(c.want_grad && !c.in_place ? ldx : Layout{c.dtype, 0, 1, 1, 0});
+  const int64_t nloss = c.red == kNone ? M : 1;
+  GuardedTensor tloss(Layout{kF32, c.want_loss ? nloss : 0, 1, 1, 0});
+  GuardedTensor tlse(Layout{kF32, c.want_lse ? M : 0, 1, 1, 0});
+  ASSERT_TRUE(tx.ok() && tdx.ok() && tloss.ok() && tlse.ok()) << "cudaMalloc failed";
+  DeviceBuffer dtarget(tslots * (c.i32 ? 4 : 8));
+  DeviceBuffer dweight(c.weight ? size_t(V) * 4 : 0);
+  DeviceBuffer ddloss(dloss.size() * 4);
+  ASSERT_TRUE(dtarget.ok() && (!c.weight || dweight.ok()) && (dloss.empty() || ddloss.ok()));
+  std::vector<int32_t> tbuf32(tbuf.begin(), tbuf.end());
+  if (c.i32) {
+    QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), tbuf32.data(), dtarget.bytes(), cudaMemcpyHostToDevice));
+  } else {
+    QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), tbuf.data(), dtarget.bytes(), cudaMemcpyHostToDevice));
+  }
+  if (c.weight) QUACK_ASSERT_CUDA(cudaMemcpy(dweight.data(), w.data(), dweight.bytes(), cudaMemcpyHostToDevice));
+  if (!dloss.empty()) QUACK_ASSERT_CUDA(cudaMemcpy(ddloss.data(), dloss.data(), ddloss.bytes(), cudaMemcpyHostToDevice));
+
+  CrossEntropyArgs a;
+  a.rows = M;
+  a.cols = V;
+  a.logits = {tx.ptr(), c.dtype, lx.stride};
+  a.target = dtarget.data();
+  a.target_dtype = c.i32 ? IndexDType::kInt32 : IndexDType::kInt64;
+  a.target_stride = c.tstride;
+  a.weight = c.weight ? reinterpret_cast<const float*>(dweight.data()) : nullptr;
+  a.ignore_index = c.ignore_index;
+  a.reduction = c.red;
+  a.label_smoothing = c.eps;
+  a.z_loss = c.z;
+  a.softcap = c.cap;
+  a.loss = c.want_loss ? static_cast<float*>(tloss.ptr()) : nullptr;
+  a.lse = c.want_lse ? static_cast<float*>(tlse.ptr()) : nullptr;
+  if (c.want_grad) {
+    if (c.in_place) a.dlogits = {tx.ptr(), c.dtype, lx.stride};
+    else a.dlogits = {tdx.ptr(), c.dtype, ldx.stride};
+  }
+  a.dloss = dloss.empty() ? nullptr : reinterpret_cast<const float*>(ddloss.data());
+  size_t ws_bytes = 0;
+  {
+    const Status st = cross_entropy_workspace_bytes(a, &ws_bytes);
+    ASSERT_TRUE(st.ok()) << st.message;
+  }
+  ASSERT_EQ(ws_bytes % 16, 0u);
+  const int64_t ws_elems = int64_t(ws_bytes / 4);
+  GuardedTensor tws(Layout{kF32, ws_elems > 0 ? 1 : 0, std::max<int64_t>(ws_elems, 1), std::max<int64_t>(ws_elems, 1), 0});
+  ASSERT_TRUE(tws.ok());
+  a.workspace = ws_bytes > 0 ? tws.ptr() : nullptr;
+  a.workspace_bytes = ws_bytes;
+
+  // Two calls on fresh outputs.
+  std::vector<double> loss[2], lse[2], dx[2];
+  GuardedTensor& tgrad = c.in_place ? tx : tdx;
+  for (int run = 0; run < 2; ++run) {
+    QUACK_ASSERT_CUDA(tx.upload(x));
+    if (c.want_grad && !c.in_place) QUACK_ASSERT_CUDA(tdx.upload(std::vector<float>(size_t(M * V), kSentinel)));
+    QUACK_ASSERT_CUDA(tloss.upload(std::vector<float>(size_t(c.want_loss ? nloss : 0), kSentinel)));
+    QUACK_ASSERT_CUDA(tlse.upload(std::vector<float>(size_t(c.want_lse ? M : 0), kSentinel)));
+    QUACK_ASSERT_CUDA(tws.poison());
+    const Status st = cross_entropy(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    int64_t dirty = 0;
+    std::vector<double> scratch;
+    QUACK_ASSERT_CUDA(tws.download(&scratch, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes written past the workspace";
+    if (c.want_loss) {
+      QUACK_ASSERT_CUDA(tloss.download(&loss[run], &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes outside loss's elements were written";
+    }
+    if (c.want_lse) {
+      QUACK_ASSERT_CUDA(tlse.download(&lse[run], &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes outside lse's elements were written";
+    }
+    if (c.want_grad) {
+      QUACK_ASSERT_CUDA(tgrad.download(&dx[run], &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes outside dlogits' elements were written";
+    }
+  }
+  EXPECT_TRUE(same_bits(loss[0], loss[1])) << "a repeated call gave a different loss";
+  EXPECT_TRUE(same_bits(lse[0], lse[1])) << "a repeated call gave a different lse";
+  EXPECT_TRUE(same_bits(dx[0], dx[1])) << "a repeated call gave a different dlogits";
+
+  // Inputs unchanged.
+  if (!(c.in_place && c.want_grad)) {
+    int64_t dirty = 0;
+    std::vector<double> xv;
+    QUACK_ASSERT_CUDA(tx.download(&xv, &dirty));
+    EXPECT_EQ(dirty, 0) << "the logits' guard or gaps changed";
+    int64_t changed = 0;
+    for (size_t i = 0; i < xv.size(); ++i) changed += xv[i] != p.x[i];
+    EXPECT_EQ(changed, 0) << "the logits were modified";
+  }
+  if (c.i32) {
+    std::vector<int32_t> back;
+    QUACK_ASSERT_CUDA(download_bytes(dtarget, &back));
+    EXPECT_TRUE(back == tbuf32) << "the targets were modified";
+  } else {
+    std::vector<int64_t> back;
+    QUACK_ASSERT_CUDA(download_bytes(dtarget, &back));
+    EXPECT_TRUE(back == tbuf) << "the targets were modified";
+  }
+  if (c.weight) {
+    std::vector<float> back;
+    QUACK_ASSERT_CUDA(download_bytes(dweight, &back));
+    EXPECT_TRUE(back == w) << "the weights were modified";
+  }
+  if (!dloss.empty()) {
+    std::vector<float> back;
+    QUACK_ASSERT_CUDA(download_bytes(ddloss, &back));
+    EXPECT_TRUE(back == dloss) << "dloss was modified";
+  }
+
+  // Against the reference.
+  const Reference ref = reference(p);
+  const Bounds b(p);
+  std::vector<LossBound> lb(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r)
+    if (!ref.row[size_t(r)].ignored && !ref.row[size_t(r)].bad) lb[size_t(r)] = bound_loss(p, ref, b, r);
+  if (c.want_lse) {
+    Checker ck{"lse"};
+    for (int64_t r = 0; r < M; ++r) ck.check(lse[0][size_t(r)], ref.row[size_t(r)].lse, b.lse(ref.row[size_t(r)].lse), r);
+  }
+  if (c.want_loss) {
+    Checker ck{"loss"};
+    if (c.red == kNone) {
+      for (int64_t r = 0; r < M; ++r) {
+        const RowRef& o = ref.row[size_t(r)];
+        if (o.ignored) ck.exact(loss[0][size_t(r)], 0.0, r);
+        else ck.check(loss[0][size_t(r)], o.ce + o.z, lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z), r);
+      }
+    } else {
+      // The total of the rows' shares: their bounds, the shares' own
+      // roundings (a division by W or R each for a mean) and the sum's.
+      double bound = 0.0, mag = 0.0;
+      for (int64_t r = 0; r < M; ++r) {
+        const RowRef& o = ref.row[size_t(r)];
+        if (o.ignored || o.bad) continue;
+        if (c.red == kMean) {
+          bound += lb[size_t(r)].ce / ref.W + lb[size_t(r)].z / ref.R + (b.gamma_m + 2.0 * b.u) * std::fabs(o.ce) / ref.W +
+                   2.0 * b.u * std::fabs(o.z) / ref.R;
+          mag += std::fabs(o.ce / ref.W + o.z / ref.R);
+        } else {
+          bound += lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z);
+          mag += std::fabs(o.ce + o.z);
+        }
+      }
+      bound += b.gamma_m * mag;
+      ck.check(loss[0][0], ref.loss, bound, 0);
+      if (c.red == kSum && ref.R == 0.0 && !c.bad) ck.exact(loss[0][0], 0.0, 0);
+    }
+  }
+  if (c.want_grad) {
+    const std::vector<double> want = gradient(p, ref);
+    Checker ck{"dlogits"};
+    for (int64_t r = 0; r < M; ++r) {
+      const RowRef& o = ref.row[size_t(r)];
+      for (int64_t j = 0; j < V; ++j) {
+        const size_t i = size_t(r * V + j);
+        if (o.ignored) ck.exact(dx[0][i], 0.0, r, j);
+        else if (o.bad) ck.check(dx[0][i], kNaN, 0.0, r, j);
+        else ck.check(dx[0][i], want[i], bound_grad(p, ref, b, r, j, want[i], c.dtype), r, j);
+      }
+    }
+  }
+}
+
+class CrossEntropyGpu : public testing::TestWithParam<CeCase> {};
+
+TEST_P(CrossEntropyGpu, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CrossEntropyGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The same cases with the register-resident kernels off: every row through
+// the streaming kernel (vectorised where aligned), one CTA a row.
+class CrossEntropyGpuStreaming : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.reg_enable = 0;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// ---------------------------------------------------------------------------
+// rows = 0: a reduced loss is still written (mean NaN, sum 0, as torch); with
+// reduction none nothing is; no other pointer is needed.
+TEST(CrossEntropyGpuEdge, NoRows) {
+  QUACK_REQUIRE_SM90();
+  GuardedTensor tloss(Layout{kF32, 1, 1, 1, 0}), tlse(Layout{kF32, 1, 1, 1, 0});
+  ASSERT_TRUE(tloss.ok() && tlse.ok());
+  for (const Reduction red : {kNone, kMean, kSum}) {
+    SCOPED_TRACE(red == kNone ? "none" : red == kMean ? "mean" : "sum");
+    QUACK_ASSERT_CUDA(tloss.upload({kSentinel}));
+    QUACK_ASSERT_CUDA(tlse.upload({kSentinel}));
+    CrossEntropyArgs a;
+    a.rows = 0;
+    a.cols = 1000;
+    a.reduction = red;
+    a.loss = static_cast<float*>(tloss.ptr());
+    a.lse = static_cast<float*>(tlse.ptr());
+    const Status st = cross_entropy(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<double> loss, lse;
+    int64_t dirty = 0, dirty2 = 0;
+    QUACK_ASSERT_CUDA(tloss.download(&loss, &dirty));
+    QUACK_ASSERT_CUDA(tlse.download(&lse, &dirty2));
+    EXPECT_EQ(dirty + dirty2, 0);
+    EXPECT_EQ(lse[0], kSentinel) << "lse has no rows to write";
+    if (red == kNone) EXPECT_EQ(loss[0], kSentinel) << "no per-row loss to write";
+    if (red == kMean) EXPECT_TRUE(std::isnan(loss[0])) << loss[0];
+    if (red == kSum) EXPECT_EQ(loss[0], 0.0);
+  }
+}
+
+// The reduced loss is bit-identical run after run (fixed-order sums, no
+// atomics), here with many rows per strand of the finishing sum.
+TEST(CrossEntropyGpuEdge, DeterministicLoss) {
+  QUACK_REQUIRE_SM90();
+  const int64_t M = 3000, V = 2048;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(size_t(M * V));
+  for (float& v : x) v = float(round_to(kBF16, normal(gen)));
+  std::vector<int64_t> t(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r) t[size_t(r)] = r % 10 == 1 ? -100 : (r * 7919) % V;
+  std::vector<float> w(static_cast<size_t>(V));
+  for (int64_t c = 0; c < V; ++c) w[size_t(c)] = 0.5f + float(c % 7) * 0.25f;
+  GuardedTensor tx(Layout{kBF16, M, V, V, 0}), tdx(Layout{kBF16, M, V, V, 0});
+  DeviceBuffer dt(size_t(M) * 8), dw(size_t(V) * 4), dws(size_t(M) * 4 + 64), dl(4);
+  ASSERT_TRUE(tx.ok() && tdx.ok() && dt.ok() && dw.ok() && dws.ok() && dl.ok());
+  QUACK_ASSERT_CUDA(tx.upload(x));
+  QUACK_ASSERT_CUDA(cudaMemcpy(dt.data(), t.data(), dt.bytes(), cudaMemcpyHostToDevice));
+  QUACK_ASSERT_CUDA(cudaMemcpy(dw.data(), w.data(), dw.bytes(), cudaMemcpyHostToDevice));
+  for (const Reduction red : {kMean, kSum}) {
+    CrossEntropyArgs a;
+    a.rows = M;
+    a.cols = V;
+    a.logits = {tx.ptr(), kBF16, V};
+    a.target = dt.data();
+    a.weight = reinterpret_cast<const float*>(dw.data());
+    a.reduction = red;
+    a.label_smoothing = 0.1f;
+    a.z_loss = 1e-4f;
+    a.loss = reinterpret_cast<float*>(dl.data());
+    a.dlogits = {tdx.ptr(), kBF16, V};
+    a.workspace = dws.data();
+    a.workspace_bytes = dws.bytes();
+    size_t need = 0;
+    ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need).ok());
+    ASSERT_LE(need, dws.bytes());
+    uint32_t first = 0;
+    std::vector<double> g0;
+    for (int run = 0; run < 4; ++run) {
+      QUACK_ASSERT_CUDA(cudaMemset(dl.data(), 0xFF, 4));
+      const Status st = cross_entropy(a, nullptr);
+      ASSERT_TRUE(st.ok()) << st.message;
+      QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+      uint32_t bits = 0;
+      QUACK_ASSERT_CUDA(cudaMemcpy(&bits, dl.data(), 4, cudaMemcpyDeviceToHost));
+      float f;
+      std::memcpy(&f, &bits, 4);
+      EXPECT_TRUE(std::isfinite(f)) << f;
+      std::vector<double> g;
+      int64_t dirty = 0;
+      QUACK_ASSERT_CUDA(tdx.download(&g, &dirty));
+      if (run == 0) {
+        first = bits;
+        g0 = std::move(g);
+      } else {
+        EXPECT_EQ(bits, first) << "run " << run << " gave another loss";
+        EXPECT_TRUE(same_bits(g, g0)) << "run " << run << " gave another gradient";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// cross_entropy_scale_grad: dx *= dloss in fp32, rounded to the dtype, so
+// every scaled element is exactly round(float(dx) * f); rows whose factor is
+// exactly 1 are neither read nor written (checked on rows of NaN poison, whose
+// bits a multiplication by 1 would canonicalise).
+
+struct ScaleSetup {
+  DType dtype;
+  int64_t rows, cols, offset, pad;
+};
+
+class CrossEntropyScaleGrad : public testing::TestWithParam<ScaleSetup> {};
+
+// Raw bytes of the operand's elements region (first element .. last).
+cudaError_t raw_bytes(const GuardedTensor& t, std::vector<unsigned char>* out) {
+  const Layout& l = t.layout();
+  const size_t n = size_t(((l.rows - 1) * l.stride + l.cols) * dtype_size(l.dtype));
+  out->resize(n);
+  return cudaMemcpy(out->data(), t.ptr(), n, cudaMemcpyDeviceToHost);
+}
+
+TEST_P(CrossEntropyScaleGrad, ScalesExactlyAndSkipsUnitFactors) {
+  QUACK_REQUIRE_SM90();
+  const ScaleSetup s = GetParam();
+  const Layout l{s.dtype, s.rows, s.cols, s.cols + s.pad, s.offset};
+  const int es = dtype_size(s.dtype);
+  std::mt19937 gen(uint32_t(s.rows * 31 + s.cols + int(s.dtype)));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(size_t(s.rows * s.cols));
+  for (int64_t i = 0; i < int64_t(v.size()); ++i)  // gradient-like: magnitudes 1e-6 .. 1
+    v[size_t(i)] = float(round_to(s.dtype, normal(gen) * std::pow(10.0f, -float(i % 7))));
+  GuardedTensor t(l);
+  DeviceBuffer dg(size_t(s.rows) * 4);
+  ASSERT_TRUE(t.ok() && dg.ok());
+
+  auto run = [&](const std::vector<float>& factors, bool per_row) {
+    QUACK_ASSERT_CUDA(cudaMemcpy(dg.data(), factors.data(), factors.size() * 4, cudaMemcpyHostToDevice));
+    CrossEntropyGradScaleArgs a;
+    a.rows = s.rows;
+    a.cols = s.cols;
+    a.dlogits = {t.ptr(), s.dtype, l.stride};
+    a.dloss = reinterpret_cast<const float*>(dg.data());
+    a.per_row = per_row;
+    const Status st = cross_entropy_scale_grad(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  };
+  auto poison_row = [&](int64_t r) {
+    return cudaMemset(static_cast<char*>(t.ptr()) + r * l.stride * es, 0xFF, size_t(s.cols * es));
+  };
+  auto expect_scaled = [&](const std::vector<double>& got, int64_t r, float f) {
+    int64_t wrong = 0;
+    for (int64_t j = 0; j < s.cols; ++j) {
+      const size_t i = size_t(r * s.cols + j);
+      const double want = round_to(s.dtype, v[i] * f);
+      if (!(got[i] == want) && ++wrong <= 3)
+        ADD_FAILURE() << "row " << r << " col " << j << ": got " << got[i] << ", want " << want << " (factor " << f << ")";
+    }
+    EXPECT_EQ(wrong, 0) << "row " << r;
+  };
+
+  // A scalar factor of exactly 1: no byte changes (rows of NaN poison
+  // included).
+  {
+    QUACK_ASSERT_CUDA(t.upload(v));
+    QUACK_ASSERT_CUDA(poison_row(s.rows / 2));
+    std::vector<unsigned char> before, after;
+    QUACK_ASSERT_CUDA(raw_bytes(t, &before));
+    run({1.0f}, false);
+    QUACK_ASSERT_CUDA(raw_bytes(t, &after));
+    EXPECT_TRUE(before == after) << "a factor of 1 changed dlogits";
+  }
+  // A scalar factor of 2.5: every element exactly scaled; gaps and guards
+  // untouched.
+  {
+    QUACK_ASSERT_CUDA(t.upload(v));
+    run({2.5f}, false);
+    std::vector<double> got;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(t.download(&got, &dirty));
+    EXPECT_EQ(dirty, 0);
+    for (int64_t r = 0; r < s.rows; ++r) expect_scaled(got, r, 2.5f);
+  }
+  // Per row, factors 1 (rows r % 3 == 0, poisoned: must keep their bits) mixed
+  // with others (negative, fractional, 0).
+  {
+    QUACK_ASSERT_CUDA(t.upload(v));
+    std::vector<float> f(size_t(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const float others[4] = {-0.5f, 3.0f, 0.0f, 1e-3f};
+      f[size_t(r)] = r % 3 == 0 ? 1.0f : others[r % 4];
+      if (r % 3 == 0) QUACK_ASSERT_CUDA(poison_row(r));
+    }
+    std::vector<unsigned char> before, after;
+    QUACK_ASSERT_CUDA(raw_bytes(t, &before));
+    run(f, true);
+    QUACK_ASSERT_CUDA(raw_bytes(t, &after));
+    std::vector<double> got;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(t.download(&got, &dirty));
+    EXPECT_EQ(dirty, 0);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      if (r % 3 == 0) {
+        const size_t b0 = size_t(r * l.stride * es), n = size_t(s.cols * es);
+        EXPECT_EQ(std::memcmp(before.data() + b0, after.data() + b0, n), 0) << "row " << r << " (factor 1) was written";
+      } else {
+        expect_scaled(got, r, f[size_t(r)]);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyScaleGrad,
+                         testing::Values(ScaleSetup{kF32, 7, 1000, 0, 0}, ScaleSetup{kBF16, 289, 4096, 0, 8},
+                                         ScaleSetup{kF16, 13, 50304, 0, 0}, ScaleSetup{kBF16, 7, 1001, 1, 0},
+                                         ScaleSetup{kF32, 5, 3, 0, 1}, ScaleSetup{kF16, 3, 262144, 1, 3}),
+                         [](const testing::TestParamInfo<ScaleSetup>& i) {
+                           const ScaleSetup& s = i.param;
+                           return std::string(s.dtype == kF32 ? "f32" : s.dtype == kF16 ? "f16" : "bf16") + "_M" +
+                                  std::to_string(s.rows) + "_V" + std::to_string(s.cols) +
+                                  (s.offset ? "_off" + std::to_string(s.offset) : std::string()) +
+                                  (s.pad ? "_pad" + std::to_string(s.pad) : std::string());
+                         });
+
+}  // namespace
+}  // namespace quack

@@ -1,0 +1,440 @@
+// Host tests of cross-entropy's argument validation (quack::can_implement for
+// CrossEntropyArgs and CrossEntropyGradScaleArgs; cross_entropy and
+// cross_entropy_scale_grad validate first, so a rejected call never reaches
+// the GPU), of the workspace size for every reduction and option, and of the
+// plan the GPU tests rely on for their coverage (register team / CTA /
+// cluster, streaming). can_implement never dereferences a pointer, so plain
+// addresses stand in for device memory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace {
+
+constexpr int64_t kRows = 4;
+constexpr int64_t kCols = 1000;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Distinct 16 MB-apart addresses, 16-byte aligned unless `bytes` says otherwise.
+void* addr(int i, uintptr_t bytes = 0) { return reinterpret_cast<void*>((uintptr_t(i + 1) << 24) + bytes); }
+float* faddr(int i, uintptr_t bytes = 0) { return static_cast<float*>(addr(i, bytes)); }
+
+// Every option on: weights, smoothing (so the workspace holds the totals),
+// z_loss, softcap, lse, dlogits and dloss, a mean (workspace: totals + shares).
+CrossEntropyArgs args() {
+  CrossEntropyArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.logits = {addr(0), DType::kBFloat16, kCols};
+  a.target = addr(1);
+  a.target_dtype = IndexDType::kInt64;
+  a.weight = faddr(2);
+  a.reduction = Reduction::kMean;
+  a.label_smoothing = 0.1f;
+  a.z_loss = 1e-4f;
+  a.softcap = 30.0f;
+  a.loss = faddr(3);
+  a.lse = faddr(4);
+  a.dlogits = {addr(5), DType::kBFloat16, kCols};
+  a.dloss = faddr(6);
+  a.workspace = addr(7);
+  a.workspace_bytes = size_t(1) << 20;
+  return a;
+}
+
+CrossEntropyGradScaleArgs scale_args() {
+  CrossEntropyGradScaleArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.dlogits = {addr(0), DType::kFloat16, kCols + 3};
+  a.dloss = faddr(1);
+  a.per_row = true;
+  return a;
+}
+
+// Expects validation (and the call, which validates first and so never
+// reaches the GPU) to reject `a`, naming `arg` at the start of the message.
+void expect_invalid(const CrossEntropyArgs& a, const std::string& arg, Code code = Code::kInvalidArgument) {
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, code) << "expected " << arg << " to be rejected";
+  EXPECT_EQ(st.message.rfind(arg + ":", 0), 0u) << "message should name '" << arg << "': " << st.message;
+  const Status l = cross_entropy(a, nullptr);
+  EXPECT_EQ(l.code, code);
+  EXPECT_EQ(l.message, st.message);
+}
+
+void expect_invalid(const CrossEntropyGradScaleArgs& a, const std::string& arg, Code code = Code::kInvalidArgument) {
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, code) << "expected " << arg << " to be rejected";
+  EXPECT_EQ(st.message.rfind(arg + ":", 0), 0u) << "message should name '" << arg << "': " << st.message;
+  const Status l = cross_entropy_scale_grad(a, nullptr);
+  EXPECT_EQ(l.code, code);
+  EXPECT_EQ(l.message, st.message);
+}
+
+TEST(CrossEntropyValidate, ValidArgumentsPass) {
+  EXPECT_TRUE(can_implement(args()).ok());
+  // The minimal call: logits and target only (no outputs at all is allowed).
+  CrossEntropyArgs a;
+  a.rows = kRows;
+  a.cols = kCols;
+  a.logits = {addr(0), DType::kFloat32, kCols};
+  a.target = addr(1);
+  a.reduction = Reduction::kNone;
+  EXPECT_TRUE(can_implement(a).ok());
+  // int32 targets need 4-byte alignment only; a stride of 0 (one shared
+  // target) and any ignore_index are allowed.
+  a.target_dtype = IndexDType::kInt32;
+  a.target = addr(1, 4);
+  a.target_stride = 0;
+  a.ignore_index = 5;
+  EXPECT_TRUE(can_implement(a).ok());
+  // The bounds of the scalar options are inclusive; softcap 0 is "off".
+  a = args();
+  a.label_smoothing = 0.0f;
+  EXPECT_TRUE(can_implement(a).ok());
+  a.label_smoothing = 1.0f;
+  a.z_loss = 0.0f;
+  a.softcap = 0.0f;
+  EXPECT_TRUE(can_implement(a).ok());
+  // Rows may be padded, and misaligned by an element (the streaming kernel).
+  a = args();
+  a.logits = {addr(0, 2), DType::kBFloat16, kCols + 1};
+  a.dlogits = {addr(5, 6), DType::kBFloat16, kCols + 7};
+  EXPECT_TRUE(can_implement(a).ok());
+  EXPECT_TRUE(can_implement(scale_args()).ok());
+}
+
+TEST(CrossEntropyValidate, ShapeErrorsNameRowsOrCols) {
+  CrossEntropyArgs a = args();
+  a.rows = -1;
+  expect_invalid(a, "rows");
+  a = args();
+  a.cols = 0;
+  expect_invalid(a, "cols");
+  a = args();
+  a.cols = kRowMaxCols + 1;
+  a.logits.row_stride = a.dlogits.row_stride = a.cols;
+  expect_invalid(a, "cols", Code::kUnsupported);
+  // The size query checks the shape too.
+  size_t bytes = 7;
+  a = args();
+  a.rows = -3;
+  Status st = cross_entropy_workspace_bytes(a, &bytes);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("rows:", 0), 0u) << st.message;
+  a = args();
+  a.cols = -1;
+  st = cross_entropy_workspace_bytes(a, &bytes);
+  EXPECT_EQ(st.message.rfind("cols:", 0), 0u) << st.message;
+  EXPECT_EQ(cross_entropy_workspace_bytes(args(), nullptr).message.rfind("bytes:", 0), 0u);
+
+  CrossEntropyGradScaleArgs s = scale_args();
+  s.rows = -1;
+  expect_invalid(s, "rows");
+  s = scale_args();
+  s.cols = 0;
+  expect_invalid(s, "cols");
+}
+
+TEST(CrossEntropyValidate, LogitsAndTargetErrorsNameTheOperand) {
+  CrossEntropyArgs a = args();
+  a.logits.ptr = nullptr;
+  expect_invalid(a, "logits");
+  a = args();
+  a.logits.row_stride = kCols - 1;
+  expect_invalid(a, "logits");
+  a = args();
+  a.logits.ptr = addr(0, 1);  // not aligned to a bf16 element
+  expect_invalid(a, "logits");
+  a = args();
+  a.logits.dtype = static_cast<DType>(7);
+  expect_invalid(a, "logits");
+
+  a = args();
+  a.target = nullptr;
+  expect_invalid(a, "target");
+  a = args();
+  a.target = addr(1, 4);  // int64 at a 4-byte offset
+  expect_invalid(a, "target");
+  a.target_dtype = IndexDType::kInt32;
+  EXPECT_TRUE(can_implement(a).ok());
+  a.target = addr(1, 2);  // int32 at a 2-byte offset
+  expect_invalid(a, "target");
+  a = args();
+  a.target_dtype = static_cast<IndexDType>(2);
+  expect_invalid(a, "target_dtype");
+  a = args();
+  a.target_stride = -1;
+  expect_invalid(a, "target_stride");
+}
+
+TEST(CrossEntropyValidate, OptionErrorsNameTheOption) {
+  CrossEntropyArgs a = args();
+  a.weight = faddr(2, 2);
+  expect_invalid(a, "weight");
+  a = args();
+  a.reduction = static_cast<Reduction>(3);
+  expect_invalid(a, "reduction");
+  a = args();
+  a.reduction = static_cast<Reduction>(-1);
+  expect_invalid(a, "reduction");
+  for (const float eps : {-0.1f, 1.5f, std::nextafter(1.0f, 2.0f), kNaN, kInf, -kInf}) {
+    a = args();
+    a.label_smoothing = eps;
+    expect_invalid(a, "label_smoothing");
+  }
+  for (const float z : {-1e-4f, kInf, kNaN}) {
+    a = args();
+    a.z_loss = z;
+    expect_invalid(a, "z_loss");
+  }
+  for (const float c : {-1.0f, kNaN, kInf}) {
+    a = args();
+    a.softcap = c;
+    expect_invalid(a, "softcap");
+  }
+}
+
+TEST(CrossEntropyValidate, OutputErrorsNameTheOutput) {
+  CrossEntropyArgs a = args();
+  a.loss = faddr(3, 2);
+  expect_invalid(a, "loss");
+  a = args();
+  a.lse = faddr(4, 1);
+  expect_invalid(a, "lse");
+
+  a = args();
+  a.dlogits.row_stride = kCols - 1;
+  expect_invalid(a, "dlogits");
+  a = args();
+  a.dlogits.ptr = addr(5, 1);
+  expect_invalid(a, "dlogits");
+  a = args();
+  a.dlogits.dtype = static_cast<DType>(9);
+  expect_invalid(a, "dlogits");
+  a = args();
+  a.dlogits.dtype = DType::kFloat16;  // logits are bf16
+  expect_invalid(a, "dlogits");
+
+  a = args();
+  a.dloss = faddr(6, 2);
+  expect_invalid(a, "dloss");
+  a = args();
+  a.dlogits = {};  // an upstream gradient only scales dlogits
+  expect_invalid(a, "dloss");
+  a.dloss = nullptr;  // forward only
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+// In place is the same pointer and row stride; any other overlap of the two
+// (byte ranges first element .. last element) is refused.
+TEST(CrossEntropyValidate, DlogitsInPlaceOrDisjoint) {
+  const int64_t es = 2;  // bf16
+  CrossEntropyArgs a = args();
+  a.dlogits = {const_cast<void*>(a.logits.ptr), a.logits.dtype, a.logits.row_stride};
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.logits.row_stride = a.dlogits.row_stride = kCols + 24;  // padded, still in place
+  EXPECT_TRUE(can_implement(a).ok());
+  a.dlogits.row_stride = kCols + 8;  // same pointer, another stride
+  expect_invalid(a, "dlogits");
+
+  // Shifted by one element: overlaps.
+  a = args();
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) + es;
+  expect_invalid(a, "dlogits");
+  // dlogits ending inside logits' first row.
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) - ((kRows - 1) * kCols + 1) * es;
+  expect_invalid(a, "dlogits");
+  // dlogits interleaved into logits' row gaps: the ranges overlap (refused,
+  // although no element is shared).
+  a = args();
+  a.logits.row_stride = a.dlogits.row_stride = 2 * kCols;
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) + kCols * es;
+  expect_invalid(a, "dlogits");
+  // Adjacent on either side: disjoint.
+  a = args();
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) + kRows * kCols * es;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) - kRows * kCols * es;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  // With no rows nothing is addressed: any dlogits passes.
+  a = args();
+  a.rows = 0;
+  a.dlogits.ptr = static_cast<char*>(const_cast<void*>(a.logits.ptr)) + es;
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+TEST(CrossEntropyValidate, WorkspaceErrors) {
+  CrossEntropyArgs a = args();
+  size_t need = 0;
+  ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need).ok());
+  ASSERT_GT(need, 0u);
+  a.workspace = nullptr;
+  expect_invalid(a, "workspace");
+  a = args();
+  a.workspace = addr(7, 8);  // 8-byte aligned only
+  expect_invalid(a, "workspace");
+  a = args();
+  a.workspace_bytes = need - 1;
+  expect_invalid(a, "workspace_bytes");
+  a.workspace_bytes = need;
+  EXPECT_TRUE(can_implement(a).ok());
+  // No workspace needed: none checked.
+  a = args();
+  a.reduction = Reduction::kNone;
+  a.weight = nullptr;
+  a.workspace = addr(7, 3);
+  a.workspace_bytes = 0;
+  EXPECT_TRUE(can_implement(a).ok());
+  a.workspace = nullptr;
+  EXPECT_TRUE(can_implement(a).ok());
+  // No rows: nothing to check (a reduced loss over nothing needs no totals).
+  a = args();
+  a.rows = 0;
+  a.target = nullptr;
+  a.workspace = nullptr;
+  a.workspace_bytes = 0;
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+// Workspace: 16 bytes of totals (W, R, sum w) for a mean, or for class
+// weights with smoothing; then one fp32 share per row for a reduced loss that
+// is written; rounded up to 16 bytes.
+TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
+  auto bytes = [](Reduction red, int64_t rows, bool weight, float eps, bool loss) {
+    CrossEntropyArgs a = args();
+    a.reduction = red;
+    a.rows = rows;
+    a.weight = weight ? faddr(2) : nullptr;
+    a.label_smoothing = eps;
+    a.loss = loss ? faddr(3) : nullptr;
+    a.workspace = nullptr;  // the query does not need one
+    size_t b = 12345;
+    const Status st = cross_entropy_workspace_bytes(a, &b);
+    EXPECT_TRUE(st.ok()) << st.message;
+    return b;
+  };
+  auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
+  for (const int64_t rows : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(7), int64_t(289), int64_t(100000)}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const size_t shares = size_t(rows) * 4;
+    for (const bool weight : {false, true}) {
+      for (const float eps : {0.0f, 0.1f}) {
+        const bool totals_for_smoothing = weight && eps != 0.0f;
+        SCOPED_TRACE(std::string(weight ? "weight" : "no weight") + ", eps " + std::to_string(eps));
+        // none: the totals only for weighted smoothing's sum of the weights.
+        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, true), totals_for_smoothing ? 16u : 0u);
+        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, false), totals_for_smoothing ? 16u : 0u);
+        // mean: the totals (W, R) always, the shares when the loss is written.
+        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, true), round16(16 + shares));
+        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, false), 16u);
+        // sum: the shares when the loss is written; the totals as for none.
+        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, true),
+                  round16((totals_for_smoothing ? 16 : 0) + shares));
+        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, false), totals_for_smoothing ? 16u : 0u);
+      }
+    }
+  }
+  // Worked values: 289 rows, mean: 16 + 1156 = 1172 -> 1184; sum: 1156 -> 1168.
+  EXPECT_EQ(bytes(Reduction::kMean, 289, false, 0.0f, true), 1184u);
+  EXPECT_EQ(bytes(Reduction::kSum, 289, false, 0.0f, true), 1168u);
+  EXPECT_EQ(bytes(Reduction::kSum, 4, false, 0.0f, true), 16u);
+  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 32u);
+}
+
+TEST(CrossEntropyValidate, NoRowsWithNothingToWriteIsANoOp) {
+  // reduction none, or no loss: nothing is launched (host CI has no GPU).
+  CrossEntropyArgs a;
+  a.rows = 0;
+  a.cols = 17;
+  a.reduction = Reduction::kNone;
+  EXPECT_TRUE(cross_entropy(a, nullptr).ok());
+  a.reduction = Reduction::kMean;  // no loss pointer: no reduced value to write
+  EXPECT_TRUE(cross_entropy(a, nullptr).ok());
+  CrossEntropyGradScaleArgs s;
+  s.rows = 0;
+  s.cols = 17;
+  EXPECT_TRUE(cross_entropy_scale_grad(s, nullptr).ok());
+}
+
+TEST(CrossEntropyScaleValidate, ErrorsNameTheArgument) {
+  CrossEntropyGradScaleArgs a = scale_args();
+  a.dlogits.ptr = nullptr;
+  expect_invalid(a, "dlogits");
+  a = scale_args();
+  a.dlogits.row_stride = kCols - 1;
+  expect_invalid(a, "dlogits");
+  a = scale_args();
+  a.dlogits.ptr = addr(0, 1);
+  expect_invalid(a, "dlogits");
+  a = scale_args();
+  a.dlogits.dtype = static_cast<DType>(5);
+  expect_invalid(a, "dlogits");
+  a = scale_args();
+  a.dloss = nullptr;
+  expect_invalid(a, "dloss");
+  a.per_row = false;
+  expect_invalid(a, "dloss");
+  a = scale_args();
+  a.dloss = faddr(1, 2);
+  expect_invalid(a, "dloss");
+  // An fp32 gradient misaligned by an element is fine (element-wise kernel).
+  a = scale_args();
+  a.dlogits = {addr(0, 4), DType::kFloat32, kCols + 1};
+  EXPECT_TRUE(can_implement(a).ok());
+}
+
+// The kernel each shape of tests/cpp/ops/cross_entropy_test.cu takes on an
+// H100/H200 (default DeviceLimits, default tuning), so that the GPU cases
+// keep covering every path: a register team inside a CTA, a whole CTA per
+// row, a cluster per row, and the streaming kernel beyond the register tiles
+// (misaligned rows stream too; the plan assumes aligned rows).
+TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
+  const DeviceLimits lim;
+  struct Want {
+    int64_t rows, cols;
+    DType dtype;
+    const char* kind;  // "team": team < threads; "cta": one CTA; "cluster"; "stream"
+  };
+  const Want wants[] = {
+      {7, 1, DType::kFloat32, "team"},         {289, 7, DType::kFloat32, "team"},
+      {289, 100, DType::kBFloat16, "team"},    {289, 200, DType::kFloat16, "team"},
+      {289, 1000, DType::kBFloat16, "cta"},    {289, 4096, DType::kFloat32, "cta"},
+      {7, 32000, DType::kBFloat16, "cta"},     {7, 32000, DType::kFloat32, "cluster"},
+      {7, 50304, DType::kBFloat16, "cluster"}, {7, 128256, DType::kFloat16, "cluster"},
+      {3, 262144, DType::kFloat32, "cluster"}, {3, 262144, DType::kBFloat16, "cluster"},
+      {2, 300000, DType::kFloat32, "stream"},  {2, 600000, DType::kBFloat16, "stream"},
+  };
+  for (const Want& w : wants) {
+    const std::string d = cross_entropy_plan_description(w.rows, w.cols, w.dtype, lim);
+    SCOPED_TRACE(std::to_string(w.rows) + " x " + std::to_string(w.cols) + " " + dtype_name(w.dtype) + ": " + d);
+    const std::string kind = w.kind;
+    if (kind == "stream") {
+      EXPECT_EQ(d.rfind("stream", 0), 0u);
+      continue;
+    }
+    ASSERT_EQ(d.rfind("reg", 0), 0u);
+    int team = 0, threads = 0, cluster = 0, vpt = 0;
+    ASSERT_EQ(std::sscanf(d.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
+    if (kind == "team") {
+      EXPECT_TRUE(team < threads && cluster == 1);
+    } else if (kind == "cta") {
+      EXPECT_TRUE(team == threads && cluster == 1);
+    } else {
+      EXPECT_GT(cluster, 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace quack
