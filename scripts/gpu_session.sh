@@ -18,7 +18,8 @@
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
-#   bench_softmax, bench_rmsnorm_bwd, bench_layernorm  bench/<part>.py likewise (<part>.md / .json)
+#   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
+#              bench/<part>.py likewise (<part>.md / .json)
 # The device copy of the tree has no .git: pass the commit being measured.
 set -uo pipefail
 commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
@@ -105,7 +106,7 @@ for part in $parts; do
       python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
         > "$out/bench.log" 2>&1 || status=1
       tail -3 "$out/bench.log" ;;
-    bench_softmax|bench_rmsnorm_bwd|bench_layernorm)
+    bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh
       python3 "bench/$part.py" --commit "$commit" --out "$out/$part.md" \
