@@ -110,7 +110,23 @@ def main() -> int:
     if diff > 0.05 or rel_gx > 2e-2 or rel_gw > 2e-2:
         return 1
 
-    print("\n5. quick timing (median of 50 CUDA-event timings; bench/bench_rmsnorm.py is the real benchmark)")
+    print("\n5. quack_cpp.cross_entropy (label smoothing, ignored targets) against torch, loss and gradient")
+    logits = (torch.randn(4096, 32000, device=dev) * 3).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 32000, (4096,), device=dev)
+    target[::5] = -100
+    loss = quack_cpp.cross_entropy(logits, target, label_smoothing=0.1)
+    loss.backward()
+    ours_grad = logits.grad.clone()
+    logits.grad = None
+    ref = torch.nn.functional.cross_entropy(logits.double(), target, label_smoothing=0.1)
+    ref.backward()
+    err_loss = abs(loss.item() - ref.item()) / abs(ref.item())
+    rel_g = ((ours_grad.double() - logits.grad.double()).abs().max() / logits.grad.double().abs().max()).item()
+    print(f"   (4096, 32000) bf16: loss rel err {err_loss:.2e}; max rel err of the gradient {rel_g:.2e}")
+    if err_loss > 1e-4 or rel_g > 1e-2:
+        return 1
+
+    print("\n6. quick timing (median of 50 CUDA-event timings; bench/bench_rmsnorm.py is the real benchmark)")
     print(f"   {'M x N':>16} {'dtype':>15} {'quack_cpp':>16} {'torch eager':>16}")
     for m, n, dt in [(32768, 4096, torch.bfloat16), (4096, 32768, torch.bfloat16), (256, 262144, torch.bfloat16),
                      (16384, 8192, torch.float32)]:
