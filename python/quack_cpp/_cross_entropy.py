@@ -89,9 +89,11 @@ def _loss_shape(logits: Tensor, reduction: int):
 
 
 def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
-            label_smoothing: float, z_loss: float, softcap: float, grad: Optional[str]):
+            label_smoothing: float, z_loss: float, softcap: float, grad: Optional[str],
+            dloss: Optional[Tensor] = None):
     """The kernel on the current stream. grad: None (no gradient), "new" (a
-    new contiguous tensor) or "inplace" (into logits). Returns (loss, lse, dx)."""
+    new contiguous tensor) or "inplace" (into logits), times the upstream
+    gradient dloss (None: 1). Returns (loss, lse, dx)."""
     n = logits.shape[-1]
     lead = tuple(logits.shape[:-1])
     x, xs = _rows_view(logits, n)
@@ -114,8 +116,15 @@ def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_ind
     dxp = dx.data_ptr() if grad is not None else 0
     code = _DTYPE_CODE[logits.dtype]
     t64 = t.dtype == torch.int64
+    g = None
+    if dloss is not None and grad is not None:
+        g = dloss.to(torch.float32).reshape(-1).contiguous()
+        if g.numel() != (rows if reduction == 0 else 1):
+            raise ValueError(f"{_NAME} backward: the upstream gradient must have "
+                             f"{rows if reduction == 0 else 1} elements, got {g.numel()}")
+    gptr = g.data_ptr() if g is not None else 0
     args = (rows, n, x.data_ptr(), code, xs, t.data_ptr(), t64, ts, wptr, ignore_index, reduction,
-            float(label_smoothing), float(z_loss), float(softcap), loss.data_ptr(), lse.data_ptr(), dxp, dxs, 0)
+            float(label_smoothing), float(z_loss), float(softcap), loss.data_ptr(), lse.data_ptr(), dxp, dxs, gptr)
     ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0)
     ws = torch.empty((ws_bytes,), device=dev, dtype=torch.uint8) if ws_bytes else None
     devi = x.get_device()
@@ -135,16 +144,17 @@ def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_ind
 
 @torch.library.custom_op("quack_cpp::cross_entropy_fwd", mutates_args=())
 def _ce_fwd_op(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
-               label_smoothing: float, z_loss: float, softcap: float,
-               want_grad: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """(loss, lse, dlogits); dlogits (for a unit upstream gradient) is empty
-    unless want_grad."""
+               label_smoothing: float, z_loss: float, softcap: float, want_grad: bool,
+               dloss: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """(loss, lse, dlogits); dlogits (times the upstream gradient dloss, or
+    for a unit one) is empty unless want_grad."""
     return _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                   "new" if want_grad else None)
+                   "new" if want_grad else None, dloss)
 
 
 @_ce_fwd_op.register_fake
-def _ce_fwd_fake(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, want_grad):
+def _ce_fwd_fake(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, want_grad,
+                 dloss):
     dev = logits.device
     loss = logits.new_empty(_loss_shape(logits, reduction), dtype=torch.float32)
     lse = logits.new_empty(tuple(logits.shape[:-1]), dtype=torch.float32)
@@ -155,17 +165,18 @@ def _ce_fwd_fake(logits, target, weight, ignore_index, reduction, label_smoothin
 
 @torch.library.custom_op("quack_cpp::cross_entropy_fwd_inplace", mutates_args=("logits",))
 def _ce_fwd_inplace_op(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int,
-                       reduction: int, label_smoothing: float, z_loss: float,
-                       softcap: float) -> Tuple[Tensor, Tensor]:
-    """(loss, lse); logits is overwritten with dlogits for a unit upstream
-    gradient."""
+                       reduction: int, label_smoothing: float, z_loss: float, softcap: float,
+                       dloss: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """(loss, lse); logits is overwritten with dlogits (times dloss, or for a
+    unit upstream gradient)."""
     loss, lse, _ = _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                           "inplace")
+                           "inplace", dloss)
     return loss, lse
 
 
 @_ce_fwd_inplace_op.register_fake
-def _ce_fwd_inplace_fake(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
+def _ce_fwd_inplace_fake(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                         dloss):
     loss = logits.new_empty(_loss_shape(logits, reduction), dtype=torch.float32)
     lse = logits.new_empty(tuple(logits.shape[:-1]), dtype=torch.float32)
     return loss, lse
@@ -199,26 +210,49 @@ def _ce_scale_fake(dlogits, dloss):
 
 class _CrossEntropyFn(torch.autograd.Function):
     """Autograd over the fused forward: the gradient for a unit upstream
-    factor is computed with the loss; backward rescales it in place."""
+    factor is computed with the loss; backward rescales it in place.
+
+    float16 logits are the exception: a gradient stored at unit scale would
+    underflow fp16's range under loss scaling (GradScaler multiplies the
+    upstream gradient by up to 2^16), so their backward computes the gradient
+    with the upstream factor applied before the one rounding (a second read
+    of the logits)."""
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                 inplace):
-        if inplace:
-            loss, lse = torch.ops.quack_cpp.cross_entropy_fwd_inplace(
-                logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap)
-            dx = logits
+        ops = torch.ops.quack_cpp
+        ctx.late = logits.dtype == torch.float16
+        ctx.opts = (ignore_index, reduction, label_smoothing, z_loss, softcap)
+        ctx.inplace = inplace
+        if ctx.late:
+            loss, lse, _ = ops.cross_entropy_fwd(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                 z_loss, softcap, False, None)
+            ctx.save_for_backward(logits, target, weight)
+        elif inplace:
+            loss, lse = ops.cross_entropy_fwd_inplace(logits, target, weight, ignore_index, reduction,
+                                                      label_smoothing, z_loss, softcap, None)
+            ctx.save_for_backward(logits)
         else:
-            loss, lse, dx = torch.ops.quack_cpp.cross_entropy_fwd(
-                logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, True)
-        ctx.save_for_backward(dx)
+            loss, lse, dx = ops.cross_entropy_fwd(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                  z_loss, softcap, True, None)
+            ctx.save_for_backward(dx)
         ctx.mark_non_differentiable(lse)
         return loss, lse
 
     @staticmethod
     def backward(ctx, grad_loss, grad_lse):
-        (dx,) = ctx.saved_tensors
-        torch.ops.quack_cpp.cross_entropy_scale_grad(dx, grad_loss)
+        ops = torch.ops.quack_cpp
+        if ctx.late:
+            logits, target, weight = ctx.saved_tensors
+            if ctx.inplace:
+                ops.cross_entropy_fwd_inplace(logits, target, weight, *ctx.opts, grad_loss)
+                dx = logits
+            else:
+                _, _, dx = ops.cross_entropy_fwd(logits, target, weight, *ctx.opts, True, grad_loss)
+        else:
+            (dx,) = ctx.saved_tensors
+            ops.cross_entropy_scale_grad(dx, grad_loss)
         return dx, None, None, None, None, None, None, None, None
 
 
@@ -246,7 +280,8 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Optional[Tensor] = Non
     Returns the fp32 loss (shape () or, for 'none', logits' leading shape),
     and with ``return_lse=True`` also the fp32 per-row log-sum-exp (not
     differentiable). When ``logits`` requires grad, the forward also computes
-    the gradient in the same sweep over the logits; ``inplace_backward=True``
+    the gradient in the same sweep over the logits (float16 logits: in the
+    backward, so that loss scaling cannot underflow it); ``inplace_backward=True``
     writes that gradient into the logits' own memory (saving a logits-sized
     tensor; the logits' values are gone afterwards and autograd's version
     check protects any other user of them).
@@ -260,7 +295,7 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Optional[Tensor] = Non
                                           bool(inplace_backward))
     elif _is_compiling() or type(logits) is not Tensor or not logits.is_cuda:
         loss, lse, _ = torch.ops.quack_cpp.cross_entropy_fwd(logits, target, weight, ignore_index, red, ls, z, cap,
-                                                              False)
+                                                              False, None)
     else:
         loss, lse, _ = _launch(logits, target, weight, ignore_index, red, ls, z, cap, None)
     return (loss, lse) if return_lse else loss
