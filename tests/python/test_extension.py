@@ -64,3 +64,58 @@ def test_types_are_checked():
         call(x_ptr=-1)  # pointers are unsigned
     with pytest.raises(TypeError):
         call(eps="1e-6")
+
+
+# ---------------------------------------------------------------------------
+# Cross-entropy through the binding: mode 1 validates, mode 2 sizes the
+# workspace; neither touches a device.
+
+def ce(**kw):
+    args = dict(rows=4, cols=N, logits_ptr=256, dtype=2, logits_stride=N, target_ptr=1024, target64=True,
+                target_stride=1, weight_ptr=0, ignore_index=-100, reduction=1, label_smoothing=0.0, z_loss=0.0,
+                softcap=0.0, loss_ptr=2048, lse_ptr=0, dx_ptr=0, dx_stride=0, dloss_ptr=0, ws_ptr=4096,
+                ws_bytes=1 << 20, mode=1, stream=0)
+    args.update(kw)
+    return _C.cross_entropy(**args)
+
+
+def test_cross_entropy_valid_call_and_workspace_sizes():
+    assert ce() == 0
+    # mean: 16 bytes of totals + 4 rows' shares; sum: the shares; none: nothing.
+    assert ce(mode=2) == 32
+    assert ce(mode=2, reduction=2) == 16
+    assert ce(mode=2, reduction=0) == 0
+    # none with class-weighted smoothing still needs the class weights' sum.
+    assert ce(mode=2, reduction=0, weight_ptr=8192, label_smoothing=0.1) == 16
+    # In place (dlogits = logits) is accepted.
+    assert ce(dx_ptr=256, dx_stride=N) == 0
+
+
+@pytest.mark.parametrize("kw, names", [
+    (dict(cols=0), ["cols", ">= 1"]),
+    (dict(logits_ptr=0), ["logits", "null"]),
+    (dict(logits_stride=N - 1), ["logits", "row stride"]),
+    (dict(dtype=7), ["logits", "dtype code 7"]),
+    (dict(target_ptr=0), ["target", "null"]),
+    (dict(target_ptr=1028), ["target", "aligned"]),
+    (dict(target_stride=-1), ["target_stride"]),
+    (dict(weight_ptr=8194), ["weight", "aligned"]),
+    (dict(reduction=3), ["reduction", "code 3"]),
+    (dict(label_smoothing=1.5), ["label_smoothing", "[0, 1]"]),
+    (dict(z_loss=-1.0), ["z_loss", ">= 0"]),
+    (dict(softcap=-2.0), ["softcap", ">= 0"]),
+    (dict(softcap=1e-40), ["softcap", "normal"]),
+    (dict(dx_ptr=258, dx_stride=N), ["dlogits", "overlaps"]),
+    (dict(dloss_ptr=3000), ["dloss", "without dlogits"]),
+    (dict(ws_ptr=0), ["workspace", "null"]),
+    (dict(ws_bytes=16), ["workspace_bytes", "32"]),
+])
+def test_cross_entropy_invalid_argument_names_it(kw, names):
+    pattern = "^quack_cpp.cross_entropy: " + "".join(f"(?=.*{re.escape(n)})" for n in names)
+    with pytest.raises(ValueError, match=pattern):
+        ce(**kw)
+
+
+def test_cross_entropy_out_of_range_scalars_are_refused_by_the_binding():
+    with pytest.raises(ValueError, match="z_loss"):
+        ce(z_loss=1e300)
