@@ -124,15 +124,30 @@ struct Plan {
   RegRowConfig cfg;
 };
 
-Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim) {
+// The plain forward streams rows of this many classes and more instead of
+// holding them in registers. Prediction, not yet measured: the register
+// kernel's bf16 forward ran at 25-38% of copy for V >= 32000 (a63c75a, H200:
+// whole-CTA and clustered rows with one row in flight); the streaming kernel
+// keeps 8 loads a thread in flight in four CTAs an SM and should pass 85%.
+// To be set from bench_cross_entropy's forward table.
+constexpr int64_t kCEFwdStreamMinCols = 32768;
+
+// wide: the plain forward (no gradient, no softcap, no weighted smoothing),
+// whose kernel has the 8-vector tile.
+Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide) {
   Plan plan;
   RegRowProblem prob;
   prob.rows = rows;
   prob.cols = cols;
   prob.x_elem_bytes = es;
-  prob.max_vpt = ops::ce_max_vpt();
+  prob.max_vpt = ops::ce_max_vpt(wide);
   prob.cluster_vpt = ops::ce_cluster_vpt();
   prob.scratch_bytes = ops::kCEScratchBytes;
+  // As the softmax forward, whose 16-bit rows of 512..8K ran at 95.6-98.6%
+  // of copy with 8 vectors a thread against 79.8-95.3% with 4 (softmax_sweep,
+  // b0db224, H200). Not yet measured for cross-entropy: at 4 vectors its bf16
+  // 16K forward ran at 46% (a63c75a), 512-thread CTAs two to an SM.
+  if (wide && es == 2 && cols >= 512) prob.vpt_target = 8;
   plan.reg = choose_reg_row_config(prob, lim, current_row_tuning(), &plan.cfg) &&
              check_reg_row_config(plan.cfg, prob, lim) == nullptr;
   return plan;
@@ -156,8 +171,10 @@ Status cuda_check(const char* what) {
 
 }  // namespace
 
-std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim) {
-  const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim);
+std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
+                                          bool wide) {
+  if (wide && cols >= kCEFwdStreamMinCols) return "fwd-stream";
+  const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim, wide);
   char buf[128];
   if (plan.reg) {
     const RegRowConfig& c = plan.cfg;
@@ -300,8 +317,17 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int vec = 16 / es;
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
-  const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim) : Plan{};
+  const bool wide = !grad && a.softcap == 0.0f && !p.wsmooth;
+  const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
+    if (wide && vec_io && a.cols >= kCEFwdStreamMinCols) {
+      // Persistent: four CTAs an SM (the kernel's launch bounds), at most one
+      // per row.
+      const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
+      return by_dtype(a.logits.dtype, [&](auto dt) {
+        return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, grid, device, stream);
+      });
+    }
     if (plan.reg) {
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;

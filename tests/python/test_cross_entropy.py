@@ -213,13 +213,35 @@ def test_large_vocab(dtype, v):
     x, t = make(6, v, dtype)
     o = opts_for({"label_smoothing": 0.1, "z_loss": 1e-4}, v)
     xr = x.detach().clone().requires_grad_(True)
-    ref, _ = reference(xr, t, **o)
+    ref, ref_lse = reference(xr, t, **o)
+    # Forward only (the plain forward's streaming kernel from V = 32768).
+    fwd, lse = quack_cpp.cross_entropy(x, t, return_lse=True, **o)
+    assert_loss_close(fwd, ref.detach(), v)
+    assert_loss_close(lse, ref_lse.detach(), v)
     xg = x.detach().clone().requires_grad_(True)
     loss = quack_cpp.cross_entropy(xg, t, **o)
     assert_loss_close(loss.detach(), ref.detach(), v)
     ref.backward()
     loss.backward()
     assert_grad_close(xg.grad, xr.grad, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("v", [32768, 50257, 100003])
+def test_forward_long_rows_with_partial_vectors(dtype, v):
+    # Aligned rows (a padded buffer) whose length is not a whole number of
+    # 16-byte vectors: the streaming forward's tail; mean and 'none'.
+    pad = (v + 7) // 8 * 8 + 8
+    base = (torch.randn(40, pad, device="cuda") * 3).to(dtype)
+    x = base[:, :v]
+    t = torch.randint(0, v, (40,), device="cuda")
+    t[::3] = -100
+    for red in ("mean", "none"):
+        got, lse = quack_cpp.cross_entropy(x, t, reduction=red, label_smoothing=0.05, return_lse=True)
+        ref, ref_lse = reference(x, t, reduction=red, label_smoothing=0.05)
+        assert_loss_close(got, ref, v)
+        assert_loss_close(lse, ref_lse, v)
 
 
 @gpu

@@ -213,6 +213,9 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
 // and their records (src/softmax.cu).
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
-std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim);
+// Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the
+// plain forward (no gradient, softcap or class-weighted smoothing).
+std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
+                                          bool wide = false);
 
 }  // namespace quack

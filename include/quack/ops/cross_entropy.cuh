@@ -78,10 +78,11 @@ constexpr uint32_t kCEScratchBytes = 1600;
 static_assert(core::RowReduce<core::MaxSumDotOp, true>::scratch_bytes() <= kCEScratchBytes, "ce scratch");
 
 // Register tiles (16-byte vectors of logits per thread) that compile within
-// 64 registers without spilling (ptxas -v, CUDA 13.0): 8, the softmax
-// forward's best 16-bit tile, spilled 24-56 bytes (the row's scalars, the
-// softcap and the weighted-smoothing addresses stay live beside the tile).
-constexpr int ce_max_vpt() { return 4; }
+// 64 registers without spilling (ptxas -v, CUDA 13.0). 8, the softmax
+// forward's best 16-bit tile, fits only the plain flavour's forward (`wide`:
+// no gradient, no softcap, no weighted smoothing); with the general options
+// it spilled 24-56 bytes, and the fp16 plain gradient 16.
+constexpr int ce_max_vpt(bool wide) { return wide ? 8 : 4; }
 constexpr int ce_cluster_vpt() { return 4; }
 
 // softcap(x) = c tanh(x / c) as c (1 - 2 / (1 + e^(2x/c))): one MUFU.EX2 and
@@ -320,6 +321,87 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 }
 
 // ---------------------------------------------------------------------------
+// The plain forward of long aligned rows (no gradient, softcap or weighted
+// smoothing): it only reads the logits, so it need not hold a row. Small
+// persistent CTAs (kCEFwdStreamThreads, four to an SM within 64 registers)
+// walk rows; each thread keeps kCEFwdStreamU 16-byte loads in flight and
+// folds each batch into its online (max, sum of exp, sum) with one rescale per
+// batch; the CTA reduces the row while the SM's other CTAs keep loading.
+// Whole vectors in the loop; the row's partial last vector (N % VEC) by
+// thread 0.
+constexpr int kCEFwdStreamThreads = 256;
+constexpr int kCEFwdStreamU = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(const CEParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int U = kCEFwdStreamU;
+  using V = RawVec<T, VEC>;
+  __shared__ __align__(16) unsigned char smem[RowReducer<MaxSumDotOp>::scratch_bytes()];
+  const int64_t nfull = p.cols / VEC;
+  const int tail = int(p.cols - nfull * VEC);
+  int rowi = 0;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x, ++rowi) {
+    int tid = int(threadIdx.x), nthr = int(blockDim.x);
+    asm volatile("" : "+r"(tid), "+r"(nthr));
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+    const bool writer = threadIdx.x == 0;
+    // The writer's target first: its logit's load then overlaps the row's.
+    CERow r{};
+    if (writer) r = CERow::make(p, row);
+    float m = -INFINITY, s = 0.0f, d = 0.0f;
+#pragma unroll 1
+    for (int64_t k0 = tid; k0 < nfull; k0 += int64_t(U) * nthr) {
+      V v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + int64_t(u) * nthr;
+        if (k < nfull) v[u].load(xrow + k * VEC);
+        else v[u].fill_tail(0, neg_inf_bits<T>());
+      }
+      const float nm = fmaxf(m, max_of(v));
+      s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+      const float base = nm == -INFINITY ? 0.0f : nm;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (k0 + int64_t(u) * nthr < nfull) {
+          float f[VEC];
+          v[u].widen(f);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            s += fast_exp2((f[j] - base) * kLog2e);
+            d += f[j];
+          }
+        }
+      }
+      m = nm;
+    }
+    float xt = 0.0f;
+    if (writer) {
+      xt = ce_target_logit<T>(p, r, row, 0.0f);
+      if (tail > 0) {
+        V v[1];
+        const T* tp = xrow + nfull * VEC;
+        asm volatile("" : "+l"(tp));
+        v[0].load_partial(tp, tail);
+        v[0].fill_tail(tail, neg_inf_bits<T>());
+        float f[VEC];
+        v[0].widen(f);
+        const float nm = fmaxf(m, max_of(v));
+        s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+        ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
+        m = nm;
+      }
+    }
+    RowReducer<MaxSumDotOp> red(smem, nthr, 1);
+    red.parity = rowi & 1;  // consecutive rows alternate the scratch
+    const MaxSumDot st = red.reduce(MaxSumDot{m, s, d, 0.0f});
+    if (writer) ce_write_row(p, r, st, xt, row);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Streaming rows: one CTA per row (grid-stride), the statistics in one pass
 // with online rescaling, the gradient in a second. kVecIO: 16-byte accesses
 // (aligned rows); otherwise element by element.
@@ -449,7 +531,7 @@ Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, boo
 }
 
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <=
-// ce_max_vpt(); clustered rows at ce_cluster_vpt()).
+// ce_max_vpt(wide); clustered rows at ce_cluster_vpt()).
 template <DType kX>
 Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
@@ -461,6 +543,10 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
       case 1: return launch_ce_reg_tile<T, 1, false>(p, shape, grad, device, stream);
       case 2: return launch_ce_reg_tile<T, 2, false>(p, shape, grad, device, stream);
       case 4: return launch_ce_reg_tile<T, 4, false>(p, shape, grad, device, stream);
+      case 8:
+        if (!grad && p.softcap == 0.0f && !p.wsmooth)
+          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false>>(shape, device, stream, p);
+        break;
     }
   }
   return {Code::kUnsupported, "cross_entropy: no register-resident kernel with " + std::to_string(cfg.vpt) +
@@ -481,6 +567,14 @@ Status launch_ce_stream(const CEParams& p, int threads, int64_t grid, bool vec_i
   return launch_ce_kernel<ce_stream_kernel<T, false, false>>(shape, device, stream, p);
 }
 
+// The plain forward's streaming kernel: `grid` persistent CTAs.
+template <DType kX>
+Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{grid, kCEFwdStreamThreads, 0, 1, false};
+  return launch_ce_kernel<ce_fwd_stream_kernel<T>>(shape, device, stream, p);
+}
+
 template <DType kX>
 Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, const float* g, bool per_row,
                        bool vec_io, int64_t grid, int device, cudaStream_t stream) {
@@ -493,6 +587,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
 #define QUACK_CE_INSTANTIATION(EXTERN, DT)                                                                      \
   EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, int, cudaStream_t);      \
   EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, int, cudaStream_t);    \
+  EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, int, cudaStream_t);                 \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

@@ -504,6 +504,15 @@ std::vector<CeCase> cases() {
   // Some outputs only: forward only, gradient only (a mean without shares),
   // per-row losses without lse.
   v.push_back(C(kBF16, 289, 4096, kMean).nograd());
+  // The plain forward: 8-vector register tiles below 32768 classes, the
+  // streaming kernel from there (whole vectors, and partial last vectors in
+  // rows whose padded stride keeps them aligned), bad targets included.
+  v.push_back(C(kF16, 289, 1000, kSum).smooth(0.1f).zl(1e-4f).nograd());
+  v.push_back(C(kBF16, 7, 32768, kMean).nograd());
+  v.push_back(C(kBF16, 7, 50257, kMean).smooth(0.1f).mis(0, 7).nograd());
+  v.push_back(C(kF32, 3, 262144, kNone).i32_().zl(1e-4f).nograd());
+  v.push_back(C(kF16, 5, 128259, kSum).mis(0, 5).badt().nograd());
+  v.push_back(C(kF32, 2, 600001, kMean).smooth(0.2f).mis(0, 3).nograd().nolse());
   v.push_back(C(kBF16, 7, 32000, kMean).zl(1e-4f).g(0.75f).noloss().nolse());
   v.push_back(C(kF16, 289, 1000, kNone).w().smooth(0.1f).noloss());
   v.push_back(C(kF32, 289, 1000, kSum).zl(1e-4f).nolse());

@@ -436,5 +436,22 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
   }
 }
 
+// The plain forward (no gradient, softcap or weighted smoothing) takes the
+// 8-vector tile for 16-bit rows of 512 and more, as the softmax forward; the
+// fused gradient keeps 4 (8 spills there).
+TEST(CrossEntropyPlan, PlainForwardTakesTheWideTile) {
+  const DeviceLimits lim;
+  for (const int64_t cols : {int64_t(1000), int64_t(4096), int64_t(16384)}) {
+    int team = 0, threads = 0, cluster = 0, vpt = 0;
+    const std::string wide = cross_entropy_plan_description(4096, cols, DType::kBFloat16, lim, true);
+    SCOPED_TRACE(std::to_string(cols) + ": " + wide);
+    ASSERT_EQ(std::sscanf(wide.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
+    EXPECT_EQ(vpt, 8);
+    const std::string fused = cross_entropy_plan_description(4096, cols, DType::kBFloat16, lim, false);
+    ASSERT_EQ(std::sscanf(fused.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
+    EXPECT_LE(vpt, 4);
+  }
+}
+
 }  // namespace
 }  // namespace quack
