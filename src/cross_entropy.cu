@@ -153,16 +153,6 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   return plan;
 }
 
-template <class F>
-Status by_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32: return f(std::integral_constant<DType, DType::kFloat32>{});
-    case DType::kFloat16: return f(std::integral_constant<DType, DType::kFloat16>{});
-    case DType::kBFloat16: return f(std::integral_constant<DType, DType::kBFloat16>{});
-  }
-  return invalid("unsupported dtype code " + std::to_string(int(dtype)));
-}
-
 Status cuda_check(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorString(e)};
@@ -324,7 +314,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       // Persistent: four CTAs an SM (the kernel's launch bounds), at most one
       // per row.
       const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
-      return by_dtype(a.logits.dtype, [&](auto dt) {
+      return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, grid, device, stream);
       });
     }
@@ -332,21 +322,19 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
-      return by_dtype(a.logits.dtype, [&](auto dt) {
+      return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, grad, device, stream);
       });
     }
     // Streaming: one CTA per row, about 4 vectors a thread per pass, 32..1024
     // threads; up to 32 CTAs per SM (the kernel strides over the rest).
-    const int64_t nvec = (a.cols + vec - 1) / vec;
-    int64_t threads = 32;
-    while (threads < kRegRowMaxThreads && threads * 4 < nvec) threads *= 2;
-    p.team = int(threads);
+    const int threads = detail::stream_row_threads(a.cols, es);
+    p.team = threads;
     p.cluster = 1;
     p.row_blocks = a.rows;
     const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 32);
-    return by_dtype(a.logits.dtype, [&](auto dt) {
-      return ops::launch_ce_stream<decltype(dt)::value>(p, int(threads), grid, vec_io, grad, device, stream);
+    return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
+      return ops::launch_ce_stream<decltype(dt)::value>(p, threads, grid, vec_io, grad, device, stream);
     });
   };
   if (Status ls = launch_rows(); !ls.ok()) return ls;
@@ -378,7 +366,7 @@ Status cross_entropy_scale_grad(const CrossEntropyGradScaleArgs& a, cudaStream_t
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
   const bool vec_io = detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, 16 / dtype_size(a.dlogits.dtype));
   const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
-  return by_dtype(a.dlogits.dtype, [&](auto dt) {
+  return detail::by_dtype(a.dlogits.dtype, "dlogits", [&](auto dt) {
     return ops::launch_ce_scale<decltype(dt)::value>(a.rows, a.cols, a.dlogits.ptr, a.dlogits.row_stride, a.dloss,
                                                      a.per_row, vec_io, grid, device, stream);
   });

@@ -133,12 +133,9 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     p.team = rcfg.team;  // (the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
     p.row_blocks = rcfg.row_blocks;
-    switch (a.x.dtype) {
-      case DType::kFloat32: return ops::launch_rmsnorm_fwd_reg<DType::kFloat32, kCentre>(p, rcfg, w_f32, res, device, stream);
-      case DType::kFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kFloat16, kCentre>(p, rcfg, w_f32, res, device, stream);
-      case DType::kBFloat16: return ops::launch_rmsnorm_fwd_reg<DType::kBFloat16, kCentre>(p, rcfg, w_f32, res, device, stream);
-    }
-    return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
+    return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
+      return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, w_f32, res, device, stream);
+    });
   }
 
   // 2. The staged kernel: any layout, any N.
@@ -162,12 +159,9 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   const bool uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&
                        same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
                        same(a.residual_out.ptr, a.residual_out.dtype);
-  switch (a.x.dtype) {
-    case DType::kFloat32: return ops::launch_rmsnorm_fwd<DType::kFloat32, kCentre>(p, cfg, vec_io, uniform, device, stream);
-    case DType::kFloat16: return ops::launch_rmsnorm_fwd<DType::kFloat16, kCentre>(p, cfg, vec_io, uniform, device, stream);
-    case DType::kBFloat16: return ops::launch_rmsnorm_fwd<DType::kBFloat16, kCentre>(p, cfg, vec_io, uniform, device, stream);
-  }
-  return invalid("x: unsupported dtype code " + std::to_string(int(a.x.dtype)));
+  return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
+    return ops::launch_rmsnorm_fwd<decltype(dt)::value, kCentre>(p, cfg, vec_io, uniform, device, stream);
+  });
 }
 
 }  // namespace

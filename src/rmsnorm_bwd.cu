@@ -194,12 +194,10 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
-      switch (a.h.dtype) {
-        case DType::kFloat32: return ops::launch_rmsnorm_bwd_reg<DType::kFloat32, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
-        case DType::kFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kFloat16, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
-        case DType::kBFloat16: return ops::launch_rmsnorm_bwd_reg<DType::kBFloat16, kCentre>(p, plan.cfg, plan.w_f32, device, stream, &launched);
-      }
-      return invalid("h: unsupported dtype code " + std::to_string(int(a.h.dtype)));
+      return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
+        return ops::launch_rmsnorm_bwd_reg<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, device, stream,
+                                                                         &launched);
+      });
     }
     p.team = 256;
     p.cluster = 1;

@@ -82,12 +82,9 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
       p.team = cfg.team;
       p.cluster = cfg.cluster;
       p.row_blocks = cfg.row_blocks;
-      switch (dtype) {
-        case DType::kFloat32: return ops::launch_softmax_reg<DType::kFloat32>(p, cfg, backward, device, stream);
-        case DType::kFloat16: return ops::launch_softmax_reg<DType::kFloat16>(p, cfg, backward, device, stream);
-        case DType::kBFloat16: return ops::launch_softmax_reg<DType::kBFloat16>(p, cfg, backward, device, stream);
-      }
-      return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+      return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
+        return ops::launch_softmax_reg<decltype(dt)::value>(p, cfg, backward, device, stream);
+      });
     }
     const ChunkRowConfig& cfg = plan.chunk_cfg;
     p.team = cfg.threads;
@@ -95,33 +92,22 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
     p.row_blocks = p.rows;
     p.chunk_vecs = cfg.chunk_vecs;
     p.stage_vecs = cfg.stage_vecs;
-    switch (dtype) {
-      case DType::kFloat32: return ops::launch_softmax_chunk<DType::kFloat32>(p, cfg, backward, device, stream);
-      case DType::kFloat16: return ops::launch_softmax_chunk<DType::kFloat16>(p, cfg, backward, device, stream);
-      case DType::kBFloat16: return ops::launch_softmax_chunk<DType::kBFloat16>(p, cfg, backward, device, stream);
-    }
-    return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+    return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
+      return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, device, stream);
+    });
   }
 
   // Streaming: one CTA per row, about 4 vectors a thread in flight per pass,
   // 32..1024 threads; as many CTAs as rows, up to 32 per SM (the kernel
   // strides over the rest).
-  const int64_t nvec = (p.cols + 16 / es - 1) / (16 / es);
-  int64_t threads = 32;
-  while (threads < kRegRowMaxThreads && threads * 4 < nvec) threads *= 2;
-  p.team = int(threads);
+  const int threads = detail::stream_row_threads(p.cols, es);
+  p.team = threads;
   p.cluster = 1;
   p.row_blocks = p.rows;
   const int64_t grid = std::min<int64_t>(p.rows, int64_t(lim.num_sms) * 32);
-  switch (dtype) {
-    case DType::kFloat32:
-      return ops::launch_softmax_stream<DType::kFloat32>(p, int(threads), grid, vec_io, backward, device, stream);
-    case DType::kFloat16:
-      return ops::launch_softmax_stream<DType::kFloat16>(p, int(threads), grid, vec_io, backward, device, stream);
-    case DType::kBFloat16:
-      return ops::launch_softmax_stream<DType::kBFloat16>(p, int(threads), grid, vec_io, backward, device, stream);
-  }
-  return invalid("unsupported dtype code " + std::to_string(int(dtype)));
+  return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
+    return ops::launch_softmax_stream<decltype(dt)::value>(p, threads, grid, vec_io, backward, device, stream);
+  });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
@@ -84,6 +85,29 @@ inline bool vec_ok(const void* ptr, DType dtype, int64_t stride, int vec) {
   if (ptr == nullptr) return true;
   const int a = vec_align(dtype, vec);
   return uintptr_t(ptr) % a == 0 && (stride * dtype_size(dtype)) % a == 0;
+}
+
+// The one-CTA-per-row streaming kernels' CTA size: about 4 vectors of the
+// row a thread per pass, 32..kRegRowMaxThreads threads (softmax and
+// cross-entropy).
+inline int stream_row_threads(int64_t cols, int es) {
+  const int64_t nvec = (cols + 16 / es - 1) / (16 / es);
+  int64_t threads = 32;
+  while (threads < kRegRowMaxThreads && threads * 4 < nvec) threads *= 2;
+  return int(threads);
+}
+
+// The run-time dtype -> compile-time dispatch every host entry point uses:
+// f(std::integral_constant<DType, dt>{}) for the three element types; any
+// other code is an invalid argument named `name`.
+template <class F>
+Status by_dtype(DType dtype, const char* name, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kFloat16: return f(std::integral_constant<DType, DType::kFloat16>{});
+    case DType::kBFloat16: return f(std::integral_constant<DType, DType::kBFloat16>{});
+  }
+  return invalid(std::string(name) + ": unsupported dtype code " + std::to_string(int(dtype)));
 }
 
 }  // namespace detail
