@@ -14,7 +14,7 @@
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
-#              also rmsnorm_bwd)
+#              also rmsnorm_bwd, cross_entropy)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
@@ -35,7 +35,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 build_sweeps() {
   { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
     > "$out/sweep_build.log" 2>&1 || return 1
-  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep; do
+  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep; do
     nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
       build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
   done
@@ -74,6 +74,10 @@ for part in $parts; do
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
             QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
+          fi
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" cross_entropy "* ]]; then
+            echo "== cross_entropy $dt ${tune:-defaults}" >> "$out/cross_entropy_sweep.log"
+            QUACK_TUNE=$tune build/cross_entropy_sweep $dt >> "$out/cross_entropy_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
             echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"

@@ -1,0 +1,139 @@
+// C++-only cross-entropy sweep: the forward (loss, mean) and the fused
+// forward + gradient (loss and dlogits), each spot-checked on three rows
+// against a double CPU reference, then timed against a same-run
+// device-to-device copy (model bytes: forward reads the logits; fused reads
+// them and writes dlogits). QUACK_TUNE variants (sweep_common.hpp) tune the
+// register kernels' configuration in one device call.
+//
+//   cross_entropy_sweep [dtype=bf16|f16|f32] [total_elems=268435456] [V ...]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+#include "sweep_common.hpp"
+
+namespace {
+
+// Worst error of rows {0, M/2, M-1}: the per-row loss (reduction none)
+// relative to max(1, |ref|), and dlogits (unit upstream gradient) relative to
+// the row's largest reference gradient.
+struct Check {
+  double loss = 0.0, grad = 0.0;
+};
+
+Check check(const void* x, const int64_t* target, const float* loss, const void* dx, int64_t M, int64_t V,
+            quack::DType dt) {
+  const int es = quack::dtype_size(dt);
+  Check w;
+  for (int64_t r : {int64_t(0), M / 2, M - 1}) {
+    std::vector<uint8_t> hx(size_t(V) * es), hd(size_t(V) * es);
+    int64_t t = 0;
+    float got_loss = 0.0f;
+    CK(cudaMemcpy(hx.data(), static_cast<const char*>(x) + size_t(r) * V * es, hx.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hd.data(), static_cast<const char*>(dx) + size_t(r) * V * es, hd.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&t, target + r, sizeof t, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&got_loss, loss + r, sizeof got_loss, cudaMemcpyDeviceToHost));
+    double m = -INFINITY, s = 0.0;
+    for (int64_t c = 0; c < V; ++c) m = std::max(m, double(sweep::bits_to_float(hx.data() + c * es, dt)));
+    for (int64_t c = 0; c < V; ++c) s += std::exp(double(sweep::bits_to_float(hx.data() + c * es, dt)) - m);
+    const double lse = m + std::log(s);
+    const double ref_loss = lse - double(sweep::bits_to_float(hx.data() + t * es, dt));
+    w.loss = std::max(w.loss, std::fabs(got_loss - ref_loss) / std::max(1.0, std::fabs(ref_loss)));
+    for (int64_t c = 0; c < V; ++c) {
+      const double p = std::exp(double(sweep::bits_to_float(hx.data() + c * es, dt)) - lse);
+      const double ref = p - (c == t ? 1.0 : 0.0);
+      const double err = std::fabs(double(sweep::bits_to_float(hd.data() + c * es, dt)) - ref);
+      w.grad = std::isnan(err) ? INFINITY : std::max(w.grad, err);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const quack::DType dt = argc > 1 ? sweep::parse_dtype(argv[1]) : quack::DType::kBFloat16;
+  const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
+  std::vector<int64_t> Vs;
+  for (int i = 3; i < argc; ++i) Vs.push_back(std::atoll(argv[i]));
+  if (Vs.empty()) Vs = {1024, 4096, 16384, 32000, 50304, 65536, 128256, 151936, 262144};
+  const int es = quack::dtype_size(dt);
+  if (!sweep::install_tuning_from_env()) return 2;
+  const quack::DeviceLimits lim = sweep::device_limits();
+
+  const size_t bytes = size_t(total) * es;
+  const int64_t rows_cap = total / std::max<int64_t>(1, *std::min_element(Vs.begin(), Vs.end())) + 1;
+  void *x, *dx, *ws;
+  int64_t* target;
+  float *loss, *rows_loss;
+  CK(cudaMalloc(&x, bytes));
+  CK(cudaMalloc(&dx, bytes));
+  CK(cudaMalloc(&target, sizeof(int64_t) * size_t(rows_cap)));
+  CK(cudaMalloc(&loss, sizeof(float)));
+  CK(cudaMalloc(&rows_loss, sizeof(float) * size_t(rows_cap)));
+  const size_t ws_cap = 16 + sizeof(float) * size_t(rows_cap) + 16;
+  CK(cudaMalloc(&ws, ws_cap));
+  sweep::Timer timer;
+  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(dx, x, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<uint8_t> h(bytes);
+    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(2.0f * nd(rng), h.data() + i * es, dt);
+    CK(cudaMemcpy(x, h.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  std::printf("cross_entropy, dtype %s, M*V = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total,
+              copy_gbs);
+  std::printf("%9s %8s | %-40s | %9s %6s | %-40s | %9s %6s | %s\n", "V", "M", "forward kernel", "fwd us", "%copy",
+              "fused kernel", "fused us", "%copy", "max err loss / dlogits");
+
+  for (const int64_t V : Vs) {
+    const int64_t M = std::max<int64_t>(1, total / V);
+    {
+      std::mt19937_64 rng(V);
+      std::vector<int64_t> ht(static_cast<size_t>(M));
+      for (auto& t : ht) t = int64_t(rng() % uint64_t(V));
+      CK(cudaMemcpy(target, ht.data(), sizeof(int64_t) * ht.size(), cudaMemcpyHostToDevice));
+    }
+    quack::CrossEntropyArgs a;
+    a.rows = M;
+    a.cols = V;
+    a.logits = {x, dt, V};
+    a.target = target;
+    a.loss = loss;
+    a.workspace = ws;
+    a.workspace_bytes = ws_cap;
+    quack::CrossEntropyArgs g = a;
+    g.dlogits = {dx, dt, V};
+    // The checked run: per-row losses and dlogits on poisoned memory.
+    quack::CrossEntropyArgs c = g;
+    c.reduction = quack::Reduction::kNone;
+    c.loss = rows_loss;
+    CK(cudaMemset(rows_loss, 0xff, sizeof(float) * size_t(M)));
+    CK(cudaMemset(dx, 0xff, size_t(M) * V * es));
+    const quack::Status cst = quack::cross_entropy(c, nullptr);
+    if (!cst.ok()) {
+      std::printf("%9lld: error %s\n", (long long)V, cst.message.c_str());
+      continue;
+    }
+    CK(cudaDeviceSynchronize());
+    const Check err = check(x, target, rows_loss, dx, M, V, dt);
+    const float fwd_ms = timer.median_ms([&] { (void)quack::cross_entropy(a, nullptr); }, 20);
+    const float fused_ms = timer.median_ms([&] { (void)quack::cross_entropy(g, nullptr); }, 20);
+    const double fwd_pct = 100.0 * (1.0 * M * V * es / fwd_ms / 1e6) / copy_gbs;
+    const double fused_pct = 100.0 * (2.0 * M * V * es / fused_ms / 1e6) / copy_gbs;
+    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e / %.2e\n", (long long)V,
+                (long long)M, quack::cross_entropy_plan_description(M, V, dt, lim, true).c_str(), fwd_ms * 1e3,
+                fwd_pct, quack::cross_entropy_plan_description(M, V, dt, lim, false).c_str(), fused_ms * 1e3,
+                fused_pct, err.loss, err.grad);
+  }
+  CK(cudaGetLastError());
+  return 0;
+}
