@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -71,8 +72,13 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     int dev = device;
     Status st = device_limits(&lim, &dev);
     if (!st.ok()) return st;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(lim.max_smem_per_block));
+    // The opt-in limit covers static and dynamic shared memory together: a
+    // kernel with static scratch may ask for only the rest.
+    cudaFuncAttributes fa{};
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) return cuda_status(e, "cudaFuncGetAttributes");
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(lim.max_smem_per_block - std::min(lim.max_smem_per_block, fa.sharedSizeBytes)));
     if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic smem)");
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(non-portable cluster)");
