@@ -17,10 +17,14 @@ using detail::invalid;
 
 namespace ops {
 
-// Sums of one CTA in a fixed order: thread i takes rows i + k * 1024, 16 at
+// The scalar sums in a fixed order on any device: CTA b of
+// ce_scalar_parts(rows, cols) takes rows [b * row_share, (b + 1) * row_share)
+// (and classes likewise); its thread i rows i + k * 1024 of that share, 16 at
 // a time (their loads issued together: a loop of one dependent load per row
 // cost 9-10 us at M = 16384 and grew linearly to ~110 us each at M = 262144,
-// ncu and CUDA events on ba84dd7), then block_reduce's fixed tree.
+// ncu and CUDA events on ba84dd7), then block_reduce's fixed tree. With more
+// than one part, ce_combine_kernel adds the parts in order. One CTA for the
+// whole batch cost 78 us at M = 262144 (a63c75a): one SM's bandwidth.
 constexpr int kCEScalarUnroll = 16;
 
 __device__ __forceinline__ int64_t ce_target_at(const CEScalarParams& p, int64_t i) {
@@ -33,11 +37,12 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CESc
   __shared__ float scratch1[64];
   constexpr int U = kCEScalarUnroll;
   const int64_t nthr = blockDim.x;
+  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   float w = 0.0f, r = 0.0f;
-  for (int64_t i0 = threadIdx.x; i0 < p.rows; i0 += U * nthr) {
+  for (int64_t i0 = r0 + threadIdx.x; i0 < r1; i0 += U * nthr) {
     int64_t t[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) t[u] = i0 + u * nthr < p.rows ? ce_target_at(p, i0 + u * nthr) : p.ignore_index;
+    for (int u = 0; u < U; ++u) t[u] = i0 + u * nthr < r1 ? ce_target_at(p, i0 + u * nthr) : p.ignore_index;
     float wt[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -51,31 +56,45 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CESc
   const float2 wr = core::block_reduce<core::SumPairOp>(make_float2(w, r), scratch2);
   float ws = 0.0f;
   if (p.cw) {
-    for (int64_t c0 = threadIdx.x; c0 < p.cols; c0 += U * nthr) {
+    const int64_t c0 = int64_t(blockIdx.x) * p.col_share, c1 = min(p.cols, c0 + p.col_share);
+    for (int64_t i0 = c0 + threadIdx.x; i0 < c1; i0 += U * nthr) {
       float v[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = c0 + u * nthr < p.cols ? p.cw[c0 + u * nthr] : 0.0f;
+      for (int u = 0; u < U; ++u) v[u] = i0 + u * nthr < c1 ? p.cw[i0 + u * nthr] : 0.0f;
 #pragma unroll
       for (int u = 0; u < U; ++u) ws += v[u];
     }
   }
   ws = core::block_reduce<core::SumOp>(ws, scratch1);
   if (threadIdx.x == 0) {
-    p.totals[0] = wr.x;
-    p.totals[1] = wr.y;
-    p.totals[2] = ws;
+    if (p.parts != nullptr) {
+      p.parts[blockIdx.x] = make_float4(wr.x, wr.y, ws, 0.0f);
+    } else {
+      p.totals[0] = wr.x;
+      p.totals[1] = wr.y;
+      p.totals[2] = ws;
+    }
   }
+}
+
+// loss from the sum of the rows' shares (already divided by W); a mean with
+// W = 0 (every row ignored, or zero weights) is NaN, as torch's 0 / 0.
+__device__ __forceinline__ void ce_write_loss(const CEScalarParams& p, float s) {
+  if (p.reduction == 1 && (p.totals == nullptr || !(p.totals[0] != 0.0f))) s = __int_as_float(0x7fc00000);
+  *p.loss = s;
 }
 
 __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
   __shared__ float scratch[64];
   constexpr int U = kCEScalarUnroll;
   const int64_t nthr = blockDim.x;
-  // The shares are 16-byte aligned (workspace + 16 bytes): thread i sums the
-  // float4 groups i + k * 1024, U / 2 loads in flight, then the tail.
+  // The shares are 16-byte aligned (the workspace's layout) and row_share a
+  // multiple of 4: thread i sums this part's float4 groups i + k * 1024,
+  // U / 2 loads in flight, then the tail.
+  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   float s = 0.0f;
-  const int64_t groups = p.rows / 4;
-  const float4* g4 = reinterpret_cast<const float4*>(p.row_loss);
+  const int64_t groups = max(int64_t(0), r1 - r0) / 4;
+  const float4* g4 = reinterpret_cast<const float4*>(p.row_loss + r0);
   for (int64_t i0 = threadIdx.x; i0 < groups; i0 += (U / 2) * nthr) {
     float4 v[U / 2];
 #pragma unroll
@@ -84,12 +103,29 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CESca
 #pragma unroll
     for (int u = 0; u < U / 2; ++u) s += (v[u].x + v[u].y) + (v[u].z + v[u].w);
   }
-  if (threadIdx.x < p.rows - groups * 4) s += p.row_loss[groups * 4 + threadIdx.x];
+  if (r0 + groups * 4 + threadIdx.x < r1) s += p.row_loss[r0 + groups * 4 + threadIdx.x];
   s = core::block_reduce<core::SumOp>(s, scratch);
   if (threadIdx.x == 0) {
-    // The rows' shares are already divided by W; W = 0 is torch's 0 / 0.
-    if (p.reduction == 1 && (p.totals == nullptr || !(p.totals[0] != 0.0f))) s = __int_as_float(0x7fc00000);
-    *p.loss = s;
+    if (p.parts != nullptr) p.parts[blockIdx.x].w = s;
+    else ce_write_loss(p, s);
+  }
+}
+
+// Adds the parts in order (thread i part i, then block_reduce's fixed tree):
+// finish = false: the totals (x, y, z); true: the loss (w).
+__global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CEScalarParams p, int nparts,
+                                                                      bool finish) {
+  __shared__ float2 scratch_a[64], scratch_b[64];
+  const float4 v = int(threadIdx.x) < nparts ? p.parts[threadIdx.x] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float2 xy = core::block_reduce<core::SumPairOp>(make_float2(v.x, v.y), scratch_a);
+  const float2 zw = core::block_reduce<core::SumPairOp>(make_float2(v.z, v.w), scratch_b);
+  if (threadIdx.x != 0) return;
+  if (finish) {
+    ce_write_loss(p, zw.y);
+  } else {
+    p.totals[0] = xy.x;
+    p.totals[1] = xy.y;
+    p.totals[2] = zw.x;
   }
 }
 
@@ -97,20 +133,27 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CESca
 
 namespace {
 
-// Workspace layout: [0, 16) the totals (W, R, sum w) when needed, then the
-// rows' shares when the loss is reduced.
+// Workspace layout: [0, 16) the totals (W, R, sum w) when needed; the scalar
+// kernels' parts (16 bytes each) when they have more than one; then the rows'
+// shares when the loss is reduced.
 struct CEWorkspace {
   bool totals = false;
   bool shares = false;
-  size_t bytes = 0;
+  ops::CEScalarSplit split;
+  size_t parts_offset = 0, shares_offset = 0, bytes = 0;
 };
 
 CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   CEWorkspace w;
   w.totals = a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f);
   w.shares = a.reduction != Reduction::kNone && a.loss != nullptr;
-  w.bytes = (w.totals ? 16 : 0) + (w.shares ? size_t(a.rows) * 4 : 0);
+  w.split = ops::ce_scalar_split(a.rows, a.cols);
+  const bool parts = (w.totals || w.shares) && w.split.parts > 1;
+  w.parts_offset = w.totals ? 16 : 0;
+  w.shares_offset = w.parts_offset + (parts ? size_t(w.split.parts) * 16 : 0);
+  w.bytes = w.shares_offset + (w.shares ? size_t(a.rows) * 4 : 0);
   w.bytes = (w.bytes + 15) / 16 * 16;
+  if (!parts) w.split.parts = 1;
   return w;
 }
 
@@ -143,6 +186,7 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   prob.max_vpt = ops::ce_max_vpt(wide);
   prob.cluster_vpt = ops::ce_cluster_vpt();
   prob.scratch_bytes = ops::kCEScratchBytes;
+  prob.interleaved = true;  // RowGeom
   // As the softmax forward, whose 16-bit rows of 512..8K ran at 95.6-98.6%
   // of copy with 8 vectors a thread against 79.8-95.3% with 4 (softmax_sweep,
   // b0db224, H200). Not yet measured for cross-entropy: at 4 vectors its bf16
@@ -251,9 +295,10 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
 
   const CEWorkspace ws = ce_workspace(a);
-  float* const base = a.rows > 0 ? static_cast<float*>(a.workspace) : nullptr;
-  float* totals = ws.totals ? base : nullptr;
-  float* shares = ws.shares && base != nullptr ? base + (ws.totals ? 4 : 0) : nullptr;
+  char* const base = a.rows > 0 ? static_cast<char*>(a.workspace) : nullptr;
+  float* totals = ws.totals ? reinterpret_cast<float*>(base) : nullptr;
+  float* shares = ws.shares && base != nullptr ? reinterpret_cast<float*>(base + ws.shares_offset) : nullptr;
+  const int parts = ws.split.parts;
 
   ops::CEScalarParams sp{};
   sp.rows = a.rows;
@@ -267,6 +312,9 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   sp.row_loss = shares;
   sp.loss = a.loss;
   sp.reduction = int(a.reduction);
+  sp.parts = parts > 1 && base != nullptr ? reinterpret_cast<float4*>(base + ws.parts_offset) : nullptr;
+  sp.row_share = ws.split.row_share;
+  sp.col_share = ws.split.col_share;
   if (a.rows == 0) {
     // Nothing to read; the reduced loss is still written by the finish
     // kernel: NaN for a mean of nothing, 0 for a sum (as torch).
@@ -275,7 +323,8 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     return cuda_check("cross_entropy finish kernel launch");
   }
   if (totals != nullptr) {
-    ops::ce_prepare_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    ops::ce_prepare_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
+    if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, false);
     if (!(st = cuda_check("cross_entropy prepare kernel launch")).ok()) return st;
   }
 
@@ -340,7 +389,8 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (Status ls = launch_rows(); !ls.ok()) return ls;
 
   if (shares != nullptr) {
-    ops::ce_finish_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
+    if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
     if (!(st = cuda_check("cross_entropy finish kernel launch")).ok()) return st;
   }
   return Status::success();

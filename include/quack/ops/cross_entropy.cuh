@@ -33,6 +33,7 @@
 //    upstream factor; rows whose factor is exactly 1 are not touched.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -456,13 +457,37 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const C
 }
 
 // ---------------------------------------------------------------------------
-// Scalar kernels (src/cross_entropy.cu): one CTA of kCEScalarThreads, fixed
-// summation orders.
+// Scalar kernels (src/cross_entropy.cu): ce_scalar_parts(rows, cols) CTAs of
+// kCEScalarThreads, each a fixed share of the rows (and classes), fixed
+// summation orders; with more than one part, ce_combine_kernel adds the
+// parts' float4s in order.
 //   ce_prepare_kernel: W = sum of w_t and R = the count over counted rows;
 //     sum_c w_c.
 //   ce_finish_kernel: loss = sum of the rows' shares; a mean with W = 0
 //     (every row ignored, or zero weights) is NaN, as torch's 0 / 0.
 constexpr int kCEScalarThreads = 1024;
+// Rows (or classes) a part takes at least: one pass of its CTA, 16 loads a
+// thread. At most kCEScalarThreads parts (one combine thread each).
+constexpr int64_t kCEScalarShare = 16384;
+constexpr int kCEScalarMaxParts = kCEScalarThreads;
+
+// The scalar kernels' parts and each part's shares: a function of the shape
+// alone, so the sums' order is the same on every device.
+struct CEScalarSplit {
+  int parts = 1;
+  int64_t row_share = 0, col_share = 0;
+};
+inline CEScalarSplit ce_scalar_split(int64_t rows, int64_t cols) {
+  auto parts_for = [](int64_t n) {
+    return std::min<int64_t>((n + kCEScalarShare - 1) / kCEScalarShare, kCEScalarMaxParts);
+  };
+  CEScalarSplit s;
+  s.parts = int(std::max<int64_t>(1, std::max(parts_for(rows), parts_for(cols))));
+  // Multiples of 4: each part's shares start 16-byte aligned (float4 loads).
+  s.row_share = ((rows + s.parts - 1) / s.parts + 3) / 4 * 4;
+  s.col_share = (cols + s.parts - 1) / s.parts;
+  return s;
+}
 
 struct CEScalarParams {
   int64_t rows, cols;
@@ -475,6 +500,8 @@ struct CEScalarParams {
   const float* row_loss;  // finish: the rows' shares
   float* loss;            // finish: out [1]
   int reduction;
+  float4* parts;          // one per CTA when more than one part (else null)
+  int64_t row_share, col_share;
 };
 
 // ---------------------------------------------------------------------------

@@ -484,6 +484,14 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 3, 262144, kMean).smooth(0.1f).zl(1e-4f).softcap(30.0f));
   v.push_back(C(kF32, 3, 262144, kSum).w().g(0.75f));
   v.push_back(C(kF16, 3, 262144, kNone).i32_().inplace());
+  // Clusters rounded up to a power of two (5 -> 8 CTAs bf16, 10 -> 16 fp32):
+  // each thread holds 2-3 of its 4 vectors, the cluster's CTAs equal shares.
+  v.push_back(C(kBF16, 5, 151936, kNone).w().softcap(30.0f).g(0.75f));
+  v.push_back(C(kF32, 5, 151936, kMean).smooth(0.1f).zl(1e-4f));
+  // Many rows: the scalar kernels split into parts (16384 rows each) and
+  // combine them.
+  v.push_back(C(kBF16, 40000, 7, kMean).w().smooth(0.1f).zl(1e-4f));
+  v.push_back(C(kF32, 70001, 3, kSum).i32_().g(0.75f));
   // Streaming, element-wise: misaligned pointers and odd row strides.
   v.push_back(C(kF16, 7, 7, kNone).mis(1, 0));
   v.push_back(C(kF16, 289, 1000, kMean).w().smooth(0.1f).mis(0, 1));
@@ -863,6 +871,34 @@ TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
+// The clustered cases with the smallest cluster that covers the row (the
+// tuning's reg_cluster_pow2 = 0): odd clusters of interleaved rows (3, 5,
+// 10 CTAs).
+class CrossEntropyGpuLeastCluster : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.reg_cluster_pow2 = 0;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuLeastCluster, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+std::vector<CeCase> long_row_cases() {
+  std::vector<CeCase> v;
+  for (const CeCase& c : cases())
+    if (c.cols >= 32000 && c.cols <= 262144) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(LeastClusterCases, CrossEntropyGpuLeastCluster, testing::ValuesIn(long_row_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
 // ---------------------------------------------------------------------------
 // rows = 0: a reduced loss is still written (mean NaN, sum 0, as torch); with
 // reduction none nothing is; no other pointer is needed.
@@ -899,7 +935,8 @@ TEST(CrossEntropyGpuEdge, NoRows) {
 // atomics), here with many rows per strand of the finishing sum.
 TEST(CrossEntropyGpuEdge, DeterministicLoss) {
   QUACK_REQUIRE_SM90();
-  const int64_t M = 3000, V = 2048;
+  // 40000 rows: the scalar kernels in three parts.
+  const int64_t M = 40000, V = 160;
   std::mt19937 gen(11);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<float> x(size_t(M * V));
@@ -909,7 +946,7 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
   std::vector<float> w(static_cast<size_t>(V));
   for (int64_t c = 0; c < V; ++c) w[size_t(c)] = 0.5f + float(c % 7) * 0.25f;
   GuardedTensor tx(Layout{kBF16, M, V, V, 0}), tdx(Layout{kBF16, M, V, V, 0});
-  DeviceBuffer dt(size_t(M) * 8), dw(size_t(V) * 4), dws(size_t(M) * 4 + 64), dl(4);
+  DeviceBuffer dt(size_t(M) * 8), dw(size_t(V) * 4), dws(size_t(M) * 4 + 4096), dl(4);
   ASSERT_TRUE(tx.ok() && tdx.ok() && dt.ok() && dw.ok() && dws.ok() && dl.ok());
   QUACK_ASSERT_CUDA(tx.upload(x));
   QUACK_ASSERT_CUDA(cudaMemcpy(dt.data(), t.data(), dt.bytes(), cudaMemcpyHostToDevice));
