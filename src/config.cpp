@@ -82,14 +82,6 @@ RowTuning default_row_tuning() {
   // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
   t.reg_staged_team = 256;
-  // Clusters of interleaved rows (softmax, cross-entropy) rounded up to a
-  // power of two: a persistent grid holds only the clusters that fit whole
-  // into a GPC (16-18 SMs on the H200), so a cluster of 10 leaves 6-8 SMs of
-  // each GPC idle. cross_entropy_sweep, d46a4b2, H200: fp32 V = 151936
-  // (cluster 10) forward + gradient 29.7% of copy against 50.9% at V = 128256
-  // (cluster 8); bf16 V = 151936 (cluster 5, 3 a GPC) 39.0% against 44.3%.
-  // Prediction for the rounding: 151936 -> ~50% (fp32, 16) and ~45% (bf16, 8).
-  t.reg_cluster_pow2 = 1;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -270,8 +262,6 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
       } else {  // one 1024-thread CTA (the capacity check above: it fits at max_vpt)
         team = kRegRowMaxThreads;
       }
-      if (cluster > 1 && prob.interleaved && tune.reg_cluster_pow2 && pow2_ceil(cluster) <= max_cluster)
-        cluster = pow2_ceil(cluster);
     }
   }
   c.team = int(team);

@@ -43,7 +43,6 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   prob.max_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_max_vpt();
   prob.cluster_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_cluster_vpt();
   prob.scratch_bytes = ops::kSoftmaxScratchBytes;
-  prob.interleaved = true;  // RowGeom
   // 16-bit forward rows: 8 vectors a thread (softmax_sweep, commit b0db224,
   // H200: bf16 N = 512..8K 95.6-98.6% of copy against 79.8-95.3% at the
   // default 4; N = 256 93.5% against 95.3%; fp32 lost 1-3 points at N <= 4K).

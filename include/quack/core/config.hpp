@@ -92,7 +92,6 @@ struct RowTuning {
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
   int reg_staged_team;       // the CTA size of staged clustered rows
-  int reg_cluster_pow2;      // 1: clusters of interleaved rows are rounded up to a power of two
   // Chunked two-pass rows (ChunkRowConfig below).
   int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
                              // where the register-resident kernels fit
@@ -141,10 +140,6 @@ struct RegRowProblem {
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
-  // The kernels deal a clustered row's vectors round-robin over the CTAs
-  // (RowGeom), so a larger cluster than the row needs keeps every CTA busy
-  // and may be chosen (RowTuning::reg_cluster_pow2).
-  bool interleaved = false;
   int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };
 

@@ -2,15 +2,11 @@
 // a row lie, loading and storing them with predicated tails, and the row
 // reduction (team, then cluster). A thread holds VPT vectors of VEC elements
 // (16 bytes of the row's primary tensor each); vector i of thread t in
-// cluster rank r starts at column ((i * cluster + r) * team + t) * VEC: a
-// warp touches consecutive 16-byte pieces, and a clustered row's vectors are
-// dealt round-robin over the cluster's CTAs, so that a cluster larger than
-// the row needs (rounded up to a power of two, which packs into the GPCs:
-// choose_reg_row_config) keeps every CTA equally busy.
+// cluster rank r starts at column ((r * VPT + i) * team + t) * VEC, so a warp
+// touches consecutive 16-byte pieces.
 //
-// Used by the softmax, cross-entropy and norm-backward kernels; the RMSNorm
-// forward register kernel predates it and spells out a contiguous geometry
-// (each CTA a contiguous share of the row) inline.
+// Used by the softmax kernels; the RMSNorm register kernel predates it and
+// spells the same geometry out inline.
 #pragma once
 
 #include <cstdint>
@@ -46,9 +42,8 @@ struct RowGeom {
     g.teams = int(blockDim.x) / team;
     g.crank = clustered ? int(blockIdx.x % unsigned(cluster)) : 0;
     g.cols = int(cols_param);
-    const int ranks = clustered ? cluster : 1;
-    g.col_step = team * ranks * VEC;
-    g.col0 = (g.crank * team + g.t) * VEC;
+    g.col_step = team * VEC;
+    g.col0 = (g.crank * VPT * team + g.t) * VEC;
     g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
     return g;
   }

@@ -262,12 +262,10 @@ struct RegTile {
   int max_vpt;
   int cluster_vpt;
   int staged_vpt;
-  bool interleaved = false;  // RowGeom's round-robin clusters (softmax, cross-entropy)
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
-         std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt) +
-         (i.param.interleaved ? "_interleaved" : "");
+         std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt);
 }
 
 std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
@@ -299,19 +297,8 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     return "a clustered row not at the clustered kernels' tile";
   }
   if (int64_t(c.cluster) * c.team * c.vpt * vec < p.cols) return "tiles do not cover the row";
-  if (p.interleaved && c.cluster > 1 && !c.staged) {
-    // Round-robin vectors: rank r's first vector starts at column r * team *
-    // vec, so no CTA is idle while (cluster - 1) * team * vec < N; the
-    // cluster is a power of two (GPC packing) no larger than the smallest
-    // that covers the row, rounded up.
-    if (int64_t(c.cluster - 1) * c.team * vec >= p.cols) return "idle CTA in the interleaved cluster";
-    if (!is_pow2(c.cluster)) return "an interleaved cluster that is not a power of two";
-    const int64_t least = ceil_div(ceil_div(p.cols, vec), int64_t(c.team) * c.vpt);
-    if (c.cluster >= 2 * least) return "an interleaved cluster past the power of two that covers the row";
-  } else if (c.cluster > 1 && int64_t(c.cluster - 1) * c.team * c.vpt * vec >= p.cols) {
-    // No CTA of a cluster may be entirely idle (its share starts past the row).
-    return "idle CTA in the cluster";
-  }
+  // No CTA of a cluster may be entirely idle (its share starts past the row).
+  if (c.cluster > 1 && int64_t(c.cluster - 1) * c.team * c.vpt * vec >= p.cols) return "idle CTA in the cluster";
   if (c.row_blocks * (c.threads / c.team) < p.rows) return "rows not covered";
   if (c.grid != c.row_blocks * c.cluster) return "grid";
   return nullptr;
@@ -335,7 +322,6 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.max_vpt = tile.max_vpt;
     p.cluster_vpt = tile.cluster_vpt;
     p.staged_vpt = tile.staged_vpt;
-    p.interleaved = tile.interleaved;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
     const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
@@ -363,8 +349,7 @@ TEST_P(RegConfigSweep, ValidWithoutClusters) {
 INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                          testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 4, 8}, RegTile{2, 4, 2, 0},
                                          RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0}, RegTile{4, 4, 4, 0},
-                                         RegTile{2, 8, 8, 0}, RegTile{2, 8, 4, 0, true}, RegTile{4, 4, 4, 0, true},
-                                         RegTile{2, 4, 4, 0, true}),
+                                         RegTile{2, 8, 8, 0}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {
