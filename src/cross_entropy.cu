@@ -186,7 +186,6 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   prob.max_vpt = ops::ce_max_vpt(wide);
   prob.cluster_vpt = ops::ce_cluster_vpt();
   prob.scratch_bytes = ops::kCEScratchBytes;
-  prob.interleaved = true;  // RowGeom
   // As the softmax forward, whose 16-bit rows of 512..8K ran at 95.6-98.6%
   // of copy with 8 vectors a thread against 79.8-95.3% with 4 (softmax_sweep,
   // b0db224, H200). Not yet measured for cross-entropy: at 4 vectors its bf16

@@ -484,8 +484,7 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 3, 262144, kMean).smooth(0.1f).zl(1e-4f).softcap(30.0f));
   v.push_back(C(kF32, 3, 262144, kSum).w().g(0.75f));
   v.push_back(C(kF16, 3, 262144, kNone).i32_().inplace());
-  // Clusters rounded up to a power of two (5 -> 8 CTAs bf16, 10 -> 16 fp32):
-  // each thread holds 2-3 of its 4 vectors, the cluster's CTAs equal shares.
+  // Clusters of 5 (bf16) and 10 (fp32) CTAs.
   v.push_back(C(kBF16, 5, 151936, kNone).w().softcap(30.0f).g(0.75f));
   v.push_back(C(kF32, 5, 151936, kMean).smooth(0.1f).zl(1e-4f));
   // Many rows: the scalar kernels split into parts (16384 rows each) and
@@ -869,34 +868,6 @@ TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
-                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
-
-// The clustered cases with the smallest cluster that covers the row (the
-// tuning's reg_cluster_pow2 = 0): odd clusters of interleaved rows (3, 5,
-// 10 CTAs).
-class CrossEntropyGpuLeastCluster : public testing::TestWithParam<CeCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.reg_cluster_pow2 = 0;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
-
-TEST_P(CrossEntropyGpuLeastCluster, MatchesFloat64Reference) {
-  QUACK_REQUIRE_SM90();
-  run_case(GetParam());
-}
-
-std::vector<CeCase> long_row_cases() {
-  std::vector<CeCase> v;
-  for (const CeCase& c : cases())
-    if (c.cols >= 32000 && c.cols <= 262144) v.push_back(c);
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(LeastClusterCases, CrossEntropyGpuLeastCluster, testing::ValuesIn(long_row_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // ---------------------------------------------------------------------------
