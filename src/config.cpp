@@ -99,6 +99,15 @@ RowTuning default_row_tuning() {
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
+  // Cross-entropy (cross_entropy_sweep, H200). Forward: the streaming kernel
+  // at V = 50304 .. 262144 ran at 74.7-83.9% of copy bf16, 96.1-98.3% fp32
+  // (6326b06), against 25-38% / 20-36% for the register kernels (a63c75a);
+  // the wide register tiles gave 59-68% bf16 at 4K-32K. Prediction for the
+  // split gradient: 3 sweeps at ~85-95% each = ~60% of the fused two-sweep
+  // ideal, against 36-52% fused at V >= 32000 (6326b06). Both thresholds are
+  // predictions until the sweep's variants settle them.
+  t.ce_fwd_stream_min_cols = 32768;
+  t.ce_grad_split_min_cols = 32768;
   return t;
 }
 

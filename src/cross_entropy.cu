@@ -133,26 +133,43 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CESc
 
 namespace {
 
+// The plain options: no softcap, no class-weighted smoothing (the kernels'
+// compile-time plain flavour).
+bool ce_plain(const CrossEntropyArgs& a) {
+  return a.softcap == 0.0f && !(a.weight != nullptr && a.label_smoothing != 0.0f);
+}
+
+// The gradient in two passes (the forward writes lse, ce_grad_stream_kernel
+// reads it): plain rows of at least ce_grad_split_min_cols classes, aligned
+// for 16-byte accesses (vec_io; the workspace is sized without it).
+bool ce_two_pass(const CrossEntropyArgs& a, const RowTuning& tune) {
+  return a.dlogits.ptr != nullptr && ce_plain(a) && a.cols >= tune.ce_grad_split_min_cols;
+}
+
 // Workspace layout: [0, 16) the totals (W, R, sum w) when needed; the scalar
-// kernels' parts (16 bytes each) when they have more than one; then the rows'
-// shares when the loss is reduced.
+// kernels' parts (16 bytes each) when they have more than one; the rows'
+// shares when the loss is reduced; the rows' lse for a two-pass gradient
+// when the caller asked for none.
 struct CEWorkspace {
   bool totals = false;
   bool shares = false;
+  bool lse = false;
   ops::CEScalarSplit split;
-  size_t parts_offset = 0, shares_offset = 0, bytes = 0;
+  size_t parts_offset = 0, shares_offset = 0, lse_offset = 0, bytes = 0;
 };
 
 CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   CEWorkspace w;
   w.totals = a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f);
   w.shares = a.reduction != Reduction::kNone && a.loss != nullptr;
+  w.lse = a.lse == nullptr && ce_two_pass(a, current_row_tuning());
   w.split = ops::ce_scalar_split(a.rows, a.cols);
   const bool parts = (w.totals || w.shares) && w.split.parts > 1;
+  auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
   w.parts_offset = w.totals ? 16 : 0;
   w.shares_offset = w.parts_offset + (parts ? size_t(w.split.parts) * 16 : 0);
-  w.bytes = w.shares_offset + (w.shares ? size_t(a.rows) * 4 : 0);
-  w.bytes = (w.bytes + 15) / 16 * 16;
+  w.lse_offset = round16(w.shares_offset + (w.shares ? size_t(a.rows) * 4 : 0));
+  w.bytes = round16(w.lse_offset + (w.lse ? size_t(a.rows) * 4 : 0));
   if (!parts) w.split.parts = 1;
   return w;
 }
@@ -166,14 +183,6 @@ struct Plan {
   bool reg = false;
   RegRowConfig cfg;
 };
-
-// The plain forward streams rows of this many classes and more instead of
-// holding them in registers. Prediction, not yet measured: the register
-// kernel's bf16 forward ran at 25-38% of copy for V >= 32000 (a63c75a, H200:
-// whole-CTA and clustered rows with one row in flight); the streaming kernel
-// keeps 8 loads a thread in flight in four CTAs an SM and should pass 85%.
-// To be set from bench_cross_entropy's forward table.
-constexpr int64_t kCEFwdStreamMinCols = 32768;
 
 // wide: the plain forward (no gradient, no softcap, no weighted smoothing),
 // whose kernel has the 8-vector tile.
@@ -205,8 +214,12 @@ Status cuda_check(const char* what) {
 }  // namespace
 
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide) {
-  if (wide && cols >= kCEFwdStreamMinCols) return "fwd-stream";
+                                          bool wide, bool general) {
+  const RowTuning tune = current_row_tuning();
+  if (general) wide = false;
+  if (!wide && !general && cols >= tune.ce_grad_split_min_cols)
+    return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
+  if (wide && cols >= tune.ce_fwd_stream_min_cols) return "fwd-stream";
   const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim, wide);
   char buf[128];
   if (plan.reg) {
@@ -355,15 +368,24 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int vec = 16 / es;
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
-  const bool wide = !grad && a.softcap == 0.0f && !p.wsmooth;
+  const RowTuning tune = current_row_tuning();
+  // Two-pass gradient: the forward alone (its plain, wide kernels) writes lse,
+  // then ce_grad_stream_kernel the gradient.
+  const bool two_pass = vec_io && ce_two_pass(a, tune);
+  const bool row_grad = grad && !two_pass;  // the row kernels write dx
+  const bool wide = !row_grad && ce_plain(a);
+  if (two_pass) {
+    p.dx = nullptr;
+    if (p.lse == nullptr) p.lse = reinterpret_cast<float*>(base + ws.lse_offset);
+  }
+  // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
+  // most one per row.
+  const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
   const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
-    if (wide && vec_io && a.cols >= kCEFwdStreamMinCols) {
-      // Persistent: four CTAs an SM (the kernel's launch bounds), at most one
-      // per row.
-      const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
+    if (wide && vec_io && a.cols >= tune.ce_fwd_stream_min_cols) {
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-        return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, grid, device, stream);
+        return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, false, device, stream);
       });
     }
     if (plan.reg) {
@@ -371,7 +393,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-        return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, grad, device, stream);
+        return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, row_grad, device, stream);
       });
     }
     // Streaming: one CTA per row, about 4 vectors a thread per pass, 32..1024
@@ -382,10 +404,17 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     p.row_blocks = a.rows;
     const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 32);
     return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-      return ops::launch_ce_stream<decltype(dt)::value>(p, threads, grid, vec_io, grad, device, stream);
+      return ops::launch_ce_stream<decltype(dt)::value>(p, threads, grid, vec_io, row_grad, device, stream);
     });
   };
   if (Status ls = launch_rows(); !ls.ok()) return ls;
+  if (two_pass) {
+    p.dx = a.dlogits.ptr;
+    const Status gs = detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
+      return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, true, device, stream);
+    });
+    if (!gs.ok()) return gs;
+  }
 
   if (shares != nullptr) {
     ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);

@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&target, sizeof(int64_t) * size_t(rows_cap)));
   CK(cudaMalloc(&loss, sizeof(float)));
   CK(cudaMalloc(&rows_loss, sizeof(float) * size_t(rows_cap)));
-  const size_t ws_cap = 16 + sizeof(float) * size_t(rows_cap) + 16;
+  // Room for every layout cross_entropy_workspace_bytes asks for below: the
+  // totals, the scalar kernels' parts, the shares and a two-pass lse.
+  const size_t ws_cap = 16 + 16 * 1024 + 2 * sizeof(float) * size_t(rows_cap) + 64;
   CK(cudaMalloc(&ws, ws_cap));
   sweep::Timer timer;
   const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(dx, x, bytes, cudaMemcpyDeviceToDevice)); }, 20);
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
   }
   std::printf("cross_entropy, dtype %s, M*V = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total,
               copy_gbs);
-  std::printf("%9s %8s | %-40s | %9s %6s | %-40s | %9s %6s | %s\n", "V", "M", "forward kernel", "fwd us", "%copy",
+  std::printf("%9s %8s | %-40s | %9s %6s | %-48s | %9s %6s | %s\n", "V", "M", "forward kernel", "fwd us", "%copy",
               "fused kernel", "fused us", "%copy", "err: fwd loss | fused loss / dlogits");
 
   for (const int64_t V : Vs) {
@@ -136,11 +138,24 @@ int main(int argc, char** argv) {
       (grad ? err : fwd_err) = check(x, target, rows_loss, grad ? dx : nullptr, M, V, dt);
     }
     if (failed) continue;
+    // The timed calls' own status, once (a refused call would time as ~1 us).
+    for (const quack::CrossEntropyArgs* t : {&a, &g}) {
+      size_t need = 0;
+      CK(cudaGetLastError());
+      const quack::Status qs = quack::cross_entropy_workspace_bytes(*t, &need);
+      const quack::Status rs = need <= ws_cap ? quack::cross_entropy(*t, nullptr) : qs;
+      if (!qs.ok() || !rs.ok() || need > ws_cap) {
+        std::printf("%9lld: timed call refused (%s; workspace %zu of %zu bytes)\n", (long long)V,
+                    (qs.ok() ? rs : qs).message.c_str(), need, ws_cap);
+        failed = true;
+      }
+    }
+    if (failed) continue;
     const float fwd_ms = timer.median_ms([&] { (void)quack::cross_entropy(a, nullptr); }, 20);
     const float fused_ms = timer.median_ms([&] { (void)quack::cross_entropy(g, nullptr); }, 20);
     const double fwd_pct = 100.0 * (1.0 * M * V * es / fwd_ms / 1e6) / copy_gbs;
     const double fused_pct = 100.0 * (2.0 * M * V * es / fused_ms / 1e6) / copy_gbs;
-    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.1e | %.1e / %.1e\n", (long long)V,
+    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-48s | %9.1f %5.1f%% | %.1e | %.1e / %.1e\n", (long long)V,
                 (long long)M, quack::cross_entropy_plan_description(M, V, dt, lim, true).c_str(), fwd_ms * 1e3,
                 fwd_pct, quack::cross_entropy_plan_description(M, V, dt, lim, false).c_str(), fused_ms * 1e3,
                 fused_pct, fwd_err.loss, err.loss, err.grad);

@@ -99,6 +99,13 @@ struct RowTuning {
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
+  // Cross-entropy's plain rows (no softcap or class-weighted smoothing),
+  // aligned: the forward streams rows of at least ce_fwd_stream_min_cols
+  // classes (ce_fwd_stream_kernel) instead of holding them in registers; the
+  // gradient of rows of at least ce_grad_split_min_cols takes two passes
+  // (the forward, then ce_grad_stream_kernel from lse) instead of one fused.
+  int64_t ce_fwd_stream_min_cols;
+  int64_t ce_grad_split_min_cols;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -214,8 +221,11 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 // and their records (src/softmax.cu).
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
 // Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the
-// plain forward (no gradient, softcap or class-weighted smoothing).
+// plain forward (no gradient, softcap or class-weighted smoothing), else the
+// plain options' gradient ("2-pass: <the forward's kernel>" from
+// ce_grad_split_min_cols classes); general: a softcap or class-weighted
+// smoothing, forward or gradient (one fused pass; wide ignored).
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide = false);
+                                          bool wide = false, bool general = false);
 
 }  // namespace quack

@@ -111,16 +111,20 @@ struct CERow {
   }
 };
 
-// The row's gradient coefficients and loss, from its statistics.
+// lse of a row from its statistics.
+__device__ __forceinline__ float ce_lse(const core::MaxSumDot& st) { return st.m + core::fast_log2(st.s) * kLn2; }
+
+// The row's gradient coefficients, from its statistics or its lse.
 struct CECoef {
   float lse;
   float A, a, b;  // dL/dx'_c = A p_c - b w_c - a [c == t]
   int tcol;       // the target's column (-1 when it has none)
   bool zero;      // an ignored row: the gradient is exactly 0
 
-  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
-                                    int64_t row) {
-    lse = st.m + core::fast_log2(st.s) * kLn2;
+  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, const core::MaxSumDot& st, int64_t row)
+      : CECoef(p, r, ce_lse(st), row) {}
+  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, float row_lse, int64_t row) {
+    lse = row_lse;
     zero = r.ignored;
     tcol = (r.ignored || r.bad) ? -1 : int(r.t);
     float g = 1.0f;
@@ -143,7 +147,7 @@ struct CECoef {
 // logit x'_t; written by one thread per row.
 __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
                                              float xt, int64_t row) {
-  const float lse = st.m + core::fast_log2(st.s) * kLn2;
+  const float lse = ce_lse(st);
   if (p.lse) p.lse[row] = lse;
   if (!p.row_loss) return;
   float loss;
@@ -403,6 +407,64 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
 }
 
 // ---------------------------------------------------------------------------
+// The gradient pass of two-pass plain rows: the forward wrote every row's lse
+// (p.lse) and loss; dx = A p_c - b - a [c == t] element by element from x and
+// lse alone. Persistent CTAs as ce_fwd_stream_kernel; a thread loads
+// kCEGradStreamU vectors, then computes and stores them; the row's partial
+// last vector by thread 0. dx may be x (in place): each element is read
+// before the same thread writes it.
+constexpr int kCEGradStreamU = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_grad_stream_kernel(const CEParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int U = kCEGradStreamU;
+  using V = RawVec<T, VEC>;
+  const int64_t nfull = p.cols / VEC;
+  const int tail = int(p.cols - nfull * VEC);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    int tid = int(threadIdx.x), nthr = int(blockDim.x);
+    asm volatile("" : "+r"(tid), "+r"(nthr));
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+    T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+    const CERow r = CERow::make(p, row);
+    const CECoef k(p, r, __ldg(p.lse + row), row);
+#pragma unroll 1
+    for (int64_t k0 = tid; k0 < nfull; k0 += int64_t(U) * nthr) {
+      V v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t kv = k0 + int64_t(u) * nthr;
+        if (kv < nfull) v[u].load(xrow + kv * VEC);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t kv = k0 + int64_t(u) * nthr;
+        if (kv < nfull) {
+          float f[VEC];
+          v[u].widen(f);
+          ce_grad<false>(p, k, int(kv * VEC), VEC, f);
+          v[u].narrow(f);
+          v[u].store(orow + kv * VEC);
+        }
+      }
+    }
+    if (tail > 0 && tid == 0) {
+      V v;
+      const T* tp = xrow + nfull * VEC;
+      asm volatile("" : "+l"(tp));
+      v.load_partial(tp, tail);
+      float f[VEC];
+      v.widen(f);
+      ce_grad<false>(p, k, int(nfull * VEC), tail, f);
+      v.narrow(f);
+      v.store_partial(orow + nfull * VEC, tail);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Streaming rows: one CTA per row (grid-stride), the statistics in one pass
 // with online rescaling, the gradient in a second. kVecIO: 16-byte accesses
 // (aligned rows); otherwise element by element.
@@ -594,11 +656,13 @@ Status launch_ce_stream(const CEParams& p, int threads, int64_t grid, bool vec_i
   return launch_ce_kernel<ce_stream_kernel<T, false, false>>(shape, device, stream, p);
 }
 
-// The plain forward's streaming kernel: `grid` persistent CTAs.
+// The plain forward's streaming kernel, or (grad) the gradient pass of
+// two-pass rows: `grid` persistent CTAs.
 template <DType kX>
-Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, int device, cudaStream_t stream) {
+Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, bool grad, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{grid, kCEFwdStreamThreads, 0, 1, false};
+  if (grad) return launch_ce_kernel<ce_grad_stream_kernel<T>>(shape, device, stream, p);
   return launch_ce_kernel<ce_fwd_stream_kernel<T>>(shape, device, stream, p);
 }
 
@@ -614,7 +678,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
 #define QUACK_CE_INSTANTIATION(EXTERN, DT)                                                                      \
   EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, int, cudaStream_t);      \
   EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, int, cudaStream_t);    \
-  EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, int, cudaStream_t);                 \
+  EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);                 \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

@@ -482,11 +482,16 @@ std::vector<CeCase> cases() {
   v.push_back(C(kF32, 7, 128256, kNone).w().smooth(0.1f).inplace());
   v.push_back(C(kF16, 7, 128256, kSum).i32_().softcap(30.0f).g(2.5f));
   v.push_back(C(kBF16, 3, 262144, kMean).smooth(0.1f).zl(1e-4f).softcap(30.0f));
-  v.push_back(C(kF32, 3, 262144, kSum).w().g(0.75f));
+  v.push_back(C(kF32, 3, 262144, kSum).w().softcap(30.0f).g(0.75f));
   v.push_back(C(kF16, 3, 262144, kNone).i32_().inplace());
-  // Clusters of 5 (bf16) and 10 (fp32) CTAs.
+  // Clusters of 5 (bf16) and 10 (fp32) CTAs (general options); the plain
+  // options' gradient from 32768 classes takes two passes (forward, then
+  // the gradient from lse), rows with a partial last vector included.
   v.push_back(C(kBF16, 5, 151936, kNone).w().softcap(30.0f).g(0.75f));
   v.push_back(C(kF32, 5, 151936, kMean).smooth(0.1f).zl(1e-4f));
+  v.push_back(C(kBF16, 7, 50257, kMean).smooth(0.1f).zl(1e-4f).mis(0, 7));
+  v.push_back(C(kF16, 5, 128259, kNone).w().g(0.75f).mis(0, 5).badt());
+  v.push_back(C(kF32, 3, 65537, kSum).smooth(0.2f).mis(0, 3).inplace().nolse());
   // Many rows: the scalar kernels split into parts (16384 rows each) and
   // combine them.
   v.push_back(C(kBF16, 40000, 7, kMean).w().smooth(0.1f).zl(1e-4f));
@@ -593,8 +598,10 @@ void run_case(const CeCase& c) {
                           (c.pad * dtype_size(c.dtype)) % 16 != 0 ||
                           (!c.in_place && c.want_grad &&
                            (c.dx_offset % (16 / dtype_size(c.dtype)) != 0 || (c.dx_pad * dtype_size(c.dtype)) % 16 != 0));
-  SCOPED_TRACE("plan (default tuning): " + (misaligned ? std::string("stream, element-wise")
-                                                          : cross_entropy_plan_description(c.rows, c.cols, c.dtype, DeviceLimits{})));
+  const bool general = c.cap != 0.0f || (c.weight && c.eps != 0.0f);
+  SCOPED_TRACE("plan (default tuning): " +
+               (misaligned ? std::string("stream, element-wise")
+                           : cross_entropy_plan_description(c.rows, c.cols, c.dtype, DeviceLimits{}, !c.want_grad, general)));
   std::mt19937 gen(seed_of(name));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);

@@ -7,6 +7,7 @@
 // addresses stand in for device memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -328,20 +329,25 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
   for (const int64_t rows : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(7), int64_t(289), int64_t(100000)}) {
     SCOPED_TRACE("rows " + std::to_string(rows));
     const size_t shares = size_t(rows) * 4;
+    // The scalar kernels' parts: one per 16384 rows (or classes), 16 bytes
+    // each, between the totals and the shares when there is more than one.
+    const int64_t parts = std::max<int64_t>({int64_t(1), (rows + 16383) / 16384, (kCols + 16383) / 16384});
+    auto layout = [&](size_t totals, size_t sh) {
+      return round16(totals + ((totals || sh) && parts > 1 ? size_t(parts) * 16 : 0) + sh);
+    };
     for (const bool weight : {false, true}) {
       for (const float eps : {0.0f, 0.1f}) {
-        const bool totals_for_smoothing = weight && eps != 0.0f;
+        const size_t tfs = weight && eps != 0.0f ? 16 : 0;  // totals for smoothing's sum of the weights
         SCOPED_TRACE(std::string(weight ? "weight" : "no weight") + ", eps " + std::to_string(eps));
         // none: the totals only for weighted smoothing's sum of the weights.
-        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, true), totals_for_smoothing ? 16u : 0u);
-        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, false), totals_for_smoothing ? 16u : 0u);
+        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, true), layout(tfs, 0));
+        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, false), layout(tfs, 0));
         // mean: the totals (W, R) always, the shares when the loss is written.
-        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, true), round16(16 + shares));
-        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, false), 16u);
+        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, true), layout(16, shares));
+        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, false), layout(16, 0));
         // sum: the shares when the loss is written; the totals as for none.
-        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, true),
-                  round16((totals_for_smoothing ? 16 : 0) + shares));
-        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, false), totals_for_smoothing ? 16u : 0u);
+        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, true), layout(tfs, shares));
+        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, false), layout(tfs, 0));
       }
     }
   }
@@ -350,6 +356,56 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
   EXPECT_EQ(bytes(Reduction::kSum, 289, false, 0.0f, true), 1168u);
   EXPECT_EQ(bytes(Reduction::kSum, 4, false, 0.0f, true), 16u);
   EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 32u);
+  // 100000 rows: 7 parts: 16 + 112 + 400000 = 400128.
+  EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true), 400128u);
+}
+
+// The plain options' gradient of long rows takes two passes; without an lse
+// output the workspace holds the rows' lse between them (16-byte aligned,
+// after the shares).
+TEST(CrossEntropyWorkspace, TwoPassGradientHoldsLse) {
+  const int64_t split = default_row_tuning().ce_grad_split_min_cols;
+  auto bytes = [&](int64_t cols, float softcap, bool weight, float eps, bool lse, bool grad) {
+    CrossEntropyArgs a = args();
+    a.rows = 7;
+    a.cols = cols;
+    a.logits.row_stride = a.dlogits.row_stride = cols;
+    a.softcap = softcap;
+    a.weight = weight ? faddr(2) : nullptr;
+    a.label_smoothing = eps;
+    a.lse = lse ? faddr(4) : nullptr;
+    if (!grad) {
+      a.dlogits = {};
+      a.dloss = nullptr;
+    }
+    a.reduction = Reduction::kSum;  // shares: 7 rows, 28 -> 32 bytes
+    size_t b = 0;
+    EXPECT_TRUE(cross_entropy_workspace_bytes(a, &b).ok());
+    return b;
+  };
+  auto parts_bytes = [](int64_t cols) {
+    const int64_t parts = (cols + 16383) / 16384;
+    return parts > 1 ? size_t(parts) * 16 : size_t(0);
+  };
+  // Weighted smoothing needs the totals (16 bytes) and is not plain.
+  const size_t before = parts_bytes(split) + 32;
+  EXPECT_EQ(bytes(split, 0.0f, false, 0.1f, false, true), before + 32);  // + 7 lse, 28 -> 32
+  EXPECT_EQ(bytes(split, 0.0f, true, 0.0f, false, true), before + 32);   // weights alone are plain
+  EXPECT_EQ(bytes(split, 0.0f, false, 0.0f, true, true), before);        // the caller's lse
+  EXPECT_EQ(bytes(split, 30.0f, false, 0.0f, false, true), before);      // softcap: fused
+  EXPECT_EQ(bytes(split, 0.0f, true, 0.1f, false, true), 16 + before);   // weighted smoothing: fused
+  EXPECT_EQ(bytes(split, 0.0f, false, 0.0f, false, false), before);      // no gradient
+  EXPECT_EQ(bytes(split - 1, 0.0f, false, 0.0f, false, true), parts_bytes(split - 1) + 32);
+}
+
+TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
+  const DeviceLimits lim;
+  const int64_t split = default_row_tuning().ce_grad_split_min_cols;
+  const std::string two = cross_entropy_plan_description(1024, split, DType::kBFloat16, lim, false);
+  EXPECT_EQ(two.rfind("2-pass: ", 0), 0u) << two;
+  EXPECT_EQ(two.substr(8), cross_entropy_plan_description(1024, split, DType::kBFloat16, lim, true));
+  const std::string one = cross_entropy_plan_description(1024, split - 1, DType::kBFloat16, lim, false);
+  EXPECT_EQ(one.rfind("reg", 0), 0u) << one;
 }
 
 TEST(CrossEntropyValidate, NoRowsWithNothingToWriteIsANoOp) {
@@ -398,7 +454,10 @@ TEST(CrossEntropyScaleValidate, ErrorsNameTheArgument) {
 // H100/H200 (default DeviceLimits, default tuning), so that the GPU cases
 // keep covering every path: a register team inside a CTA, a whole CTA per
 // row, a cluster per row, and the streaming kernel beyond the register tiles
-// (misaligned rows stream too; the plan assumes aligned rows).
+// (misaligned rows stream too; the plan assumes aligned rows). The plans of
+// the fused gradient with a general option (softcap or class-weighted
+// smoothing), as those cases have; the plain options' two passes:
+// LongPlainGradientsTakeTwoPasses.
 TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
   const DeviceLimits lim;
   struct Want {
@@ -416,7 +475,7 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
       {2, 300000, DType::kFloat32, "stream"},  {2, 600000, DType::kBFloat16, "stream"},
   };
   for (const Want& w : wants) {
-    const std::string d = cross_entropy_plan_description(w.rows, w.cols, w.dtype, lim);
+    const std::string d = cross_entropy_plan_description(w.rows, w.cols, w.dtype, lim, false, true);
     SCOPED_TRACE(std::to_string(w.rows) + " x " + std::to_string(w.cols) + " " + dtype_name(w.dtype) + ": " + d);
     const std::string kind = w.kind;
     if (kind == "stream") {
