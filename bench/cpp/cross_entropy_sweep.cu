@@ -86,13 +86,12 @@ int main(int argc, char** argv) {
   const size_t ws_cap = 16 + 16 * 1024 + 2 * sizeof(float) * size_t(rows_cap) + 64;
   CK(cudaMalloc(&ws, ws_cap));
   sweep::Timer timer;
-  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(dx, x, bytes, cudaMemcpyDeviceToDevice)); }, 20);
-  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  const double copy_gbs = timer.copy_gbs(dx, x, bytes);
   {
     std::mt19937 rng(1234);
     std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<uint8_t> h(bytes);
-    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(2.0f * nd(rng), h.data() + i * es, dt);
+    std::vector<uint8_t> h;
+    sweep::fill_normal(h, total, dt, 2.0f, 0.0f, nd, rng);
     CK(cudaMemcpy(x, h.data(), bytes, cudaMemcpyHostToDevice));
   }
   std::printf("cross_entropy, dtype %s, M*V = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total,

@@ -36,13 +36,12 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&db, size_t(max_n) * es));
   CK(cudaMalloc(&rstd, size_t(total) * sizeof(float)));
   sweep::Timer timer;
-  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(dx, h, bytes, cudaMemcpyDeviceToDevice)); }, 20);
-  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  const double copy_gbs = timer.copy_gbs(dx, h, bytes);
   {
     std::mt19937 rng(1234);
     std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<uint8_t> host(bytes);
-    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(nd(rng), host.data() + i * es, dt);
+    std::vector<uint8_t> host;
+    sweep::fill_normal(host, total, dt, 1.0f, 0.0f, nd, rng);
     CK(cudaMemcpy(h, host.data(), bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dy, host.data() + (total / 2) * es, bytes - (total / 2) * es, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w, host.data(), size_t(max_n) * es, cudaMemcpyHostToDevice));

@@ -62,15 +62,14 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dy, bytes));
   CK(cudaMalloc(&dx, bytes));
   sweep::Timer timer;
-  const float copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, 20);
-  const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
+  const double copy_gbs = timer.copy_gbs(y, x, bytes);
   {
     std::mt19937 rng(1234);
     std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<uint8_t> h(bytes);
-    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(2.0f * nd(rng), h.data() + i * es, dt);
+    std::vector<uint8_t> h;
+    sweep::fill_normal(h, total, dt, 2.0f, 0.0f, nd, rng);
     CK(cudaMemcpy(x, h.data(), bytes, cudaMemcpyHostToDevice));
-    for (int64_t i = 0; i < total; ++i) sweep::float_to_bits(nd(rng), h.data() + i * es, dt);
+    sweep::fill_normal(h, total, dt, 1.0f, 0.0f, nd, rng);
     CK(cudaMemcpy(dy, h.data(), bytes, cudaMemcpyHostToDevice));
   }
   std::printf("%s, dtype %s, M*N = %lld, copy %.1f GB/s\n", log ? "log_softmax" : "softmax", quack::dtype_name(dt),

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,14 @@ inline void float_to_bits(float f, void* p, quack::DType t) {
   std::memcpy(p, &h, 2);
 }
 
+// Writes n values scale * N(0, 1) + offset as dt into host, drawn in order.
+inline void fill_normal(std::vector<uint8_t>& host, int64_t n, quack::DType dt, float scale, float offset,
+                        std::normal_distribution<float>& nd, std::mt19937& rng) {
+  const int es = quack::dtype_size(dt);
+  host.resize(size_t(n) * es);
+  for (int64_t i = 0; i < n; ++i) float_to_bits(offset + scale * nd(rng), host.data() + i * es, dt);
+}
+
 // Median of `iters` CUDA-event timed calls (after one warm-up), in ms.
 class Timer {
  public:
@@ -83,6 +92,11 @@ class Timer {
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
   }
+  // The sweeps' 100%: a device-to-device copy of `bytes` (read + write, GB/s).
+  double copy_gbs(void* dst, const void* src, size_t bytes) {
+    const float ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+    return 2.0 * double(bytes) / ms / 1e6;
+  }
 
  private:
   cudaEvent_t e0_, e1_;
@@ -92,7 +106,7 @@ class Timer {
 //   QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
 //               reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=1024,reg_threads=256,
 //               reg_staged=1,reg_staged_team=256,chunk_min_kb=..,chunk_min_bwd_kb=..,chunk_cta_kb=128,chunk_stage_kb=96,
-//               chunk_threads=512,ce_fwd_stream_min_cols=32768,ce_grad_split_min_cols=32768"
+//               chunk_threads=512,ce_fwd_stream_min_bytes=49152,ce_grad_split_min_cols=32000"
 // Returns false (after printing the key) on an unknown key.
 inline bool install_tuning_from_env() {
   const char* env = std::getenv("QUACK_TUNE");
@@ -126,7 +140,7 @@ inline bool install_tuning_from_env() {
     else if (k == "chunk_cta_kb") tune.chunk_cta_bytes = int64_t(v) * 1024;
     else if (k == "chunk_stage_kb") tune.chunk_stage_bytes = int64_t(v) * 1024;
     else if (k == "chunk_threads") tune.chunk_threads = int(v);
-    else if (k == "ce_fwd_stream_min_cols") tune.ce_fwd_stream_min_cols = v;
+    else if (k == "ce_fwd_stream_min_bytes") tune.ce_fwd_stream_min_bytes = v;
     else if (k == "ce_grad_split_min_cols") tune.ce_grad_split_min_cols = v;
     else {
       std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());
