@@ -13,11 +13,11 @@ or softcap, measures in the same run as a 1 GiB device-to-device copy
   a leaf that requires grad, as a training step runs them, M = 8192 rows
   (default) for V = 32000 .. 262144. Model bytes: read the logits once,
   write dlogits once (the two sweeps of a forward that also computes the
-  gradient; a separate backward reads the logits a second time, which the
-  model bytes do not count).
+  gradient; a second read of the logits -- a separate backward, or
+  quack_cpp's two-pass gradient from 32000 classes -- is not counted).
 
 Implementations: quack_cpp.cross_entropy (its forward computes the gradient
-in the same sweep when the logits require grad), in the training tables also
+when the logits require grad), in the training tables also
 with inplace_backward=True ("quack_cpp in-place": the gradient overwrites
 the logits); torch eager (F.cross_entropy on the logits as they are, no
 upcast); torch.compile (of F.cross_entropy); Liger-Kernel

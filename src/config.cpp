@@ -99,15 +99,17 @@ RowTuning default_row_tuning() {
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
-  // Cross-entropy (cross_entropy_sweep, H200). Forward: the streaming kernel
-  // at V = 50304 .. 262144 ran at 74.7-83.9% of copy bf16, 96.1-98.3% fp32
-  // (6326b06), against 25-38% / 20-36% for the register kernels (a63c75a);
-  // the wide register tiles gave 59-68% bf16 at 4K-32K. Prediction for the
-  // split gradient: 3 sweeps at ~85-95% each = ~60% of the fused two-sweep
-  // ideal, against 36-52% fused at V >= 32000 (6326b06). Both thresholds are
-  // predictions until the sweep's variants settle them.
-  t.ce_fwd_stream_min_cols = 32768;
-  t.ce_grad_split_min_cols = 32768;
+  // Cross-entropy (cross_entropy_sweep, commit 49608cb, H200, % of copy,
+  // bench/results/2026-11-30-cross-entropy-49608cb.md). Forward, streaming
+  // against the register kernels: bf16 V = 16384 (32 KB rows) 63.4 vs 68.3,
+  // V = 32000 (64 KB) 73.1 vs 59.7; fp32 V = 4096 (16 KB) 43.8 vs 59.5,
+  // V = 16384 (64 KB) 93.5 vs 80.6 -- the streaming kernel from 48 KB rows.
+  // Gradient, two passes against fused: bf16 V = 16384 53.3 vs 59.7, V =
+  // 32000 56.3 vs 52.0; fp32 V = 16384 60.0 vs 63.3, V = 32000 60.6 vs 54.4;
+  // at V >= 50304 two passes ran at 55.8-57.7% bf16 and 60.0-60.9% fp32
+  // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
+  t.ce_fwd_stream_min_bytes = 48 << 10;
+  t.ce_grad_split_min_cols = 32000;
   return t;
 }
 

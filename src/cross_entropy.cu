@@ -219,7 +219,7 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   if (general) wide = false;
   if (!wide && !general && cols >= tune.ce_grad_split_min_cols)
     return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
-  if (wide && cols >= tune.ce_fwd_stream_min_cols) return "fwd-stream";
+  if (wide && cols * dtype_size(dtype) >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
   const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim, wide);
   char buf[128];
   if (plan.reg) {
@@ -383,7 +383,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
   const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
-    if (wide && vec_io && a.cols >= tune.ce_fwd_stream_min_cols) {
+    if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, false, device, stream);
       });

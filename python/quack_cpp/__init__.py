@@ -5,7 +5,7 @@
     y, h = quack_cpp.rmsnorm(x, weight, residual=h, prenorm=True)
     y = quack_cpp.layernorm(x, weight, bias)  # same options; autograd
     p = quack_cpp.softmax(logits)            # also log_softmax; autograd
-    loss = quack_cpp.cross_entropy(logits, target)  # fwd + grad in one sweep
+    loss = quack_cpp.cross_entropy(logits, target)  # fwd + grad, one call
     norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
     ln = quack_cpp.LayerNorm(4096, device="cuda")   # torch.nn.LayerNorm drop-in
 

@@ -4,9 +4,11 @@
 autograd, and the public :func:`cross_entropy`.
 
 Training fast path: when the logits need a gradient, the forward computes it
-in the same sweep over the logits (read once, gradient written once) for a
-unit upstream gradient; the backward then rescales it in place on the device
-only where the upstream gradient is not exactly 1 (no host synchronisation).
+for a unit upstream gradient (in the same sweep over the logits, or from
+32000 classes with the plain options in a second pass from lse, which the
+library measured faster there); the backward then rescales it in place on
+the device only where the upstream gradient is not exactly 1 (no host
+synchronisation).
 """
 
 import math
@@ -280,7 +282,7 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Optional[Tensor] = Non
     Returns the fp32 loss (shape () or, for 'none', logits' leading shape),
     and with ``return_lse=True`` also the fp32 per-row log-sum-exp (not
     differentiable). When ``logits`` requires grad, the forward also computes
-    the gradient in the same sweep over the logits (float16 logits: in the
+    the gradient, reading the logits once or twice (float16 logits: in the
     backward, so that loss scaling cannot underflow it); ``inplace_backward=True``
     writes that gradient into the logits' own memory (saving a logits-sized
     tensor; the logits' values are gone afterwards and autograd's version

@@ -100,11 +100,12 @@ struct RowTuning {
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
   // Cross-entropy's plain rows (no softcap or class-weighted smoothing),
-  // aligned: the forward streams rows of at least ce_fwd_stream_min_cols
-  // classes (ce_fwd_stream_kernel) instead of holding them in registers; the
-  // gradient of rows of at least ce_grad_split_min_cols takes two passes
-  // (the forward, then ce_grad_stream_kernel from lse) instead of one fused.
-  int64_t ce_fwd_stream_min_cols;
+  // aligned: the forward streams rows of at least ce_fwd_stream_min_bytes
+  // (ce_fwd_stream_kernel) instead of holding them in registers; the
+  // gradient of rows of at least ce_grad_split_min_cols classes takes two
+  // passes (the forward, then ce_grad_stream_kernel from lse) instead of one
+  // fused.
+  int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
 };
 RowTuning default_row_tuning();

@@ -485,7 +485,7 @@ std::vector<CeCase> cases() {
   v.push_back(C(kF32, 3, 262144, kSum).w().softcap(30.0f).g(0.75f));
   v.push_back(C(kF16, 3, 262144, kNone).i32_().inplace());
   // Clusters of 5 (bf16) and 10 (fp32) CTAs (general options); the plain
-  // options' gradient from 32768 classes takes two passes (forward, then
+  // options' gradient from 32000 classes takes two passes (forward, then
   // the gradient from lse), rows with a partial last vector included.
   v.push_back(C(kBF16, 5, 151936, kNone).w().softcap(30.0f).g(0.75f));
   v.push_back(C(kF32, 5, 151936, kMean).smooth(0.1f).zl(1e-4f));
@@ -516,7 +516,7 @@ std::vector<CeCase> cases() {
   // Some outputs only: forward only, gradient only (a mean without shares),
   // per-row losses without lse.
   v.push_back(C(kBF16, 289, 4096, kMean).nograd());
-  // The plain forward: 8-vector register tiles below 32768 classes, the
+  // The plain forward: 8-vector register tiles below 48 KB rows, the
   // streaming kernel from there (whole vectors, and partial last vectors in
   // rows whose padded stride keeps them aligned), bad targets included.
   v.push_back(C(kF16, 289, 1000, kSum).smooth(0.1f).zl(1e-4f).nograd());

@@ -398,6 +398,18 @@ TEST(CrossEntropyWorkspace, TwoPassGradientHoldsLse) {
   EXPECT_EQ(bytes(split - 1, 0.0f, false, 0.0f, false, true), parts_bytes(split - 1) + 32);
 }
 
+// The plain forward streams rows of 48 KB and more (bf16 from 24576
+// classes, fp32 from 12288), and keeps the register tiles below.
+TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
+  const DeviceLimits lim;
+  EXPECT_EQ(cross_entropy_plan_description(1024, 24576, DType::kBFloat16, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(1024, 12288, DType::kFloat32, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(1024, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(1024, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
+  // A general option keeps the register (or streaming) row kernels.
+  EXPECT_EQ(cross_entropy_plan_description(1024, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+}
+
 TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
   const DeviceLimits lim;
   const int64_t split = default_row_tuning().ce_grad_split_min_cols;
