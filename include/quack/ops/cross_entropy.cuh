@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const C
 }
 
 // ---------------------------------------------------------------------------
-// Scalar kernels (src/cross_entropy.cu): ce_scalar_parts(rows, cols) CTAs of
+// Scalar kernels (src/cross_entropy.cu): ce_scalar_split(rows, cols).parts CTAs of
 // kCEScalarThreads, each a fixed share of the rows (and classes), fixed
 // summation orders; with more than one part, ce_combine_kernel adds the
 // parts' float4s in order.
