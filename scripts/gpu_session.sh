@@ -20,6 +20,8 @@
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
 #              bench/<part>.py likewise (<part>.md / .json)
+#   vocab_parallel  two GPUs: tests/python/dist_vocab_parallel.py and
+#              bench/bench_vocab_parallel.py under torchrun (after tests)
 # The device copy of the tree has no .git: pass the commit being measured.
 set -uo pipefail
 commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
@@ -110,6 +112,16 @@ for part in $parts; do
       python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
         > "$out/bench.log" 2>&1 || status=1
       tail -3 "$out/bench.log" ;;
+    vocab_parallel)
+      # Two GPUs (kind nvidia-h200-x2; after `tests`, which installs the
+      # package): the torchrun check, then the benchmark. NVLink multicast
+      # stays off.
+      NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 tests/python/dist_vocab_parallel.py \
+        > "$out/vocab_parallel_test.log" 2>&1 || status=1
+      tail -n 2 "$out/vocab_parallel_test.log"
+      NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 bench/bench_vocab_parallel.py \
+        --out "$out/bench_vocab_parallel.md" > "$out/bench_vocab_parallel.log" 2>&1 || status=1
+      tail -n 12 "$out/bench_vocab_parallel.log" ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh

@@ -143,8 +143,11 @@ bool ce_plain(const CrossEntropyArgs& a) {
 // reads it): plain rows of at least ce_grad_split_min_cols classes, aligned
 // for 16-byte accesses (vec_io; the workspace is sized without it).
 bool ce_two_pass(const CrossEntropyArgs& a, const RowTuning& tune) {
-  return a.dlogits.ptr != nullptr && ce_plain(a) && a.cols >= tune.ce_grad_split_min_cols;
+  return a.dlogits.ptr != nullptr && a.lse_in == nullptr && ce_plain(a) && a.cols >= tune.ce_grad_split_min_cols;
 }
+
+// V: the whole vocabulary (the logits may hold a shard of it).
+int64_t ce_classes(const CrossEntropyArgs& a) { return a.num_classes > 0 ? a.num_classes : a.cols; }
 
 // Workspace layout: [0, 16) the totals (W, R, sum w) when needed; the scalar
 // kernels' parts (16 bytes each) when they have more than one; the rows'
@@ -160,10 +163,12 @@ struct CEWorkspace {
 
 CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   CEWorkspace w;
-  w.totals = a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f);
-  w.shares = a.reduction != Reduction::kNone && a.loss != nullptr;
-  w.lse = a.lse == nullptr && ce_two_pass(a, current_row_tuning());
-  w.split = ops::ce_scalar_split(a.rows, a.cols);
+  // The statistics mode needs nothing: no loss, no gradient.
+  const bool stats = a.shard_stats != nullptr;
+  w.totals = !stats && (a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f));
+  w.shares = !stats && a.lse_in == nullptr && a.reduction != Reduction::kNone && a.loss != nullptr;
+  w.lse = !stats && a.lse == nullptr && ce_two_pass(a, current_row_tuning());
+  w.split = ops::ce_scalar_split(a.rows, ce_classes(a));
   const bool parts = (w.totals || w.shares) && w.split.parts > 1;
   auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
   w.parts_offset = w.totals ? 16 : 0;
@@ -232,6 +237,36 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   return buf;
 }
 
+// Vocabulary sharding and the two shard modes (statistics, gradient from lse).
+static Status check_sharding(const CrossEntropyArgs& a) {
+  if (a.num_classes < 0) return invalid("num_classes: must be >= 0 (0: cols), got " + std::to_string(a.num_classes));
+  if (a.num_classes == 0 && a.class_offset != 0)
+    return invalid("class_offset: must be 0 when num_classes is 0 (the logits hold every class), got " +
+                   std::to_string(a.class_offset));
+  if (a.num_classes > 0 && (a.class_offset < 0 || a.class_offset > a.num_classes - a.cols))
+    return invalid("class_offset: the shard [" + std::to_string(a.class_offset) + ", " +
+                   std::to_string(a.class_offset) + " + " + std::to_string(a.cols) + ") is not inside [0, num_classes = " +
+                   std::to_string(a.num_classes) + ")");
+  const bool stats = a.shard_stats != nullptr, from_lse = a.lse_in != nullptr;
+  if (stats && from_lse) return invalid("shard_stats: given with lse_in (one mode a call)");
+  if (ce_classes(a) != a.cols && !stats && !from_lse)
+    return invalid("num_classes: the logits hold a shard (" + std::to_string(a.cols) + " of " +
+                   std::to_string(a.num_classes) + " classes): write shard_stats, or dlogits from lse_in");
+  if (stats) {
+    if (uintptr_t(a.shard_stats) % 16 != 0) return invalid("shard_stats: pointer is not 16-byte aligned (float4 rows)");
+    if (a.loss != nullptr) return invalid("loss: not written with shard_stats (combine the shards' statistics)");
+    if (a.lse != nullptr) return invalid("lse: not written with shard_stats (combine the shards' statistics)");
+    if (a.dlogits.ptr != nullptr) return invalid("dlogits: not written with shard_stats (use lse_in)");
+  }
+  if (from_lse) {
+    if (uintptr_t(a.lse_in) % 4 != 0) return invalid("lse_in: pointer is not aligned to 4 bytes (fp32)");
+    if (a.rows > 0 && a.dlogits.ptr == nullptr) return invalid("dlogits: null pointer (lse_in writes the gradient)");
+    if (a.loss != nullptr) return invalid("loss: not written with lse_in (the gradient mode)");
+    if (a.lse != nullptr) return invalid("lse: given with lse_in (the gradient mode reads lse_in)");
+  }
+  return Status::success();
+}
+
 Status can_implement(const CrossEntropyArgs& a) {
   Status st;
   if (!(st = detail::check_shape(a.rows, a.cols, "the class dimension")).ok()) return st;
@@ -279,6 +314,7 @@ Status can_implement(const CrossEntropyArgs& a) {
   if (uintptr_t(a.dloss) % 4 != 0) return invalid("dloss: pointer is not aligned to 4 bytes (fp32)");
   if (a.dloss != nullptr && a.dlogits.ptr == nullptr)
     return invalid("dloss: given without dlogits (the upstream gradient only scales dlogits)");
+  if (!(st = check_sharding(a)).ok()) return st;
   const CEWorkspace ws = ce_workspace(a);
   if (ws.bytes > 0 && a.rows > 0) {
     if (a.workspace == nullptr) return invalid("workspace: null pointer (cross_entropy_workspace_bytes says " +
@@ -315,7 +351,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
 
   ops::CEScalarParams sp{};
   sp.rows = a.rows;
-  sp.cols = a.cols;
+  sp.cols = ce_classes(a);  // targets' range and the class weights' sum: the whole vocabulary
   sp.target = a.target;
   sp.target_stride = a.target_stride;
   sp.target64 = a.target_dtype == IndexDType::kInt64;
@@ -344,6 +380,10 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   ops::CEParams p{};
   p.rows = a.rows;
   p.cols = a.cols;
+  p.num_classes = ce_classes(a);
+  p.class_offset = a.class_offset;
+  p.cwc = a.weight != nullptr ? a.weight + a.class_offset : nullptr;
+  p.stats = reinterpret_cast<float4*>(a.shard_stats);
   p.x = a.logits.ptr;
   p.x_stride = a.logits.row_stride;
   p.target = a.target;
@@ -370,6 +410,26 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
   const RowTuning tune = current_row_tuning();
+  // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
+  // most one per row.
+  const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
+  // Streaming rows: one CTA per row, about 4 vectors a thread per pass,
+  // 32..1024 threads; up to 32 CTAs per SM (the kernel strides over the rest).
+  const int row_threads = detail::stream_row_threads(a.cols, es);
+  const int64_t row_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 32);
+  if (a.lse_in != nullptr) {
+    // The gradient from the caller's lse alone: the two-pass gradient kernel
+    // for plain aligned rows, else one CTA a row.
+    p.lse_src = a.lse_in;
+    return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
+      if (vec_io && ce_plain(a))
+        return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, true, device, stream);
+      p.team = row_threads;
+      p.cluster = 1;
+      p.row_blocks = a.rows;
+      return ops::launch_ce_stream<decltype(dt)::value>(p, row_threads, row_grid, vec_io, true, true, device, stream);
+    });
+  }
   // Two-pass gradient: the forward alone (its plain, wide kernels) writes lse,
   // then ce_grad_stream_kernel the gradient.
   const bool two_pass = vec_io && ce_two_pass(a, tune);
@@ -378,10 +438,8 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (two_pass) {
     p.dx = nullptr;
     if (p.lse == nullptr) p.lse = reinterpret_cast<float*>(base + ws.lse_offset);
+    p.lse_src = p.lse;
   }
-  // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
-  // most one per row.
-  const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);
   const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
     if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {
@@ -397,15 +455,12 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
         return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, row_grad, device, stream);
       });
     }
-    // Streaming: one CTA per row, about 4 vectors a thread per pass, 32..1024
-    // threads; up to 32 CTAs per SM (the kernel strides over the rest).
-    const int threads = detail::stream_row_threads(a.cols, es);
-    p.team = threads;
+    p.team = row_threads;
     p.cluster = 1;
     p.row_blocks = a.rows;
-    const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 32);
     return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-      return ops::launch_ce_stream<decltype(dt)::value>(p, threads, grid, vec_io, row_grad, device, stream);
+      return ops::launch_ce_stream<decltype(dt)::value>(p, row_threads, row_grid, vec_io, row_grad, false, device,
+                                                        stream);
     });
   };
   if (Status ls = launch_rows(); !ls.ok()) return ls;

@@ -202,6 +202,19 @@ Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
 // and stride). Everything is computed in fp32; the loss is deterministic
 // (fixed summation order, no atomics). No host synchronisation: all scalars
 // (the denominators, dloss) stay on the device.
+//
+// Vocabulary sharding (tensor parallelism, quack_cpp.distributed): logits may
+// hold only the classes [class_offset, class_offset + cols) of num_classes;
+// target, weight ([num_classes]) and V in the formulas above are then the
+// whole vocabulary's. A shard cannot write the loss alone; instead a call
+// writes either
+//   shard_stats [rows][4] fp32: {m, s, d, x'_t} -- the shard's max of x', the
+//     sum of exp(x' - m), the sum of x'_c (of w_c x'_c with class weights and
+//     label smoothing) and x'_t when t lies in the shard (else 0); across
+//     shards, lse = M + log sum_r s_r exp(m_r - M) with M = max_r m_r;
+// or, given lse_in [rows] (the whole row's lse), dlogits of the shard's
+// classes (times dloss), from the logits and lse_in alone.
+// Both modes are also valid unsharded (num_classes = 0: cols, offset 0).
 enum class IndexDType : int32_t { kInt32 = 0, kInt64 = 1 };
 enum class Reduction : int32_t { kNone = 0, kMean = 1, kSum = 2 };
 
@@ -224,6 +237,11 @@ struct CrossEntropyArgs {
   const float* dloss = nullptr;  // upstream gradient (see above), optional
   void* workspace = nullptr;     // cross_entropy_workspace_bytes(args) bytes, 16-byte aligned
   size_t workspace_bytes = 0;
+  // Vocabulary sharding (see above); 0 / 0: the logits hold every class.
+  int64_t class_offset = 0;
+  int64_t num_classes = 0;
+  float* shard_stats = nullptr;   // [rows][4], 16-byte aligned: the statistics mode
+  const float* lse_in = nullptr;  // [rows]: the gradient-from-lse mode
 };
 Status can_implement(const CrossEntropyArgs& args);
 // *bytes: device memory the call needs in args.workspace (the mean's

@@ -8,6 +8,7 @@
     loss = quack_cpp.cross_entropy(logits, target)  # fwd + grad, one call
     norm = quack_cpp.RMSNorm(4096, device="cuda", dtype=torch.bfloat16)
     ln = quack_cpp.LayerNorm(4096, device="cuda")   # torch.nn.LayerNorm drop-in
+    loss = quack_cpp.distributed.vocab_parallel_cross_entropy(local_logits, target)  # vocab shards
 
 Ops are registered with torch.library (``torch.ops.quack_cpp.*``), so
 torch.compile(fullgraph=True) treats each as one opaque op; eager calls go
@@ -16,7 +17,7 @@ through torch's caching allocator (CUDA-graph capturable).
 """
 import torch  # first: loads the CUDA runtime (libcudart) that _C links against
 
-from . import _C
+from . import _C, distributed
 from ._cross_entropy import cross_entropy
 from ._layernorm import layernorm
 from ._rmsnorm import rmsnorm
@@ -31,4 +32,5 @@ def version() -> str:
     return _C.version()
 
 
-__all__ = ["CrossEntropyLoss", "LayerNorm", "RMSNorm", "cross_entropy", "layernorm", "log_softmax", "rmsnorm", "softmax", "version", "__version__"]
+__all__ = ["CrossEntropyLoss", "LayerNorm", "RMSNorm", "cross_entropy", "distributed", "layernorm", "log_softmax",
+           "rmsnorm", "softmax", "version", "__version__"]

@@ -50,6 +50,13 @@ namespace ops {
 
 struct CEParams {
   int64_t rows, cols;
+  // Vocabulary sharding: the logits' columns are classes class_offset.. of
+  // num_classes (= cols unsharded); cwc = cw + class_offset (the columns'
+  // weights), cw indexed by the (global) target.
+  int64_t num_classes, class_offset;
+  const float* cwc;
+  float4* stats;  // [rows]: the statistics mode (no loss, no lse), or null
+  const float* lse_src;  // [rows]: the gradient passes' lse (a forward's, or the caller's lse_in)
   const void* x;
   int64_t x_stride;
   const void* target;
@@ -97,6 +104,7 @@ __device__ __forceinline__ float softcap_of(float x, float c, float k2) {
 // weight are broadcast loads).
 struct CERow {
   int64_t t;
+  int64_t tl;         // the target's column in these logits, -1 when none (not counted, or another shard's)
   bool ignored, bad;  // bad: target outside [0, V) and not ignored
   float wt;           // w_t (1 without class weights; 0 when not counted)
 
@@ -105,8 +113,10 @@ struct CERow {
     r.t = p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
                      : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
     r.ignored = r.t == p.ignore_index;
-    r.bad = !r.ignored && (r.t < 0 || r.t >= p.cols);
+    r.bad = !r.ignored && (r.t < 0 || r.t >= p.num_classes);
     r.wt = (r.ignored || r.bad) ? 0.0f : (p.cw ? __ldg(p.cw + r.t) : 1.0f);
+    const int64_t tl = r.t - p.class_offset;
+    r.tl = (r.ignored || r.bad || tl < 0 || tl >= p.cols) ? -1 : tl;
     return r;
   }
 };
@@ -126,7 +136,7 @@ struct CECoef {
   __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, float row_lse, int64_t row) {
     lse = row_lse;
     zero = r.ignored;
-    tcol = (r.ignored || r.bad) ? -1 : int(r.t);
+    tcol = int(r.tl);
     float g = 1.0f;
     if (p.dloss) g = __ldg(p.dloss + (p.dloss_per_row ? row : 0));
     float gce = g, gz = g;
@@ -134,7 +144,7 @@ struct CECoef {
       gce = __fdiv_rn(g, __ldg(p.totals));
       gz = __fdiv_rn(g, __ldg(p.totals + 1));
     }
-    const float V = float(p.cols);
+    const float V = float(p.num_classes);
     a = gce * (1.0f - p.smoothing) * r.wt;
     b = gce * p.smoothing / V;
     const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
@@ -147,6 +157,10 @@ struct CECoef {
 // logit x'_t; written by one thread per row.
 __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
                                              float xt, int64_t row) {
+  if (p.stats) {  // a shard's statistics, combined across shards by the caller
+    p.stats[row] = make_float4(st.m, st.s, st.d, xt);
+    return;
+  }
   const float lse = ce_lse(st);
   if (p.lse) p.lse[row] = lse;
   if (!p.row_loss) return;
@@ -156,7 +170,7 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   } else if (r.bad) {
     loss = __int_as_float(0x7fc00000);
   } else {
-    const float V = float(p.cols);
+    const float V = float(p.num_classes);
     // sum_c w_c (lse - x'_c) = lse sum_c w_c - d.
     const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
     float ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
@@ -172,8 +186,8 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
 // hides under the row's reduction).
 template <typename T>
 __device__ __forceinline__ float ce_target_logit(const CEParams& p, const CERow& r, int64_t row, float k2) {
-  if (r.ignored || r.bad) return 0.0f;
-  const float x = core::to_float(static_cast<const T*>(p.x)[row * p.x_stride + r.t]);
+  if (r.tl < 0) return 0.0f;
+  const float x = core::to_float(static_cast<const T*>(p.x)[row * p.x_stride + r.tl]);
   return p.softcap != 0.0f ? softcap_of(x, p.softcap, k2) : x;
 }
 
@@ -201,7 +215,7 @@ __device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int 
     float g;
     if constexpr (kGeneral) {
       float wc = 1.0f;
-      if (p.wsmooth && j < n) wc = __ldg(p.cw + c0 + j);
+      if (p.wsmooth && j < n) wc = __ldg(p.cwc + c0 + j);
       g = fmaf(k.A, pc, -k.b * wc);
     } else {
       g = fmaf(k.A, pc, -k.b);
@@ -238,7 +252,7 @@ __device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f
   for (int j = 0; j < VEC; ++j) {
     if (!kMasked || j < n) {
       s += core::fast_exp2((f[j] - base) * kLog2e);
-      if constexpr (kGeneral) d = p.wsmooth ? fmaf(__ldg(p.cw + c0 + j), f[j], d) : d + f[j];
+      if constexpr (kGeneral) d = p.wsmooth ? fmaf(__ldg(p.cwc + c0 + j), f[j], d) : d + f[j];
       else d += f[j];
     }
   }
@@ -429,7 +443,7 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_grad_stream_kernel(
     const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
     T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
     const CERow r = CERow::make(p, row);
-    const CECoef k(p, r, __ldg(p.lse + row), row);
+    const CECoef k(p, r, __ldg(p.lse_src + row), row);
 #pragma unroll 1
     for (int64_t k0 = tid; k0 < nfull; k0 += int64_t(U) * nthr) {
       V v[U];
@@ -461,6 +475,28 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_grad_stream_kernel(
       v.narrow(f);
       v.store_partial(orow + nfull * VEC, tail);
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// One row's gradient by the whole CTA, VEC elements a thread a step, any
+// options (kVecIO: 16-byte accesses; else element by element).
+template <typename T, bool kVecIO>
+__device__ __forceinline__ void ce_stream_grad_row(const CEParams& p, const CECoef& k, const T* xrow, int64_t row,
+                                                   float k2) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t cols = p.cols, step = int64_t(blockDim.x) * VEC;
+  T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+  for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
+    const int n = cols - c < VEC ? int(cols - c) : VEC;
+    RawVec<T, VEC> v;
+    stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+    float f[VEC];
+    ce_widen<true>(v, f, p.softcap, k2);
+    ce_grad<true>(p, k, int(c), n, f);
+    v.narrow(f);
+    stream_store<T, VEC, kVecIO>(v, orow + c, n);
   }
 }
 
@@ -501,20 +537,20 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const C
     red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
     const MaxSumDot st = red.reduce(MaxSumDot{m, s, d, 0.0f});
     if (writer) ce_write_row(p, r, st, xt, row);
-    if constexpr (kGrad) {
-      const CECoef k(p, r, st, row);
-      T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
-      for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
-        const int n = cols - c < VEC ? int(cols - c) : VEC;
-        RawVec<T, VEC> v;
-        stream_load<T, VEC, kVecIO>(v, xrow + c, n);
-        float f[VEC];
-        ce_widen<true>(v, f, p.softcap, k2);
-        ce_grad<true>(p, k, int(c), n, f);
-        v.narrow(f);
-        stream_store<T, VEC, kVecIO>(v, orow + c, n);
-      }
-    }
+    if constexpr (kGrad) ce_stream_grad_row<T, kVecIO>(p, CECoef(p, r, st, row), xrow, row, k2);
+  }
+}
+
+// The gradient from a given lse (p.lse_src: the caller's lse_in), any
+// options, any alignment: one CTA per row (grid-stride), as ce_stream_kernel's
+// second pass.
+template <typename T, bool kVecIO>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_grad_row_kernel(const CEParams p) {
+  const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+    const CERow r = CERow::make(p, row);
+    ce_stream_grad_row<T, kVecIO>(p, CECoef(p, r, __ldg(p.lse_src + row), row), xrow, row, k2);
   }
 }
 
@@ -642,12 +678,17 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
                                   " vectors per thread (cluster " + std::to_string(cfg.cluster) + ")"};
 }
 
-// Streaming: one CTA of `threads` per row, `grid` CTAs.
+// Streaming: one CTA of `threads` per row, `grid` CTAs; from_lse: the
+// gradient alone from p.lse_src (ce_grad_row_kernel).
 template <DType kX>
-Status launch_ce_stream(const CEParams& p, int threads, int64_t grid, bool vec_io, bool grad, int device,
-                        cudaStream_t stream) {
+Status launch_ce_stream(const CEParams& p, int threads, int64_t grid, bool vec_io, bool grad, bool from_lse,
+                        int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{grid, threads, kCEScratchBytes, 1, false};
+  if (from_lse) {
+    if (vec_io) return launch_ce_kernel<ce_grad_row_kernel<T, true>>(shape, device, stream, p);
+    return launch_ce_kernel<ce_grad_row_kernel<T, false>>(shape, device, stream, p);
+  }
   if (vec_io) {
     if (grad) return launch_ce_kernel<ce_stream_kernel<T, true, true>>(shape, device, stream, p);
     return launch_ce_kernel<ce_stream_kernel<T, true, false>>(shape, device, stream, p);
@@ -677,8 +718,9 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
 
 #define QUACK_CE_INSTANTIATION(EXTERN, DT)                                                                      \
   EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, int, cudaStream_t);      \
-  EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, int, cudaStream_t);    \
-  EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);                 \
+  EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, bool, int,            \
+                                              cudaStream_t);                                                    \
+  EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

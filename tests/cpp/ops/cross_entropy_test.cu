@@ -878,6 +878,177 @@ INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesI
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // ---------------------------------------------------------------------------
+// Vocabulary shards: each shard [a, b) of the whole logits (a view into them:
+// row stride V, so shards start misaligned or aligned) writes its statistics
+// (shard_stats), checked against float64 over the shard; then, given the
+// whole rows' float64 lse (rounded to fp32), its slice of dlogits (lse_in),
+// checked against the float64 gradient of the whole vocabulary. Targets
+// include ignored rows and bad ones (V, -1).
+struct ShardCase {
+  DType dtype;
+  int64_t rows, V;
+  std::vector<int64_t> cuts;  // shard boundaries, 0 .. V
+  Reduction red;
+  bool weight;
+  double eps, z, cap, dloss;
+};
+
+void run_shards(const ShardCase& c) {
+  const int64_t M = c.rows, V = c.V;
+  const int es = dtype_size(c.dtype);
+  std::mt19937 gen(uint32_t(V * 31 + M));
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  Problem p;
+  p.rows = M;
+  p.cols = V;
+  p.reduction = c.red;
+  p.eps = c.eps;
+  p.z_loss = c.z;
+  p.cap = c.cap;
+  std::uniform_int_distribution<int64_t> cls(0, V - 1);
+  p.target.resize(size_t(M));
+  for (int64_t r = 0; r < M; ++r) p.target[size_t(r)] = r % 9 == 4 ? -100 : r % 13 == 6 ? V : r % 17 == 8 ? -1 : cls(gen);
+  std::vector<float> x(size_t(M * V));
+  for (float& v : x) v = float(round_to(c.dtype, normal(gen)));
+  p.x.assign(x.begin(), x.end());
+  std::vector<float> w;
+  if (c.weight) {
+    w.resize(size_t(V));
+    for (float& v : w) v = 0.25f + 1.75f * uni(gen);
+    p.weight.assign(w.begin(), w.end());
+  }
+  std::vector<float> dloss;
+  if (c.dloss != 0.0) {
+    dloss.assign(size_t(c.red == kNone ? M : 1), float(c.dloss));
+    if (c.red == kNone)
+      for (int64_t r = 0; r < M; r += 3) dloss[size_t(r)] = -0.5f;
+    p.dloss.assign(dloss.begin(), dloss.end());
+  }
+  const Reference ref = reference(p);
+  const std::vector<double> grad = gradient(p, ref);
+
+  GuardedTensor tx(Layout{c.dtype, M, V, V, 0});
+  DeviceBuffer dt(size_t(M) * 8), dw(c.weight ? size_t(V) * 4 : 0), dl(dloss.size() * 4), dlse(size_t(M) * 4);
+  ASSERT_TRUE(tx.ok() && dt.ok() && dlse.ok());
+  QUACK_ASSERT_CUDA(tx.upload(x));
+  QUACK_ASSERT_CUDA(cudaMemcpy(dt.data(), p.target.data(), dt.bytes(), cudaMemcpyHostToDevice));
+  if (c.weight) QUACK_ASSERT_CUDA(cudaMemcpy(dw.data(), w.data(), dw.bytes(), cudaMemcpyHostToDevice));
+  if (!dloss.empty()) QUACK_ASSERT_CUDA(cudaMemcpy(dl.data(), dloss.data(), dl.bytes(), cudaMemcpyHostToDevice));
+  std::vector<float> lse32(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r) lse32[size_t(r)] = float(ref.row[size_t(r)].lse);
+  QUACK_ASSERT_CUDA(cudaMemcpy(dlse.data(), lse32.data(), dlse.bytes(), cudaMemcpyHostToDevice));
+  const bool wsmooth = c.weight && c.eps != 0.0;
+  const double u = std::ldexp(1.0, -24), dcap = c.cap > 0.0 ? (24.0 + 4.0 * 12.0 / c.cap) * u * c.cap : 0.0;
+  const double rt = c.dtype == kF32 ? 2e-5 : c.dtype == kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+
+  for (size_t k = 0; k + 1 < c.cuts.size(); ++k) {
+    const int64_t a = c.cuts[k], b = c.cuts[k + 1], n = b - a;
+    SCOPED_TRACE("shard [" + std::to_string(a) + ", " + std::to_string(b) + ") of " + std::to_string(V));
+    CrossEntropyArgs args;
+    args.rows = M;
+    args.cols = n;
+    args.logits = {static_cast<char*>(tx.ptr()) + a * es, c.dtype, V};
+    args.target = dt.data();
+    args.weight = c.weight ? reinterpret_cast<const float*>(dw.data()) : nullptr;
+    args.reduction = c.red;
+    args.label_smoothing = float(c.eps);
+    args.z_loss = float(c.z);
+    args.softcap = float(c.cap);
+    args.class_offset = a;
+    args.num_classes = V;
+    GuardedTensor tst(Layout{kF32, M, 4, 4, 0});
+    GuardedTensor tdx(Layout{c.dtype, M, n, n, 0});
+    ASSERT_TRUE(tst.ok() && tdx.ok());
+    // 1. Statistics.
+    CrossEntropyArgs sa = args;
+    sa.shard_stats = static_cast<float*>(tst.ptr());
+    size_t ws = 1;
+    ASSERT_TRUE(cross_entropy_workspace_bytes(sa, &ws).ok());
+    EXPECT_EQ(ws, 0u) << "the statistics mode needs no workspace";
+    QUACK_ASSERT_CUDA(tst.upload(std::vector<float>(size_t(M * 4), kSentinel)));
+    const Status st = cross_entropy(sa, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<double> got;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(tst.download(&got, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes outside shard_stats were written";
+    int64_t off = 0;
+    for (int64_t r = 0; r < M; ++r) {
+      const double* xr = &p.x[size_t(r * V)];
+      double m = -INFINITY, s = 0.0, d = 0.0, dabs = 0.0;
+      for (int64_t j = a; j < b; ++j) m = std::max(m, capped(p, xr[j]));
+      for (int64_t j = a; j < b; ++j) {
+        const double xc = capped(p, xr[j]), wc = wsmooth ? weight_of(p, j) : 1.0;
+        s += std::exp(xc - m);
+        d += wc * xc;
+        dabs += wc * (std::fabs(xc) + dcap);
+      }
+      const int64_t t = p.target[size_t(r)];
+      const double xt = (t >= a && t < b) ? capped(p, xr[t]) : 0.0;
+      const double gamma = (2.0 * double(n) / 64.0 + 4.0 * std::log2(double(n) + 1.0) + 64.0) * u;
+      const double* g4 = &got[size_t(r * 4)];
+      const bool row_ok = std::fabs(g4[0] - m) <= dcap + 2.0 * u * std::fabs(m) &&
+                          std::fabs(g4[1] - s) <= (gamma + 2.0 * dcap) * s &&
+                          std::fabs(g4[2] - d) <= (gamma + 1e-6) * dabs &&
+                          std::fabs(g4[3] - xt) <= dcap + 2.0 * u * std::fabs(xt);
+      if (!row_ok && off++ < 5)
+        ADD_FAILURE() << "row " << r << ": got {" << g4[0] << ", " << g4[1] << ", " << g4[2] << ", " << g4[3]
+                      << "}, want {" << m << ", " << s << ", " << d << ", " << xt << "}";
+    }
+    EXPECT_EQ(off, 0) << "statistics off the float64 shard values";
+    // 2. The gradient from the whole rows' lse.
+    CrossEntropyArgs ga = args;
+    ga.lse_in = reinterpret_cast<const float*>(dlse.data());
+    ga.dlogits = {tdx.ptr(), c.dtype, n};
+    ga.dloss = dloss.empty() ? nullptr : reinterpret_cast<const float*>(dl.data());
+    ASSERT_TRUE(cross_entropy_workspace_bytes(ga, &ws).ok());
+    GuardedTensor tws(Layout{kF32, ws > 0 ? 1 : 0, std::max<int64_t>(int64_t(ws / 4), 1),
+                             std::max<int64_t>(int64_t(ws / 4), 1), 0});
+    ASSERT_TRUE(tws.ok());
+    ga.workspace = ws > 0 ? tws.ptr() : nullptr;
+    ga.workspace_bytes = ws;
+    QUACK_ASSERT_CUDA(tdx.upload(std::vector<float>(size_t(M * n), kSentinel)));
+    const Status gst = cross_entropy(ga, nullptr);
+    ASSERT_TRUE(gst.ok()) << gst.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    QUACK_ASSERT_CUDA(tdx.download(&got, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes outside dlogits were written";
+    int64_t bad = 0;
+    for (int64_t r = 0; r < M; ++r) {
+      double scale = 0.0;
+      for (int64_t j = 0; j < V; ++j) scale = std::max(scale, std::fabs(grad[size_t(r * V + j)]));
+      for (int64_t j = a; j < b; ++j) {
+        const double want = grad[size_t(r * V + j)], have = got[size_t(r * n + (j - a))];
+        const double bound = rt * std::fabs(want) + (2e-5 + 20.0 * dcap) * scale + 1e-7;
+        const bool ok = std::isnan(want) ? std::isnan(have) : std::fabs(have - want) <= bound;
+        if (!ok && bad++ < 5) ADD_FAILURE() << "dlogits[" << r << "][" << j << "] = " << have << ", want " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "gradient elements off";
+  }
+}
+
+TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {
+  QUACK_REQUIRE_SM90();
+  const ShardCase cases[] = {
+      // Plain, aligned shards: the streaming forward and the two-pass gradient kernel.
+      {kBF16, 37, 50000, {0, 20000, 50000}, kMean, false, 0.1, 1e-4, 0.0, 0.0},
+      {kF32, 29, 65536, {0, 16384, 40000, 65536}, kNone, false, 0.0, 0.0, 0.0, 0.75},
+      // General options (class-weighted smoothing, softcap): register and streaming row kernels.
+      {kF32, 41, 4099, {0, 1000, 4099}, kSum, true, 0.2, 1e-4, 30.0, 1.5},
+      // Misaligned shards (element-wise kernels), fp16.
+      {kF16, 23, 1001, {0, 333, 1001}, kMean, true, 0.0, 0.0, 0.0, 0.0},
+      {kBF16, 19, 7, {0, 3, 4, 7}, kNone, true, 0.1, 0.0, 15.0, -2.0},
+  };
+  for (const ShardCase& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
+    run_shards(c);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // rows = 0: a reduced loss is still written (mean NaN, sum 0, as torch); with
 // reduction none nothing is; no other pointer is needed.
 TEST(CrossEntropyGpuEdge, NoRows) {

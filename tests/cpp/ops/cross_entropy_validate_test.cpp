@@ -360,6 +360,87 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
   EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true), 400128u);
 }
 
+// Vocabulary shards: the offset inside the vocabulary, one mode a call, and
+// each mode's outputs; the statistics need no workspace, the gradient from
+// lse the totals only.
+TEST(CrossEntropyValidate, ShardModes) {
+  auto shard = [] {
+    CrossEntropyArgs a = args();
+    a.loss = nullptr;
+    a.lse = nullptr;
+    a.dlogits = {};
+    a.dloss = nullptr;
+    a.class_offset = 2 * kCols;  // [2000, 3000) of 3001 classes
+    a.num_classes = 3 * kCols + 1;
+    a.shard_stats = faddr(8);
+    return a;
+  };
+  EXPECT_TRUE(can_implement(shard()).ok()) << can_implement(shard()).message;
+  size_t bytes = 1;
+  ASSERT_TRUE(cross_entropy_workspace_bytes(shard(), &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  CrossEntropyArgs a = shard();
+  a.class_offset = 2 * kCols + 2;  // [2002, 3002) past 3001 classes
+  expect_invalid(a, "class_offset");
+  a = shard();
+  a.class_offset = -1;
+  expect_invalid(a, "class_offset");
+  a = shard();
+  a.num_classes = -5;
+  expect_invalid(a, "num_classes");
+  a = shard();
+  a.num_classes = 0;
+  expect_invalid(a, "class_offset");  // an offset needs num_classes
+  a = shard();
+  a.shard_stats = nullptr;
+  expect_invalid(a, "num_classes");  // a shard cannot write the loss
+  a = shard();
+  a.shard_stats = faddr(8, 8);
+  expect_invalid(a, "shard_stats");
+  a = shard();
+  a.loss = faddr(3);
+  expect_invalid(a, "loss");
+  a = shard();
+  a.lse = faddr(4);
+  expect_invalid(a, "lse");
+  a = shard();
+  a.dlogits = {addr(5), DType::kBFloat16, kCols};
+  expect_invalid(a, "dlogits");
+  a = shard();
+  a.lse_in = faddr(9);
+  expect_invalid(a, "shard_stats");  // both modes
+  // The gradient from lse.
+  auto grad = [&] {
+    CrossEntropyArgs g = shard();
+    g.shard_stats = nullptr;
+    g.lse_in = faddr(9);
+    g.dlogits = {addr(5), DType::kBFloat16, kCols};
+    g.dloss = faddr(6);
+    return g;
+  };
+  EXPECT_TRUE(can_implement(grad()).ok()) << can_implement(grad()).message;
+  ASSERT_TRUE(cross_entropy_workspace_bytes(grad(), &bytes).ok());
+  EXPECT_EQ(bytes, 16u);  // a mean's totals; no shares, no lse
+  a = grad();
+  a.dlogits = {};
+  a.dloss = nullptr;
+  expect_invalid(a, "dlogits");
+  a = grad();
+  a.lse_in = faddr(9, 2);
+  expect_invalid(a, "lse_in");
+  a = grad();
+  a.loss = faddr(3);
+  expect_invalid(a, "loss");
+  a = grad();
+  a.lse = faddr(4);
+  expect_invalid(a, "lse");
+  // Unsharded, both modes are valid too.
+  a = grad();
+  a.class_offset = 0;
+  a.num_classes = 0;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+}
+
 // The plain options' gradient of long rows takes two passes; without an lse
 // output the workspace holds the rows' lse between them (16-byte aligned,
 // after the shares).
