@@ -138,8 +138,9 @@ class _VocabParallelCE(torch.autograd.Function):
             loss = loss.view(target.shape)
         ctx.save_for_backward(local_logits, t, w, lse)
         ctx.args = (ignore_index, reduction, label_smoothing, z_loss, softcap, start, vocab)
-        ctx.mark_non_differentiable(lse)
-        return loss, lse.view(target.shape)
+        lse_out = lse.view(target.shape)
+        ctx.mark_non_differentiable(lse_out)
+        return loss, lse_out
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
