@@ -131,9 +131,12 @@ class _VocabParallelCE(torch.autograd.Function):
               None, None, None)
         dist = _dist()
         world = dist.get_world_size(group)
-        gathered = torch.empty((world, rows, 4), device=x.device, dtype=torch.float32)
+        # The ranks' statistics concatenated along rows (the layout every
+        # backend accepts), seen as [world, rows, 4].
+        gathered = torch.empty((world * rows, 4), device=x.device, dtype=torch.float32)
         dist.all_gather_into_tensor(gathered, stats, group=group)
-        loss, lse = _combine(gathered, t, w, ignore_index, reduction, label_smoothing, z_loss, vocab)
+        loss, lse = _combine(gathered.view(world, rows, 4), t, w, ignore_index, reduction, label_smoothing, z_loss,
+                             vocab)
         if reduction == 0:
             loss = loss.view(target.shape)
         ctx.save_for_backward(local_logits, t, w, lse)

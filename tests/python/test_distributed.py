@@ -150,3 +150,103 @@ def test_two_gpus_under_torchrun(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "ALL OK" in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# The module's plumbing (statistics -> all-gather -> combine -> autograd ->
+# gradient from lse) on CPU: two gloo ranks, with the library call replaced
+# by a float64 torch model of the two shard modes (quack::CrossEntropyArgs'
+# formulas), checked against F.cross_entropy on the whole logits and its
+# autograd gradient.
+
+def _model_call(x, xs, rows, t, weight, ignore_index, reduction, eps, z, cap, start, vocab, stats, lse_in, dx,
+                dloss):
+    X = x.double()
+    if cap:
+        X = cap * torch.tanh(X / cap)
+    n = X.shape[1]
+    w_cols = weight[start:start + n].double() if (weight is not None and eps) else None
+    tl = t.long()
+    ignored = tl == ignore_index
+    bad = ~ignored & ((tl < 0) | (tl >= vocab))
+    inside = ~ignored & ~bad & (tl >= start) & (tl < start + n)
+    col = torch.where(inside, tl - start, torch.zeros_like(tl))
+    if stats is not None:
+        m = X.max(dim=1).values
+        s = torch.exp(X - m[:, None]).sum(dim=1)
+        d = (X * w_cols).sum(dim=1) if w_cols is not None else X.sum(dim=1)
+        xt = torch.where(inside, X.gather(1, col[:, None])[:, 0], torch.zeros_like(m))
+        stats.copy_(torch.stack([m, s, d, xt], dim=1).float())
+        return
+    counted = ~ignored & ~bad
+    wt = weight.double()[torch.where(counted, tl, torch.zeros_like(tl))] if weight is not None else \
+        torch.ones(rows, dtype=F64)
+    wt = torch.where(counted, wt, torch.zeros_like(wt))
+    g = dloss.double() if dloss is not None else torch.ones(1, dtype=F64)
+    g = g.expand(rows) if g.numel() == 1 else g
+    gce, gz = (g / wt.sum(), g / counted.sum()) if reduction == 1 else (g, g)
+    lse = lse_in.double()
+    p = torch.exp(X - lse[:, None])
+    wsum = weight.double().sum() if w_cols is not None else float(vocab)
+    a = gce * (1 - eps) * wt
+    b = gce * eps / vocab
+    A = a + b * wsum + 2 * gz * z * lse
+    G = A[:, None] * p - b[:, None] * (w_cols if w_cols is not None else 1.0)
+    G[inside, col[inside]] -= a[inside]
+    G[ignored] = 0.0
+    G[bad] = math.nan
+    if cap:
+        G = G * (1 - (X / cap) ** 2)
+    dx.copy_(G)
+
+
+def _gloo_rank(rank, world, port, results):
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    qd._call = _model_call
+    qd._check = lambda *a: None  # CPU tensors: the model stands in for the CUDA library
+    torch.manual_seed(5)
+    v, rows = 53, 24
+    cuts = [0, 20, 53] if world == 2 else [0, 10, 31, 53]
+    bad = 0
+    for reduction in ("mean", "sum", "none"):
+        for opts in ({}, {"label_smoothing": 0.1, "z_loss": 1e-3}, {"weight": True, "label_smoothing": 0.2},
+                     {"softcap": 4.0, "weight": True}):
+            x = torch.randn(rows, v, dtype=F64) * 3
+            t = torch.randint(0, v, (rows,))
+            t[::5] = -100
+            w = torch.rand(v, dtype=F64) + 0.5 if opts.get("weight") else None
+            eps, z, cap = opts.get("label_smoothing", 0.0), opts.get("z_loss", 0.0), opts.get("softcap")
+            a, b = cuts[rank], cuts[rank + 1]
+            local = x[:, a:b].float().clone().requires_grad_(True)
+            loss = qd.vocab_parallel_cross_entropy(local, t, reduction=reduction, label_smoothing=eps, z_loss=z,
+                                                   softcap=cap, weight=w.float() if w is not None else None)
+            xr = x.clone().requires_grad_(True)
+            xc = cap * torch.tanh(xr / cap) if cap else xr
+            ref = F.cross_entropy(xc, t, weight=w, reduction=reduction, label_smoothing=eps)
+            if z:
+                lse = torch.logsumexp(xc, dim=1)
+                zr = z * lse.square() * (t != -100).double()
+                ref = ref + (zr if reduction == "none" else zr.sum() if reduction == "sum" else
+                             zr.sum() / (t != -100).sum())
+            up = torch.linspace(-1, 2, rows, dtype=F64) if reduction == "none" else torch.tensor(1.5, dtype=F64)
+            (ref * up).sum().backward()
+            loss.backward(up.float())
+            bad += not torch.allclose(loss.double(), ref.detach(), rtol=1e-5, atol=1e-5)
+            bad += not torch.allclose(local.grad.double(), xr.grad[:, a:b], rtol=1e-4, atol=1e-6)
+    results[rank] = bad
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_plumbing_on_cpu_with_gloo(world):
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_gloo_rank, args=(world, port, results), nprocs=world)
+    assert dict(results) == {r: 0 for r in range(world)}
