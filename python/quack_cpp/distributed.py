@@ -23,6 +23,7 @@ offsets are exchanged once and cached (pass ``vocab_start`` and
 ``vocab_size`` to skip even that, e.g. before CUDA-graph capture).
 """
 
+import functools
 import math
 from typing import Dict, Optional, Tuple
 
@@ -76,8 +77,8 @@ def _call(x: Tensor, xs: int, rows: int, t: Tensor, weight: Optional[Tensor], ig
     ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **tail)
     ws = torch.empty((ws_bytes,), device=x.device, dtype=torch.uint8) if ws_bytes else None
     devi = x.get_device()
-    _on_device(devi, _C.cross_entropy, *args, ws.data_ptr() if ws is not None else 0, ws_bytes, 0,
-               _raw_stream(devi), **tail)
+    _on_device(devi, functools.partial(_C.cross_entropy, **tail), *args, ws.data_ptr() if ws is not None else 0,
+               ws_bytes, 0, _raw_stream(devi))
 
 
 def _combine(stats: Tensor, t: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,

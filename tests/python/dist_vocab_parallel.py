@@ -80,7 +80,12 @@ def main():
                         gref = xr.grad[:, a:b]
                         scale = gref.abs().max().item()
                         rt = {torch.float32: 2e-5, torch.bfloat16: 2 ** -7}[dtype]
-                        bad = (local.grad.double() - gref).abs() > rt * gref.abs() + 2e-6 * scale + 1e-30
+                        # A capped logit carries tanh.approx's absolute error
+                        # dcap (the C++ suite's model), so p = exp(x' - lse) is
+                        # off by about dcap relative: bounded against the row's scale.
+                        dcap = (24 + 48 / cap) * 2.0 ** -24 * cap if cap else 0.0
+                        bound = rt * gref.abs() + (2e-6 + 20 * dcap) * scale + 1e-30
+                        bad = (local.grad.double() - gref).abs() > bound
                         assert not bad.any(), (f"rank {rank} V={v} even={even} {dtype} {reduction} {opts}: "
                                                f"{int(bad.sum())} gradient elements off")
                         cases += 1

@@ -136,6 +136,33 @@ def test_binding_validates_shard_modes():
             call(**kw)
 
 
+def test_call_reaches_the_binding(monkeypatch):
+    # The module's real _call on CPU tensors, its launch turned into the
+    # binding's validate-only mode (mode 1, no stream): every positional and
+    # keyword argument reaches the C++ checks, and a misaligned statistics
+    # buffer is refused by name (the shard keywords did arrive).
+    launches = []
+
+    def validate_only(dev, launch, *a):
+        launches.append(a[-2])
+        return launch(*a[:-2], 1, 0)
+
+    monkeypatch.setattr(qd, "_on_device", validate_only)
+    monkeypatch.setattr(qd, "_raw_stream", lambda dev: 0)
+    rows, n, vocab = 6, 40, 100
+    x = torch.randn(rows, n, dtype=torch.bfloat16)
+    t = torch.randint(0, vocab, (rows,))
+    stats = torch.empty(rows * 4 + 4, dtype=torch.float32)
+    call = (x, n, rows, t, None, -100, 0, 0.0, 0.0, 0.0, 30, vocab)
+    qd._call(*call, stats[:rows * 4].view(rows, 4), None, None, None)
+    qd._call(*call, None, torch.zeros(rows), torch.empty_like(x), torch.ones(rows))
+    assert launches == [0, 0], "each call launches once, in mode 0"
+    with pytest.raises(ValueError, match="shard_stats: pointer is not 16-byte aligned"):
+        qd._call(*call, stats[2:2 + rows * 4].view(rows, 4), None, None, None)
+    with pytest.raises(ValueError, match=r"class_offset: the shard \[70, 70 \+ 40\)"):
+        qd._call(*call[:10], 70, vocab, stats[:rows * 4].view(rows, 4), None, None, None)
+
+
 def _gpus():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
