@@ -103,6 +103,7 @@ def measure(dtype, v, rows, rank, world, dev, copy_gbs):
         ok = abs(sub - ref) <= 1e-3 * max(1.0, abs(ref))
 
         def run(leaf=leaf, fn=fn):
+            leaf.grad = None  # a fresh gradient each step, not accumulated into the last one
             fn(leaf, t).backward()
 
         ms = timed(run)
