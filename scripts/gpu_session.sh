@@ -114,14 +114,18 @@ for part in $parts; do
       tail -3 "$out/bench.log" ;;
     vocab_parallel)
       # Two GPUs (kind nvidia-h200-x2; after `tests`, which installs the
-      # package): the torchrun check, then the benchmark. NVLink multicast
-      # stays off.
+      # package): the torchrun check, the benchmark, the profile. NVLink
+      # multicast stays off.
       NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 tests/python/dist_vocab_parallel.py \
         > "$out/vocab_parallel_test.log" 2>&1 || status=1
       tail -n 2 "$out/vocab_parallel_test.log"
       NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 bench/bench_vocab_parallel.py \
         --out "$out/bench_vocab_parallel.md" > "$out/bench_vocab_parallel.log" 2>&1 || status=1
-      tail -n 12 "$out/bench_vocab_parallel.log" ;;
+      tail -n 12 "$out/bench_vocab_parallel.log"
+      # Where a step's time goes: host enqueue against the kernels (torch.profiler).
+      NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 bench/profile_vocab_parallel.py \
+        > "$out/profile_vocab_parallel.log" 2>&1 || status=1
+      grep "^== " "$out/profile_vocab_parallel.log" ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh

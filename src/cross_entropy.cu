@@ -3,6 +3,7 @@
 // are in ops/cross_entropy.cuh.
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -129,6 +130,27 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CESc
   }
 }
 
+// The combine mode: a row's statistics merged from its shards in shard
+// order (MaxSumDotOp's combine, as a cluster merges a row's parts), x'_t
+// their sum (one shard holds it, the others wrote 0), then the row's loss and
+// lse as a whole row's. One thread a row.
+constexpr int kCECombineThreads = 256;
+__global__ void __launch_bounds__(kCECombineThreads) ce_combine_shards_kernel(const CEParams p,
+                                                                              const float4* __restrict__ in,
+                                                                              int64_t shards) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < p.rows; row += stride) {
+    core::MaxSumDot st = core::MaxSumDotOp::identity();
+    float xt = 0.0f;
+    for (int64_t k = 0; k < shards; ++k) {
+      const float4 v = __ldg(in + k * p.rows + row);
+      st = core::MaxSumDotOp::combine(st, {v.x, v.y, v.z, 0.0f});
+      xt += v.w;
+    }
+    ce_write_row(p, CERow::make(p, row), st, xt, row);
+  }
+}
+
 }  // namespace ops
 
 namespace {
@@ -247,8 +269,26 @@ static Status check_sharding(const CrossEntropyArgs& a) {
     return invalid("class_offset: the shard [" + std::to_string(a.class_offset) + ", " +
                    std::to_string(a.class_offset) + " + " + std::to_string(a.cols) + ") is not inside [0, num_classes = " +
                    std::to_string(a.num_classes) + ")");
-  const bool stats = a.shard_stats != nullptr, from_lse = a.lse_in != nullptr;
+  const bool stats = a.shard_stats != nullptr, from_lse = a.lse_in != nullptr, combine = a.combine_stats != nullptr;
   if (stats && from_lse) return invalid("shard_stats: given with lse_in (one mode a call)");
+  if (combine) {
+    if (a.combine_shards < 1)
+      return invalid("combine_shards: must be >= 1 with combine_stats, got " + std::to_string(a.combine_shards));
+    if (uintptr_t(a.combine_stats) % 16 != 0)
+      return invalid("combine_stats: pointer is not 16-byte aligned (float4 rows)");
+    if (stats) return invalid("shard_stats: given with combine_stats (one mode a call)");
+    if (from_lse) return invalid("lse_in: given with combine_stats (one mode a call)");
+    if (a.dlogits.ptr != nullptr) return invalid("dlogits: not written with combine_stats (use lse_in on each shard)");
+    if (a.num_classes != 0 && a.num_classes != a.cols)
+      return invalid("num_classes: combine_stats makes cols the whole vocabulary (" + std::to_string(a.cols) +
+                     "); num_classes must be 0 or equal, got " + std::to_string(a.num_classes));
+    if (a.class_offset != 0) return invalid("class_offset: must be 0 with combine_stats, got " +
+                                            std::to_string(a.class_offset));
+    if (a.rows > 0 && a.combine_shards > (INT64_MAX / 16) / a.rows)
+      return invalid("combine_shards: " + std::to_string(a.combine_shards) + " shards of " + std::to_string(a.rows) +
+                     " rows overflow the byte count");
+    return Status::success();
+  }
   if (ce_classes(a) != a.cols && !stats && !from_lse)
     return invalid("num_classes: the logits hold a shard (" + std::to_string(a.cols) + " of " +
                    std::to_string(a.num_classes) + " classes): write shard_stats, or dlogits from lse_in");
@@ -270,9 +310,15 @@ static Status check_sharding(const CrossEntropyArgs& a) {
 Status can_implement(const CrossEntropyArgs& a) {
   Status st;
   if (!(st = detail::check_shape(a.rows, a.cols, "the class dimension")).ok()) return st;
-  if (!(st = detail::check_matrix("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols, true))
-           .ok())
+  if (a.combine_shards != 0 && a.combine_stats == nullptr)
+    return invalid("combine_shards: given without combine_stats (" + std::to_string(a.combine_shards) + ")");
+  if (a.combine_stats != nullptr) {
+    if (a.logits.ptr != nullptr) return invalid("logits: not read with combine_stats (pass null)");
+  } else if (!(st = detail::check_matrix("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols,
+                                         true))
+                  .ok()) {
     return st;
+  }
   if (a.target_dtype != IndexDType::kInt32 && a.target_dtype != IndexDType::kInt64)
     return invalid("target_dtype: unsupported index dtype code " + std::to_string(int(a.target_dtype)) +
                    " (expected int32 or int64)");
@@ -404,6 +450,21 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.dloss = a.dloss;
   p.dloss_per_row = a.reduction == Reduction::kNone;
   const bool grad = a.dlogits.ptr != nullptr;
+  // The reduced loss: the sum of the rows' shares in a fixed order.
+  auto finish = [&]() -> Status {
+    if (shares == nullptr) return Status::success();
+    ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
+    if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
+    return cuda_check("cross_entropy finish kernel launch");
+  };
+  if (a.combine_stats != nullptr) {
+    const int64_t blocks = std::min<int64_t>((a.rows + ops::kCECombineThreads - 1) / ops::kCECombineThreads,
+                                             int64_t(lim.num_sms) * 8);
+    ops::ce_combine_shards_kernel<<<int(blocks), ops::kCECombineThreads, 0, stream>>>(
+        p, reinterpret_cast<const float4*>(a.combine_stats), a.combine_shards);
+    if (!(st = cuda_check("cross_entropy combine kernel launch")).ok()) return st;
+    return finish();
+  }
 
   const int es = dtype_size(a.logits.dtype);
   const int vec = 16 / es;
@@ -472,12 +533,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     if (!gs.ok()) return gs;
   }
 
-  if (shares != nullptr) {
-    ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
-    if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
-    if (!(st = cuda_check("cross_entropy finish kernel launch")).ok()) return st;
-  }
-  return Status::success();
+  return finish();
 }
 
 Status can_implement(const CrossEntropyGradScaleArgs& a) {

@@ -215,6 +215,12 @@ Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
 // or, given lse_in [rows] (the whole row's lse), dlogits of the shard's
 // classes (times dloss), from the logits and lse_in alone.
 // Both modes are also valid unsharded (num_classes = 0: cols, offset 0).
+// The third mode combines the shards: given combine_stats, every shard's
+// shard_stats gathered shard-major ([combine_shards][rows][4], 16-byte
+// aligned; an all-gather's layout), a call writes loss and lse exactly as for
+// whole logits (cols = V, the whole vocabulary; num_classes 0 or V; logits
+// null, not read; softcap is the shards' business and ignored here). The
+// shards are merged in index order: the same bits on every rank.
 enum class IndexDType : int32_t { kInt32 = 0, kInt64 = 1 };
 enum class Reduction : int32_t { kNone = 0, kMean = 1, kSum = 2 };
 
@@ -242,6 +248,8 @@ struct CrossEntropyArgs {
   int64_t num_classes = 0;
   float* shard_stats = nullptr;   // [rows][4], 16-byte aligned: the statistics mode
   const float* lse_in = nullptr;  // [rows]: the gradient-from-lse mode
+  const float* combine_stats = nullptr;  // [combine_shards][rows][4]: the combine mode
+  int64_t combine_shards = 0;
 };
 Status can_implement(const CrossEntropyArgs& args);
 // *bytes: device memory the call needs in args.workspace (the mean's

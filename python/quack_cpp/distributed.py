@@ -11,7 +11,8 @@ of the whole vocabulary from the shards:
    (``quack::CrossEntropyArgs::shard_stats``);
 2. one collective: an all-gather of those statistics (world x rows x 16
    bytes); every rank combines them in the same fixed order (lse = M + log
-   sum_r s_r exp(m_r - M)), so every rank holds the same loss and lse;
+   sum_r s_r exp(m_r - M)) in one launch (``combine_stats``), so every rank
+   holds the same loss and lse, bit for bit;
 3. the backward writes each rank's slice of dlogits from its shard and the
    whole row's lse (``lse_in``), with no further communication.
 
@@ -24,7 +25,6 @@ offsets are exchanged once and cached (pass ``vocab_start`` and
 """
 
 import functools
-import math
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -81,41 +81,22 @@ def _call(x: Tensor, xs: int, rows: int, t: Tensor, weight: Optional[Tensor], ig
                ws_bytes, 0, _raw_stream(devi))
 
 
-def _combine(stats: Tensor, t: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
-             label_smoothing: float, z_loss: float, vocab: int):
-    """(loss, lse, counted weights) from the gathered statistics [world, rows, 4],
-    in fp32 as the single-GPU kernels compute them."""
-    m, s, d, xt = stats.unbind(-1)
-    mx = m.max(dim=0).values
-    base = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
-    lse = base + torch.log((s * torch.exp(m - base)).sum(dim=0))
-    dsum = d.sum(dim=0)
-    x_t = xt.sum(dim=0)
-    tl = t.long()
-    ignored = tl == ignore_index
-    bad = ~ignored & ((tl < 0) | (tl >= vocab))
-    counted = ~ignored & ~bad
-    safe_t = torch.where(counted, tl, torch.zeros_like(tl))
-    wt = weight[safe_t] if weight is not None else torch.ones_like(lse)
-    wt = torch.where(counted, wt, torch.zeros_like(wt))
-    eps = float(label_smoothing)
-    ce = (1.0 - eps) * wt * (lse - x_t)
-    if eps != 0.0:
-        wsum = weight.sum() if weight is not None else float(vocab)
-        ce = ce + eps / vocab * (lse * wsum - dsum)
-    z = z_loss * lse * lse
-    nan = torch.full_like(lse, math.nan)
-    zero = torch.zeros_like(lse)
-    ce = torch.where(ignored, zero, torch.where(bad, nan, ce))
-    z = torch.where(ignored, zero, torch.where(bad, nan, z))
-    if reduction == 0:
-        loss = ce + z
-    elif reduction == 2:
-        loss = (ce + z).sum()
-    else:
-        # torch's denominator: the counted targets' weights (0 / 0 = NaN).
-        loss = ce.sum() / wt.sum() + z.sum() / counted.sum().to(torch.float32)
-    return loss, lse
+def _call_combine(gathered: Tensor, world: int, rows: int, t: Tensor, weight: Optional[Tensor], ignore_index: int,
+                  reduction: int, label_smoothing: float, z_loss: float, vocab: int, loss: Tensor,
+                  lse: Tensor) -> None:
+    """loss and lse of the whole vocabulary from the shards' statistics,
+    gathered [world * rows, 4] (shard-major): the library's combine mode, one
+    launch (plus the reduction's), the shards merged in rank order."""
+    ts = t.stride(0) if t.numel() > 0 else 1
+    args = (rows, vocab, 0, _DTYPE_CODE[torch.float32], 0, t.data_ptr(), t.dtype == torch.int64, ts,
+            weight.data_ptr() if weight is not None else 0, ignore_index, reduction, float(label_smoothing),
+            float(z_loss), 0.0, loss.data_ptr(), lse.data_ptr(), 0, 0, 0)
+    tail = dict(combine_ptr=gathered.data_ptr(), combine_shards=world)
+    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **tail)
+    ws = torch.empty((ws_bytes,), device=gathered.device, dtype=torch.uint8) if ws_bytes else None
+    devi = gathered.get_device()
+    _on_device(devi, functools.partial(_C.cross_entropy, **tail), *args, ws.data_ptr() if ws is not None else 0,
+               ws_bytes, 0, _raw_stream(devi))
 
 
 class _VocabParallelCE(torch.autograd.Function):
@@ -136,8 +117,9 @@ class _VocabParallelCE(torch.autograd.Function):
         # backend accepts), seen as [world, rows, 4].
         gathered = torch.empty((world * rows, 4), device=x.device, dtype=torch.float32)
         dist.all_gather_into_tensor(gathered, stats, group=group)
-        loss, lse = _combine(gathered.view(world, rows, 4), t, w, ignore_index, reduction, label_smoothing, z_loss,
-                             vocab)
+        loss = torch.empty((rows,) if reduction == 0 else (), device=x.device, dtype=torch.float32)
+        lse = torch.empty((rows,), device=x.device, dtype=torch.float32)
+        _call_combine(gathered, world, rows, t, w, ignore_index, reduction, label_smoothing, z_loss, vocab, loss, lse)
         if reduction == 0:
             loss = loss.view(target.shape)
         ctx.save_for_backward(local_logits, t, w, lse)

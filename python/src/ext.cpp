@@ -261,7 +261,8 @@ size_t cross_entropy(int64_t rows, int64_t cols, uintptr_t logits_ptr, int32_t d
                      int64_t ignore_index, int32_t reduction, double label_smoothing, double z_loss, double softcap,
                      uintptr_t loss_ptr, uintptr_t lse_ptr, uintptr_t dx_ptr, int64_t dx_stride, uintptr_t dloss_ptr,
                      uintptr_t ws_ptr, size_t ws_bytes, int mode, uintptr_t stream, int64_t class_offset,
-                     int64_t num_classes, uintptr_t stats_ptr, uintptr_t lse_in_ptr) {
+                     int64_t num_classes, uintptr_t stats_ptr, uintptr_t lse_in_ptr, uintptr_t combine_ptr,
+                     int64_t combine_shards) {
   quack::CrossEntropyArgs a;
   a.rows = rows;
   a.cols = cols;
@@ -285,6 +286,8 @@ size_t cross_entropy(int64_t rows, int64_t cols, uintptr_t logits_ptr, int32_t d
   a.num_classes = num_classes;
   a.shard_stats = reinterpret_cast<float*>(stats_ptr);
   a.lse_in = cptr<float>(lse_in_ptr);
+  a.combine_stats = cptr<float>(combine_ptr);
+  a.combine_shards = combine_shards;
   size_t bytes = 0;
   const quack::Status st = mode == 0   ? quack::cross_entropy(a, reinterpret_cast<cudaStream_t>(stream))
                            : mode == 1 ? quack::can_implement(a)
@@ -360,12 +363,13 @@ NB_MODULE(_C, m) {
         nb::arg("z_loss"), nb::arg("softcap"), nb::arg("loss_ptr"), nb::arg("lse_ptr"), nb::arg("dx_ptr"),
         nb::arg("dx_stride"), nb::arg("dloss_ptr"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"),
         nb::arg("stream"), nb::arg("class_offset") = 0, nb::arg("num_classes") = 0, nb::arg("stats_ptr") = 0,
-        nb::arg("lse_in_ptr") = 0,
+        nb::arg("lse_in_ptr") = 0, nb::arg("combine_ptr") = 0, nb::arg("combine_shards") = 0,
         "Cross-entropy (quack::CrossEntropyArgs) over raw device pointers; a pointer of 0 is an absent\n"
         "operand; reduction 0 none, 1 mean, 2 sum; dx (dlogits) has the logits' dtype. mode 0 launches\n"
         "on `stream`, 1 only validates, 2 returns the workspace bytes the launch needs. Vocabulary\n"
-        "shards: class_offset / num_classes, and stats_ptr ([rows][4] fp32 statistics) or lse_in_ptr\n"
-        "(the gradient from the whole row's lse).");
+        "shards: class_offset / num_classes, and stats_ptr ([rows][4] fp32 statistics), lse_in_ptr\n"
+        "(the gradient from the whole row's lse) or combine_ptr / combine_shards (the shards'\n"
+        "statistics, [shards][rows][4]: loss and lse of the whole vocabulary, cols = V, no logits).");
   m.def("cross_entropy_scale_grad", &cross_entropy_scale_grad, nb::arg("rows"), nb::arg("cols"), nb::arg("dx_ptr"),
         nb::arg("dtype"), nb::arg("dx_stride"), nb::arg("dloss_ptr"), nb::arg("per_row"), nb::arg("stream"),
         "dx *= dloss (per row, or one scalar), skipping rows whose factor is exactly 1 (read on the device).");

@@ -1,9 +1,12 @@
 """quack_cpp.distributed.vocab_parallel_cross_entropy.
 
-On any machine: the cross-shard combine (quack_cpp.distributed._combine) on
-shard statistics computed here in float64 from random logits, against
+On any machine: a torch model of the cross-shard combine on shard statistics
+computed here in float64 from random logits, against
 torch.nn.functional.cross_entropy on the whole logits, for even and uneven
-splits and every option; the argument checks. With two or more GPUs:
+splits and every option (the model stands in for the library in the CPU
+plumbing test under gloo); the argument checks; the real calls reaching the
+binding's validation. The library's combine itself is checked on the GPU (C++
+CrossEntropyGpuShards, and the torchrun check). With two or more GPUs:
 tests/python/dist_vocab_parallel.py under torchrun (NCCL), which checks loss
 and gradients of every rank against float64 and quack_cpp.cross_entropy on
 the gathered logits.
@@ -43,6 +46,43 @@ def shard_stats(x, t, bounds, weight=None, label_smoothing=0.0):
     return torch.stack(out).float()
 
 
+def model_combine(stats, t, weight, ignore_index, reduction, label_smoothing, z_loss, vocab):
+    """(loss, lse) from the gathered statistics [world, rows, 4], in fp32 torch
+    ops: a model of the library's combine mode (quack::CrossEntropyArgs::
+    combine_stats), standing in for it in the CPU plumbing test below."""
+    m, s, d, xt = stats.unbind(-1)
+    mx = m.max(dim=0).values
+    base = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+    lse = base + torch.log((s * torch.exp(m - base)).sum(dim=0))
+    dsum = d.sum(dim=0)
+    x_t = xt.sum(dim=0)
+    tl = t.long()
+    ignored = tl == ignore_index
+    bad = ~ignored & ((tl < 0) | (tl >= vocab))
+    counted = ~ignored & ~bad
+    safe_t = torch.where(counted, tl, torch.zeros_like(tl))
+    wt = weight[safe_t] if weight is not None else torch.ones_like(lse)
+    wt = torch.where(counted, wt, torch.zeros_like(wt))
+    eps = float(label_smoothing)
+    ce = (1.0 - eps) * wt * (lse - x_t)
+    if eps != 0.0:
+        wsum = weight.sum() if weight is not None else float(vocab)
+        ce = ce + eps / vocab * (lse * wsum - dsum)
+    z = z_loss * lse * lse
+    nan = torch.full_like(lse, math.nan)
+    zero = torch.zeros_like(lse)
+    ce = torch.where(ignored, zero, torch.where(bad, nan, ce))
+    z = torch.where(ignored, zero, torch.where(bad, nan, z))
+    if reduction == 0:
+        loss = ce + z
+    elif reduction == 2:
+        loss = (ce + z).sum()
+    else:
+        # torch's denominator: the counted targets' weights (0 / 0 = NaN).
+        loss = ce.sum() / wt.sum() + z.sum() / counted.sum().to(torch.float32)
+    return loss, lse
+
+
 def splits(v, world, even):
     if even:
         cuts = [v * r // world for r in range(world + 1)]
@@ -56,7 +96,7 @@ def splits(v, world, even):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("opts", [{}, {"label_smoothing": 0.1}, {"weight": True, "label_smoothing": 0.2},
                                   {"z_loss": 1e-3, "weight": True}])
-def test_combine_matches_whole_vocabulary(v, world, even, reduction, opts):
+def test_combine_model_matches_whole_vocabulary(v, world, even, reduction, opts):
     torch.manual_seed(v * 7 + world)
     rows = 64
     x = torch.randn(rows, v, dtype=F64) * 3
@@ -66,8 +106,8 @@ def test_combine_matches_whole_vocabulary(v, world, even, reduction, opts):
     eps = opts.get("label_smoothing", 0.0)
     z = opts.get("z_loss", 0.0)
     stats = shard_stats(x, t, splits(v, world, even), w, eps)
-    loss, lse = qd._combine(stats, t, w.float() if w is not None else None, -100, qd._REDUCTIONS[reduction],
-                            eps, z, v)
+    loss, lse = model_combine(stats, t, w.float() if w is not None else None, -100, qd._REDUCTIONS[reduction],
+                              eps, z, v)
     ref = F.cross_entropy(x, t, weight=w, ignore_index=-100, reduction=reduction, label_smoothing=eps)
     ref_lse = torch.logsumexp(x, dim=1)
     if z:
@@ -82,11 +122,11 @@ def test_combine_nan_rows_and_all_ignored():
     x = torch.randn(4, 10, dtype=F64)
     t = torch.tensor([3, 10, -1, -100])  # fine, past V, negative, ignored
     stats = shard_stats(x, t, [(0, 4), (4, 10)])
-    loss, _ = qd._combine(stats, t, None, -100, 0, 0.0, 0.0, 10)
+    loss, _ = model_combine(stats, t, None, -100, 0, 0.0, 0.0, 10)
     assert torch.isfinite(loss[0]) and torch.isnan(loss[1]) and torch.isnan(loss[2]) and loss[3] == 0
     t_all = torch.full((4,), -100)
-    mean, _ = qd._combine(shard_stats(x, t_all, [(0, 10)]), t_all, None, -100, 1, 0.0, 0.0, 10)
-    total, _ = qd._combine(shard_stats(x, t_all, [(0, 10)]), t_all, None, -100, 2, 0.0, 0.0, 10)
+    mean, _ = model_combine(shard_stats(x, t_all, [(0, 10)]), t_all, None, -100, 1, 0.0, 0.0, 10)
+    total, _ = model_combine(shard_stats(x, t_all, [(0, 10)]), t_all, None, -100, 2, 0.0, 0.0, 10)
     assert math.isnan(mean.item()) and total.item() == 0.0  # as torch: 0 / 0, and 0
 
 
@@ -156,11 +196,16 @@ def test_call_reaches_the_binding(monkeypatch):
     call = (x, n, rows, t, None, -100, 0, 0.0, 0.0, 0.0, 30, vocab)
     qd._call(*call, stats[:rows * 4].view(rows, 4), None, None, None)
     qd._call(*call, None, torch.zeros(rows), torch.empty_like(x), torch.ones(rows))
-    assert launches == [0, 0], "each call launches once, in mode 0"
+    gathered = torch.zeros(3 * rows, 4)
+    loss, lse = torch.empty(()), torch.empty(rows)
+    qd._call_combine(gathered, 3, rows, t, None, -100, 1, 0.1, 1e-4, vocab, loss, lse)
+    assert launches == [0, 0, 0], "each call launches once, in mode 0"
     with pytest.raises(ValueError, match="shard_stats: pointer is not 16-byte aligned"):
         qd._call(*call, stats[2:2 + rows * 4].view(rows, 4), None, None, None)
     with pytest.raises(ValueError, match=r"class_offset: the shard \[70, 70 \+ 40\)"):
         qd._call(*call[:10], 70, vocab, stats[:rows * 4].view(rows, 4), None, None, None)
+    with pytest.raises(ValueError, match="combine_stats: pointer is not 16-byte aligned"):
+        qd._call_combine(stats[2:2 + rows * 4], 1, rows, t, None, -100, 1, 0.0, 0.0, vocab, loss, lse)
 
 
 def _gpus():
@@ -227,11 +272,18 @@ def _model_call(x, xs, rows, t, weight, ignore_index, reduction, eps, z, cap, st
     dx.copy_(G)
 
 
+def _model_call_combine(gathered, world, rows, t, weight, ignore_index, reduction, eps, z, vocab, loss, lse):
+    lo, ls = model_combine(gathered.view(world, rows, 4), t, weight, ignore_index, reduction, eps, z, vocab)
+    loss.copy_(lo)
+    lse.copy_(ls)
+
+
 def _gloo_rank(rank, world, port, results):
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     qd._call = _model_call
+    qd._call_combine = _model_call_combine
     qd._check = lambda *a: None  # CPU tensors: the model stands in for the CUDA library
     torch.manual_seed(5)
     v, rows = 53, 24

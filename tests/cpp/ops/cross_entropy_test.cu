@@ -592,6 +592,49 @@ struct Checker {
   ~Checker() { EXPECT_EQ(bad, 0) << what << " elements wrong (worst error / bound " << worst << ")"; }
 };
 
+// lse and the loss (either may be null: not written) against the float64
+// reference, within the bounds above.
+void check_loss_lse(const Problem& p, const Reference& ref, const std::vector<double>* loss,
+                    const std::vector<double>* lse, bool bad_targets) {
+  const int64_t M = p.rows;
+  const Bounds b(p);
+  std::vector<LossBound> lb(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r)
+    if (!ref.row[size_t(r)].ignored && !ref.row[size_t(r)].bad) lb[size_t(r)] = bound_loss(p, ref, b, r);
+  if (lse != nullptr) {
+    Checker ck{"lse"};
+    for (int64_t r = 0; r < M; ++r) ck.check((*lse)[size_t(r)], ref.row[size_t(r)].lse, b.lse(ref.row[size_t(r)].lse), r);
+  }
+  if (loss == nullptr) return;
+  Checker ck{"loss"};
+  if (p.reduction == kNone) {
+    for (int64_t r = 0; r < M; ++r) {
+      const RowRef& o = ref.row[size_t(r)];
+      if (o.ignored) ck.exact((*loss)[size_t(r)], 0.0, r);
+      else ck.check((*loss)[size_t(r)], o.ce + o.z, lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z), r);
+    }
+    return;
+  }
+  // The total of the rows' shares: their bounds, the shares' own roundings
+  // (a division by W or R each for a mean) and the sum's.
+  double bound = 0.0, mag = 0.0;
+  for (int64_t r = 0; r < M; ++r) {
+    const RowRef& o = ref.row[size_t(r)];
+    if (o.ignored || o.bad) continue;
+    if (p.reduction == kMean) {
+      bound += lb[size_t(r)].ce / ref.W + lb[size_t(r)].z / ref.R + (b.gamma_m + 2.0 * b.u) * std::fabs(o.ce) / ref.W +
+               2.0 * b.u * std::fabs(o.z) / ref.R;
+      mag += std::fabs(o.ce / ref.W + o.z / ref.R);
+    } else {
+      bound += lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z);
+      mag += std::fabs(o.ce + o.z);
+    }
+  }
+  bound += b.gamma_m * mag;
+  ck.check((*loss)[0], ref.loss, bound, 0);
+  if (p.reduction == kSum && ref.R == 0.0 && !bad_targets) ck.exact((*loss)[0], 0.0, 0);
+}
+
 void run_case(const CeCase& c) {
   const std::string name = c.name();
   const bool misaligned = c.offset % (16 / dtype_size(c.dtype)) != 0 ||
@@ -796,42 +839,7 @@ void run_case(const CeCase& c) {
   // Against the reference.
   const Reference ref = reference(p);
   const Bounds b(p);
-  std::vector<LossBound> lb(static_cast<size_t>(M));
-  for (int64_t r = 0; r < M; ++r)
-    if (!ref.row[size_t(r)].ignored && !ref.row[size_t(r)].bad) lb[size_t(r)] = bound_loss(p, ref, b, r);
-  if (c.want_lse) {
-    Checker ck{"lse"};
-    for (int64_t r = 0; r < M; ++r) ck.check(lse[0][size_t(r)], ref.row[size_t(r)].lse, b.lse(ref.row[size_t(r)].lse), r);
-  }
-  if (c.want_loss) {
-    Checker ck{"loss"};
-    if (c.red == kNone) {
-      for (int64_t r = 0; r < M; ++r) {
-        const RowRef& o = ref.row[size_t(r)];
-        if (o.ignored) ck.exact(loss[0][size_t(r)], 0.0, r);
-        else ck.check(loss[0][size_t(r)], o.ce + o.z, lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z), r);
-      }
-    } else {
-      // The total of the rows' shares: their bounds, the shares' own
-      // roundings (a division by W or R each for a mean) and the sum's.
-      double bound = 0.0, mag = 0.0;
-      for (int64_t r = 0; r < M; ++r) {
-        const RowRef& o = ref.row[size_t(r)];
-        if (o.ignored || o.bad) continue;
-        if (c.red == kMean) {
-          bound += lb[size_t(r)].ce / ref.W + lb[size_t(r)].z / ref.R + (b.gamma_m + 2.0 * b.u) * std::fabs(o.ce) / ref.W +
-                   2.0 * b.u * std::fabs(o.z) / ref.R;
-          mag += std::fabs(o.ce / ref.W + o.z / ref.R);
-        } else {
-          bound += lb[size_t(r)].ce + lb[size_t(r)].z + b.u * std::fabs(o.ce + o.z);
-          mag += std::fabs(o.ce + o.z);
-        }
-      }
-      bound += b.gamma_m * mag;
-      ck.check(loss[0][0], ref.loss, bound, 0);
-      if (c.red == kSum && ref.R == 0.0 && !c.bad) ck.exact(loss[0][0], 0.0, 0);
-    }
-  }
+  check_loss_lse(p, ref, c.want_loss ? &loss[0] : nullptr, c.want_lse ? &lse[0] : nullptr, c.bad);
   if (c.want_grad) {
     const std::vector<double> want = gradient(p, ref);
     Checker ck{"dlogits"};
@@ -908,7 +916,14 @@ void run_shards(const ShardCase& c) {
   p.cap = c.cap;
   std::uniform_int_distribution<int64_t> cls(0, V - 1);
   p.target.resize(size_t(M));
-  for (int64_t r = 0; r < M; ++r) p.target[size_t(r)] = r % 9 == 4 ? -100 : r % 13 == 6 ? V : r % 17 == 8 ? -1 : cls(gen);
+  // Out-of-range targets (NaN rows) only without a reduction, so that the
+  // combined reduced losses are numbers to check.
+  const bool bad_targets = c.red == kNone;
+  for (int64_t r = 0; r < M; ++r)
+    p.target[size_t(r)] = r % 9 == 4                      ? -100
+                          : bad_targets && r % 13 == 6 ? V
+                          : bad_targets && r % 17 == 8 ? -1
+                                                        : cls(gen);
   std::vector<float> x(size_t(M * V));
   for (float& v : x) v = float(round_to(c.dtype, normal(gen)));
   p.x.assign(x.begin(), x.end());
@@ -942,6 +957,8 @@ void run_shards(const ShardCase& c) {
   const double u = std::ldexp(1.0, -24), dcap = c.cap > 0.0 ? (24.0 + 4.0 * 12.0 / c.cap) * u * c.cap : 0.0;
   const double rt = c.dtype == kF32 ? 2e-5 : c.dtype == kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
 
+  const size_t shards = c.cuts.size() - 1;
+  std::vector<float> gathered(shards * size_t(M) * 4);  // every shard's statistics, shard-major
   for (size_t k = 0; k + 1 < c.cuts.size(); ++k) {
     const int64_t a = c.cuts[k], b = c.cuts[k + 1], n = b - a;
     SCOPED_TRACE("shard [" + std::to_string(a) + ", " + std::to_string(b) + ") of " + std::to_string(V));
@@ -1001,6 +1018,7 @@ void run_shards(const ShardCase& c) {
                       << "}, want {" << m << ", " << s << ", " << d << ", " << xt << "}";
     }
     EXPECT_EQ(off, 0) << "statistics off the float64 shard values";
+    std::copy(got.begin(), got.end(), gathered.begin() + std::ptrdiff_t(k * size_t(M) * 4));
     // 2. The gradient from the whole rows' lse.
     CrossEntropyArgs ga = args;
     ga.lse_in = reinterpret_cast<const float*>(dlse.data());
@@ -1031,6 +1049,50 @@ void run_shards(const ShardCase& c) {
     }
     EXPECT_EQ(bad, 0) << "gradient elements off";
   }
+
+  // 3. The shards' statistics combined: loss and lse of the whole vocabulary.
+  SCOPED_TRACE("combine of " + std::to_string(shards) + " shards");
+  DeviceBuffer dg(gathered.size() * 4);
+  ASSERT_TRUE(dg.ok());
+  QUACK_ASSERT_CUDA(cudaMemcpy(dg.data(), gathered.data(), dg.bytes(), cudaMemcpyHostToDevice));
+  const int64_t nloss = c.red == kNone ? M : 1;
+  GuardedTensor tloss(Layout{kF32, nloss, 1, 1, 0}), tl2(Layout{kF32, M, 1, 1, 0});
+  ASSERT_TRUE(tloss.ok() && tl2.ok());
+  CrossEntropyArgs ca;
+  ca.rows = M;
+  ca.cols = V;
+  ca.target = dt.data();
+  ca.weight = c.weight ? reinterpret_cast<const float*>(dw.data()) : nullptr;
+  ca.reduction = c.red;
+  ca.label_smoothing = float(c.eps);
+  ca.z_loss = float(c.z);
+  ca.softcap = float(c.cap);  // ignored: the statistics hold x'
+  ca.combine_stats = reinterpret_cast<const float*>(dg.data());
+  ca.combine_shards = int64_t(shards);
+  ca.loss = static_cast<float*>(tloss.ptr());
+  ca.lse = static_cast<float*>(tl2.ptr());
+  size_t cws = 0;
+  ASSERT_TRUE(cross_entropy_workspace_bytes(ca, &cws).ok());
+  GuardedTensor tcws(Layout{kF32, cws > 0 ? 1 : 0, std::max<int64_t>(int64_t(cws / 4), 1),
+                            std::max<int64_t>(int64_t(cws / 4), 1), 0});
+  ASSERT_TRUE(tcws.ok());
+  ca.workspace = cws > 0 ? tcws.ptr() : nullptr;
+  ca.workspace_bytes = cws;
+  std::vector<double> closs[2], clse[2];
+  for (int run = 0; run < 2; ++run) {
+    QUACK_ASSERT_CUDA(tloss.upload(std::vector<float>(size_t(nloss), kSentinel)));
+    QUACK_ASSERT_CUDA(tl2.upload(std::vector<float>(size_t(M), kSentinel)));
+    if (cws > 0) QUACK_ASSERT_CUDA(tcws.poison());
+    const Status cst = cross_entropy(ca, nullptr);
+    ASSERT_TRUE(cst.ok()) << cst.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    int64_t dirty = 0, dirty2 = 0;
+    QUACK_ASSERT_CUDA(tloss.download(&closs[run], &dirty));
+    QUACK_ASSERT_CUDA(tl2.download(&clse[run], &dirty2));
+    EXPECT_EQ(dirty + dirty2, 0) << "bytes outside loss and lse were written";
+  }
+  EXPECT_TRUE(same_bits(closs[0], closs[1]) && same_bits(clse[0], clse[1])) << "a repeated combine differed";
+  check_loss_lse(p, ref, &closs[0], &clse[0], bad_targets);
 }
 
 TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {

@@ -441,6 +441,58 @@ TEST(CrossEntropyValidate, ShardModes) {
   EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
 }
 
+// The combine mode: the shards' statistics in, loss and lse of the whole
+// vocabulary out; no logits, no gradient.
+TEST(CrossEntropyValidate, CombineMode) {
+  auto combine = [] {
+    CrossEntropyArgs a = args();  // kMean, loss and lse
+    a.logits = {nullptr, DType::kBFloat16, 0};
+    a.dlogits = {};
+    a.dloss = nullptr;
+    a.combine_stats = faddr(8);
+    a.combine_shards = 3;
+    return a;
+  };
+  EXPECT_TRUE(can_implement(combine()).ok()) << can_implement(combine()).message;
+  size_t bytes = 0;
+  ASSERT_TRUE(cross_entropy_workspace_bytes(combine(), &bytes).ok());
+  EXPECT_EQ(bytes, 32u);  // the mean's totals, then the 4 rows' shares
+  CrossEntropyArgs a = combine();
+  a.num_classes = kCols;  // equal to cols: allowed
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a = combine();
+  a.logits = {addr(1), DType::kBFloat16, kCols};
+  expect_invalid(a, "logits");
+  a = combine();
+  a.combine_shards = 0;
+  expect_invalid(a, "combine_shards");
+  a = combine();
+  a.combine_stats = nullptr;  // shards without statistics
+  expect_invalid(a, "combine_shards");
+  a = combine();
+  a.combine_stats = faddr(8, 4);
+  expect_invalid(a, "combine_stats");
+  a = combine();
+  a.shard_stats = faddr(9);
+  expect_invalid(a, "shard_stats");
+  a = combine();
+  a.lse_in = faddr(9);
+  expect_invalid(a, "lse_in");
+  a = combine();
+  a.dlogits = {addr(5), DType::kBFloat16, kCols};
+  expect_invalid(a, "dlogits");
+  a = combine();
+  a.num_classes = 3 * kCols;
+  expect_invalid(a, "num_classes");
+  a = combine();
+  a.num_classes = kCols;
+  a.class_offset = 1;
+  expect_invalid(a, "class_offset");
+  a = combine();
+  a.combine_shards = int64_t(1) << 60;
+  expect_invalid(a, "combine_shards");
+}
+
 // The plain options' gradient of long rows takes two passes; without an lse
 // output the workspace holds the rows' lse between them (16-byte aligned,
 // after the shares).
