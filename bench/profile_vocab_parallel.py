@@ -1,6 +1,7 @@
 """Where a vocabulary-parallel training step's time goes (torchrun, 2 GPUs):
-per V, the step's CUDA kernels by device time (torch.profiler, rank 0), and
-the step's wall time against the sum of its kernels' times.
+per V, the step's wall time back to back and its host enqueue time, then
+(torch.profiler, rank 0) the step's operations by device time and by host
+time.
 
     NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 bench/profile_vocab_parallel.py
 """
@@ -49,6 +50,8 @@ def main():
         if rank == 0:
             print(f"\n== {dtype} V={v}: wall {wall:.3f} ms/step (20 back to back), enqueue {cpu:.3f} ms")
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=14, max_name_column_width=60))
+            # The host's side: what the enqueue time is made of.
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
     dist.destroy_process_group()
 
 

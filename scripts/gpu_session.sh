@@ -125,7 +125,12 @@ for part in $parts; do
       # Where a step's time goes: host enqueue against the kernels (torch.profiler).
       NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 bench/profile_vocab_parallel.py \
         > "$out/profile_vocab_parallel.log" 2>&1 || status=1
-      grep "^== " "$out/profile_vocab_parallel.log" ;;
+      grep "^== " "$out/profile_vocab_parallel.log"
+      # The same without c10d's flight recorder (a suspect of the all-gather's
+      # host time: ~0.2 ms a call under the profiler on f0ffb00).
+      TORCH_NCCL_TRACE_BUFFER_SIZE=0 NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 \
+        bench/profile_vocab_parallel.py > "$out/profile_vocab_parallel_notrace.log" 2>&1 || status=1
+      grep "^== " "$out/profile_vocab_parallel_notrace.log" ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh
