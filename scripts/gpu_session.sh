@@ -8,7 +8,8 @@
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep)
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
-#              killed after $SANITIZE_TIMEOUT s)
+#              killed after $SANITIZE_TIMEOUT s); initcheck and synccheck likewise
+#   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
 #              hazards; killed after $RACECHECK_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
@@ -54,11 +55,23 @@ for part in $parts; do
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
         && build/tests/cpp/quack_gpu_tests --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.log" 2>&1 || status=1
       tail -n 3 "$out/cases_build.log" "$out/cases.log" ;;
-    sanitize)
-      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    sanitize|initcheck|synccheck)
+      # memcheck (sanitize), initcheck or synccheck over the C++ GPU cases
+      # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
+      tool=$part
+      [ "$part" = sanitize ] && tool=memcheck
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
         build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \
-        > "$out/memcheck.log" 2>&1 || status=1
-      tail -4 "$out/memcheck.log" ;;
+        > "$out/$tool.log" 2>&1 || status=1
+      tail -4 "$out/$tool.log" ;;
+    sanitize_py)
+      # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
+      # expression), after `tests` installed the package; killed after
+      # $SANITIZE_TIMEOUT s.
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+        python3 -m pytest -q -x -p no:cacheprovider tests/python -k "${SANITIZE_PY_FILTER:-concurrency}" \
+        > "$out/memcheck_py.log" 2>&1 || status=1
+      tail -4 "$out/memcheck_py.log" ;;
     racecheck)
       timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 \
         build/tests/cpp/quack_gpu_tests --gtest_filter="${RACECHECK_FILTER:-ChunkCases/*N8191*}" \
