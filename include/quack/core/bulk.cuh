@@ -62,6 +62,21 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
                : "memory");
 }
 
+// kBytes (2 or 4) of shared memory at `addr`, zero-extended to 32 bits.
+template <int kBytes>
+__device__ __forceinline__ uint32_t lds_bits(uint32_t addr) {
+  static_assert(kBytes == 2 || kBytes == 4, "2 or 4 bytes");
+  uint32_t v;
+  if constexpr (kBytes == 4) {
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  } else {
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(h) : "r"(addr) : "memory");
+    v = h;
+  }
+  return v;
+}
+
 // 16 bytes of shared memory at `addr` (16-byte aligned).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;

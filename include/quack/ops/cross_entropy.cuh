@@ -109,10 +109,15 @@ struct CERow {
   bool ignored, bad;  // bad: target outside [0, V) and not ignored
   float wt;           // w_t (1 without class weights; 0 when not counted)
 
-  __device__ __forceinline__ static CERow make(const CEParams& p, int64_t row) {
+  __device__ __forceinline__ static int64_t target_of(const CEParams& p, int64_t row) {
+    return p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
+                      : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
+  }
+  __device__ __forceinline__ static CERow make(const CEParams& p, int64_t row) { return of(p, target_of(p, row)); }
+  // From the row's target t, already loaded.
+  __device__ __forceinline__ static CERow of(const CEParams& p, int64_t t) {
     CERow r;
-    r.t = p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
-                     : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
+    r.t = t;
     r.ignored = r.t == p.ignore_index;
     r.bad = !r.ignored && (r.t < 0 || r.t >= p.num_classes);
     r.wt = (r.ignored || r.bad) ? 0.0f : (p.cw ? __ldg(p.cw + r.t) : 1.0f);
@@ -432,7 +437,10 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
 // registers; the lanes fold each chunk into their online (max, sum of exp,
 // sum) kCEBulkBatch vectors at a time, lane 0 adds the row's partial last
 // vector (cols % VEC elements) from global memory, and the warp reduces the
-// row with shuffles: no CTA-wide barrier anywhere. Rows of any length; at
+// row with shuffles: no CTA-wide barrier anywhere. The targets arrive 32 rows
+// at a time, a group ahead, and x'_t is read from the row's bytes in shared
+// memory: no row waits on a dependent pair of global loads (target, then
+// its logit), which would take two DRAM latencies a row. Rows of any length; at
 // least one whole vector a row (the dispatch asks for 1 KB).
 // (Written against the hypothesis in docs/KERNELS.md: a read-only row kernel
 // needs twice the bytes in flight of softmax's register kernel.)
@@ -492,23 +500,43 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
   };
   if (lane == 0)
     for (int64_t q = 0; q < min(int64_t(stages), total); ++q) issue(q);
+  // The targets, 32 rows at a time: lane l holds the target of the warp's
+  // row g * 32 + l of the current group g and has the next group's in
+  // flight, so that no row waits for a target load and then for its logit's
+  // (x'_t comes from the row's bytes in shared memory).
+  auto group_target = [&](int64_t ri) -> int64_t {
+    const int64_t row = wid + ri * nw;
+    return row < p.rows ? CERow::target_of(p, row) : p.ignore_index;
+  };
+  int64_t t_cur = group_target(lane), t_next = group_target(32 + lane);
+  const int64_t slot_elems = slot_bytes / int(sizeof(T));
   float m = -INFINITY, s = 0.0f, d = 0.0f, xt = 0.0f;
   CERow r{};
   for (int64_t q = 0; q < total; ++q) {
-    const int64_t c = q % nch, row = wid + (q / nch) * nw;
+    const int64_t c = q % nch, ri = q / nch, row = wid + ri * nw;
     if (c == 0) {
       m = -INFINITY;
       s = 0.0f;
       d = 0.0f;
-      // The target and its logit first: their loads overlap the chunks' waits.
-      if (lane == 0) {
-        r = CERow::make(p, row);
-        xt = ce_target_logit<T>(p, r, row, 0.0f);
+      xt = 0.0f;
+      if (ri > 0 && ri % 32 == 0) {
+        t_cur = t_next;
+        t_next = group_target(ri + 32 + lane);
       }
+      const int64_t t = __shfl_sync(0xffffffffu, static_cast<long long>(t_cur), int(ri % 32));
+      if (lane == 0) r = CERow::of(p, t);
     }
     const int nv = int(min(int64_t(slot_bytes), row_bytes - c * slot_bytes) / 16);
     const uint32_t slot = ring + uint32_t(q % stages) * uint32_t(slot_bytes);
     mbar_wait(bars + 8 * uint32_t(q % stages), uint32_t((q / stages) & 1));
+    // x'_t, when this chunk holds it.
+    if (lane == 0 && r.tl >= c * slot_elems && r.tl < c * slot_elems + int64_t(nv) * VEC) {
+      V v{};
+      v.w[0] = lds_bits<sizeof(T)>(slot + uint32_t(r.tl - c * slot_elems) * uint32_t(sizeof(T)));
+      float f[VEC];
+      v.widen(f);
+      xt = f[0];
+    }
     for (int k0 = lane; k0 < nv; k0 += B * 32) {
       V v[B];
 #pragma unroll
@@ -553,6 +581,9 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
         v[0].fill_tail(tail, neg_inf_bits<T>());
         float f[VEC];
         v[0].widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          if (nfull * VEC + j == r.tl) xt = f[j];  // the target in the partial last vector
         const float nm = fmaxf(m, max_of(v));
         s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
         ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
