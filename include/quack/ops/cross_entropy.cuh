@@ -264,6 +264,17 @@ __device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f
   }
 }
 
+// x'_t into `xt` when the target's column lies in this vector (k = its index
+// in it); a branch taken by one thread a row, around a select chain (an
+// indexed register array would go to local memory).
+template <int VEC>
+__device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, float& xt) {
+  if (static_cast<unsigned>(k) < static_cast<unsigned>(VEC)) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) xt = j == k ? f[j] : xt;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
 template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
@@ -282,15 +293,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     const bool writer = active && g.t == 0 && g.crank == 0;
     RawVec<T, VEC> xv[VPT];
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
-    float xt = 0.0f;
     if (active) {
       const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
-      // Only the writer needs the target before the reduction (its logit's
-      // load then hides under the row's loads); the others take the row's
-      // scalars after it, when fewer registers are live.
-      if (writer) xt = ce_target_logit<T>(p, CERow::make(p, row), row, k2);
+      // Every thread loads the target (a broadcast, in flight with the row);
+      // the thread whose vector holds the target's column contributes x'_t
+      // to the reduction (st.x). A writer loading the target and then its
+      // logit would hold the row for two DRAM latencies in series.
+      const int64_t t = CERow::target_of(p, row);
       if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
@@ -302,11 +313,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       const float base = m == -INFINITY ? 0.0f : m;
       // (The general flavour keeps one masked loop: the split spilled its
       // fp16 tile of 4, ptxas -v.)
+      // The target's column in these logits, -1 when none.
+      const int64_t tl = t - p.class_offset;
+      const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
       if (!kGeneral && g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
         }
       } else {
@@ -315,6 +330,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, true>(p, f, g.col(i), g.valid(i), base, st.s, st.d);
         }
       }
@@ -322,8 +338,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     }
     st = red.reduce(st, g.team, p.cluster, g.crank);
     if (!active) return;
+    // The row's scalars again (the target from L1 now), when fewer registers
+    // are live.
     const CERow r = CERow::make(p, row);
-    if (writer) ce_write_row(p, r, st, xt, row);
+    if (writer) ce_write_row(p, r, st, st.x, row);
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
