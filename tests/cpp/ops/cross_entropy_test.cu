@@ -1135,6 +1135,9 @@ TEST(CrossEntropyGpuShards, StatisticsThroughTheBulkKernel) {
   RowTuning t = default_row_tuning();
   t.ce_fwd_bulk_min_rows = 1;
   set_row_tuning(&t);
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
   const ShardCase cases[] = {
       {kBF16, 37, 50000, {0, 20000, 50000}, kMean, false, 0.1, 1e-4, 0.0, 0.0},
       {kF32, 29, 65536, {0, 16384, 40000, 65536}, kNone, false, 0.0, 0.0, 0.0, 0.75},
@@ -1143,7 +1146,6 @@ TEST(CrossEntropyGpuShards, StatisticsThroughTheBulkKernel) {
     SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
     run_shards(c);
   }
-  set_row_tuning(nullptr);
 }
 
 TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {

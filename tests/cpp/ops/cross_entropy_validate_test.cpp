@@ -665,14 +665,20 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // fused gradient keeps 4 (8 spills there).
 TEST(CrossEntropyPlan, PlainForwardTakesTheWideTile) {
   const DeviceLimits lim;
-  const int64_t below_bulk = default_row_tuning().ce_fwd_bulk_min_rows - 1;  // the bulk kernel takes more rows
+  RowTuning t = default_row_tuning();
+  t.ce_fwd_bulk_min_rows = 0;  // the register tiles, not the bulk-copy kernel
+  set_row_tuning(&t);
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  const int64_t rows = 4096;
   for (const int64_t cols : {int64_t(4096), int64_t(8192), int64_t(16384)}) {
     int team = 0, threads = 0, cluster = 0, vpt = 0;
-    const std::string wide = cross_entropy_plan_description(below_bulk, cols, DType::kBFloat16, lim, true);
+    const std::string wide = cross_entropy_plan_description(rows, cols, DType::kBFloat16, lim, true);
     SCOPED_TRACE(std::to_string(cols) + ": " + wide);
     ASSERT_EQ(std::sscanf(wide.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
     EXPECT_EQ(vpt, 8);
-    const std::string fused = cross_entropy_plan_description(below_bulk, cols, DType::kBFloat16, lim, false);
+    const std::string fused = cross_entropy_plan_description(rows, cols, DType::kBFloat16, lim, false);
     ASSERT_EQ(std::sscanf(fused.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
     EXPECT_LE(vpt, 4);
   }
