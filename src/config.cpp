@@ -110,6 +110,11 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
+  // UNMEASURED (branch wip/ce-fwd-bulk): the bulk-copy forward from 1024
+  // rows (a warp a row: fewer rows than the grid's warps leave SMs idle),
+  // to be set by the next cross_entropy_sweep (ce_fwd_bulk_min_rows=0 turns
+  // it off for the comparison).
+  t.ce_fwd_bulk_min_rows = 1024;
   return t;
 }
 

@@ -201,6 +201,12 @@ CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   return w;
 }
 
+// The plain forward's bulk-copy kernel: aligned rows (`aligned_plain`) of at
+// least 1 KB, at least ce_fwd_bulk_min_rows of them.
+bool ce_fwd_bulk(int64_t rows, int64_t cols, int es, bool aligned_plain, const RowTuning& tune) {
+  return aligned_plain && tune.ce_fwd_bulk_min_rows > 0 && rows >= tune.ce_fwd_bulk_min_rows && cols * es >= 1024;
+}
+
 bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   const auto x = uintptr_t(a), y = uintptr_t(b);
   return x < y + uintptr_t(b_bytes) && y < x + uintptr_t(a_bytes);
@@ -247,6 +253,7 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   if (general) wide = false;
   if (!wide && !general && cols >= tune.ce_grad_split_min_cols)
     return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
+  if (ce_fwd_bulk(rows, cols, dtype_size(dtype), wide, tune)) return "fwd-bulk";
   if (wide && cols * dtype_size(dtype) >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
   const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim, wide);
   char buf[128];
@@ -503,6 +510,13 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   }
   const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
+    if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune)) {
+      const int64_t grid = std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps,
+                                             int64_t(lim.num_sms) * ops::kCEBulkCtasPerSm);
+      return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
+        return ops::launch_ce_fwd_bulk<decltype(dt)::value>(p, grid, device, stream);
+      });
+    }
     if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, false, device, stream);

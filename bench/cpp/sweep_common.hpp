@@ -142,6 +142,7 @@ inline bool install_tuning_from_env() {
     else if (k == "chunk_threads") tune.chunk_threads = int(v);
     else if (k == "ce_fwd_stream_min_bytes") tune.ce_fwd_stream_min_bytes = v;
     else if (k == "ce_grad_split_min_cols") tune.ce_grad_split_min_cols = v;
+    else if (k == "ce_fwd_bulk_min_rows") tune.ce_fwd_bulk_min_rows = v;
     else {
       std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());
       return false;

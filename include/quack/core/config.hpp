@@ -107,6 +107,10 @@ struct RowTuning {
   // fused.
   int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
+  // The plain forward of aligned rows of at least 1 KB takes the bulk-copy
+  // kernel (ce_fwd_bulk_kernel, a warp a row) when there are at least
+  // ce_fwd_bulk_min_rows rows; 0: never.
+  int64_t ce_fwd_bulk_min_rows;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others

@@ -77,14 +77,15 @@ struct SumPairOp {
   __device__ __forceinline__ static float2 combine(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 };
 
-// Cross-entropy's row statistics: the online-softmax pair and a plain sum
-// (the row's logits, or their class-weighted sum, for label smoothing). 16
-// bytes with padding: one st.async.v4 in a cluster exchange.
+// Cross-entropy's row statistics: the online-softmax pair, a plain sum (the
+// row's logits, or their class-weighted sum, for label smoothing) and a
+// second plain sum x (the target's logit: one thread of the row holds it,
+// the others 0). 16 bytes: one st.async.v4 in a cluster exchange.
 struct alignas(16) MaxSumDot {
   float m;
   float s;
   float d;
-  float pad;
+  float x;
 };
 
 struct MaxSumDotOp {
@@ -92,7 +93,7 @@ struct MaxSumDotOp {
   __device__ __forceinline__ static MaxSumDot identity() { return {-INFINITY, 0.0f, 0.0f, 0.0f}; }
   __device__ __forceinline__ static MaxSumDot combine(MaxSumDot a, MaxSumDot b) {
     const MaxSum ms = MaxSumOp::combine({a.m, a.s}, {b.m, b.s});
-    return {ms.m, ms.s, a.d + b.d, 0.0f};
+    return {ms.m, ms.s, a.d + b.d, a.x + b.x};
   }
 };
 
@@ -107,7 +108,7 @@ __device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int mask) {
 }
 __device__ __forceinline__ MaxSumDot shfl_xor(MaxSumDot v, int mask) {
   return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask),
-          __shfl_xor_sync(0xffffffffu, v.d, mask), 0.0f};
+          __shfl_xor_sync(0xffffffffu, v.d, mask), __shfl_xor_sync(0xffffffffu, v.x, mask)};
 }
 
 // Butterfly over aligned groups of `width` lanes (power of two <= 32). Every

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "quack/core/bulk.cuh"
 #include "quack/core/config.hpp"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
@@ -108,10 +109,15 @@ struct CERow {
   bool ignored, bad;  // bad: target outside [0, V) and not ignored
   float wt;           // w_t (1 without class weights; 0 when not counted)
 
-  __device__ __forceinline__ static CERow make(const CEParams& p, int64_t row) {
+  __device__ __forceinline__ static int64_t target_of(const CEParams& p, int64_t row) {
+    return p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
+                      : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
+  }
+  __device__ __forceinline__ static CERow make(const CEParams& p, int64_t row) { return of(p, target_of(p, row)); }
+  // From the row's target t, already loaded.
+  __device__ __forceinline__ static CERow of(const CEParams& p, int64_t t) {
     CERow r;
-    r.t = p.target64 ? static_cast<const int64_t*>(p.target)[row * p.target_stride]
-                     : int64_t(static_cast<const int32_t*>(p.target)[row * p.target_stride]);
+    r.t = t;
     r.ignored = r.t == p.ignore_index;
     r.bad = !r.ignored && (r.t < 0 || r.t >= p.num_classes);
     r.wt = (r.ignored || r.bad) ? 0.0f : (p.cw ? __ldg(p.cw + r.t) : 1.0f);
@@ -258,6 +264,17 @@ __device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f
   }
 }
 
+// x'_t into `xt` when the target's column lies in this vector (k = its index
+// in it); a branch taken by one thread a row, around a select chain (an
+// indexed register array would go to local memory).
+template <int VEC>
+__device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, float& xt) {
+  if (static_cast<unsigned>(k) < static_cast<unsigned>(VEC)) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) xt = j == k ? f[j] : xt;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
 template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
@@ -276,15 +293,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     const bool writer = active && g.t == 0 && g.crank == 0;
     RawVec<T, VEC> xv[VPT];
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
-    float xt = 0.0f;
     if (active) {
       const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
-      // Only the writer needs the target before the reduction (its logit's
-      // load then hides under the row's loads); the others take the row's
-      // scalars after it, when fewer registers are live.
-      if (writer) xt = ce_target_logit<T>(p, CERow::make(p, row), row, k2);
+      // Every thread loads the target (a broadcast, in flight with the row);
+      // the thread whose vector holds the target's column contributes x'_t
+      // to the reduction (st.x). A writer loading the target and then its
+      // logit would hold the row for two DRAM latencies in series.
+      const int64_t t = CERow::target_of(p, row);
       if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
@@ -296,11 +313,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       const float base = m == -INFINITY ? 0.0f : m;
       // (The general flavour keeps one masked loop: the split spilled its
       // fp16 tile of 4, ptxas -v.)
+      // The target's column in these logits, -1 when none.
+      const int64_t tl = t - p.class_offset;
+      const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
       if (!kGeneral && g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
         }
       } else {
@@ -309,6 +330,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, true>(p, f, g.col(i), g.valid(i), base, st.s, st.d);
         }
       }
@@ -316,8 +338,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     }
     st = red.reduce(st, g.team, p.cluster, g.crank);
     if (!active) return;
+    // The row's scalars again (the target from L1 now), when fewer registers
+    // are live.
     const CERow r = CERow::make(p, row);
-    if (writer) ce_write_row(p, r, st, xt, row);
+    if (writer) ce_write_row(p, r, st, st.x, row);
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
@@ -417,6 +441,175 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
     red.parity = rowi & 1;  // consecutive rows alternate the scratch
     const MaxSumDot st = red.reduce(MaxSumDot{m, s, d, 0.0f});
     if (writer) ce_write_row(p, r, st, xt, row);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The plain forward of many aligned rows, a warp a row, the rows streamed
+// into shared memory by bulk copies (core/bulk.cuh). Each warp owns a ring of
+// `stages` slots of `slot_bytes` and the rows wid, wid + nw, ... (wid its
+// global warp index, nw the grid's warps); a row's whole vectors arrive in
+// chunks of up to slot_bytes, chunk q of the warp's sequence in slot
+// q % stages. Lane 0 keeps every free slot loading the warp's next chunk, so
+// the warp's bytes in flight are its ring (stages * slot_bytes), whatever its
+// registers; the lanes fold each chunk into their online (max, sum of exp,
+// sum) kCEBulkBatch vectors at a time, lane 0 adds the row's partial last
+// vector (cols % VEC elements) from global memory, and the warp reduces the
+// row with shuffles: no CTA-wide barrier anywhere. The targets arrive 32 rows
+// at a time, a group ahead, and x'_t is read from the row's bytes in shared
+// memory: no row waits on a dependent pair of global loads (target, then
+// its logit), which would take two DRAM latencies a row. Rows of any length; at
+// least one whole vector a row (the dispatch asks for 1 KB).
+// (Written against the hypothesis in docs/KERNELS.md: a read-only row kernel
+// needs twice the bytes in flight of softmax's register kernel.)
+constexpr int kCEBulkWarps = 8;
+constexpr int kCEBulkThreads = 32 * kCEBulkWarps;
+constexpr int kCEBulkMaxStages = 16;
+constexpr int kCEBulkBatch = 4;
+constexpr int kCEBulkRingBytes = 12 << 10;  // a warp's ring
+constexpr int kCEBulkSlotBytes = 4 << 10;   // a chunk at most
+constexpr int kCEBulkBarBytes = kCEBulkWarps * kCEBulkMaxStages * 8;
+// Two CTAs an SM: 2 x (1 KB + 8 x 12 KB) of shared memory.
+constexpr int kCEBulkCtasPerSm = 2;
+
+// The ring of rows of `row_bytes` (whole vectors): chunks of at most
+// kCEBulkSlotBytes, as many slots as fit kCEBulkRingBytes (<= 16).
+struct CEBulkRing {
+  int slot_bytes = 0, stages = 0;
+  static CEBulkRing of(int64_t row_bytes) {
+    CEBulkRing r;
+    r.slot_bytes = int(std::min<int64_t>(row_bytes, kCEBulkSlotBytes));
+    r.stages = std::min(kCEBulkMaxStages, kCEBulkRingBytes / std::max(r.slot_bytes, 16));
+    return r;
+  }
+  size_t smem_bytes() const { return size_t(kCEBulkBarBytes) + size_t(kCEBulkWarps) * stages * slot_bytes; }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
+    ce_fwd_bulk_kernel(const CEParams p, const int stages, const int slot_bytes) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int B = kCEBulkBatch;
+  using V = RawVec<T, VEC>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const uint32_t bars = smem_addr(smem) + uint32_t(warp * kCEBulkMaxStages * 8);
+  const uint32_t ring = smem_addr(smem) + uint32_t(kCEBulkBarBytes) + uint32_t(warp * stages * slot_bytes);
+  const int64_t nfull = p.cols / VEC;
+  const int tail = int(p.cols - nfull * VEC);
+  const int64_t row_bytes = nfull * 16;
+  const int64_t nch = (row_bytes + slot_bytes - 1) / slot_bytes;
+  const int64_t wid = int64_t(blockIdx.x) * kCEBulkWarps + warp, nw = int64_t(gridDim.x) * kCEBulkWarps;
+  const int64_t total = (wid < p.rows ? (p.rows - 1 - wid) / nw + 1 : 0) * nch;  // the warp's chunks
+  if (lane == 0) {
+    for (int k = 0; k < stages; ++k) mbar_init(bars + 8 * k, 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  // Lane 0: chunk q of the warp's sequence into its slot.
+  auto issue = [&](int64_t q) {
+    const uint32_t bar = bars + 8 * uint32_t(q % stages);
+    const int64_t row = wid + (q / nch) * nw, off = (q % nch) * slot_bytes;
+    const uint32_t bytes = uint32_t(min(int64_t(slot_bytes), row_bytes - off));
+    const char* src = reinterpret_cast<const char*>(static_cast<const T*>(p.x) + row * p.x_stride) + off;
+    mbar_arrive_expect_tx(bar, bytes);
+    bulk_g2s(ring + uint32_t(q % stages) * uint32_t(slot_bytes), src, bytes, bar);
+  };
+  if (lane == 0)
+    for (int64_t q = 0; q < min(int64_t(stages), total); ++q) issue(q);
+  // The targets, 32 rows at a time: lane l holds the target of the warp's
+  // row g * 32 + l of the current group g and has the next group's in
+  // flight, so that no row waits for a target load and then for its logit's
+  // (x'_t comes from the row's bytes in shared memory).
+  auto group_target = [&](int64_t ri) -> int64_t {
+    const int64_t row = wid + ri * nw;
+    return row < p.rows ? CERow::target_of(p, row) : p.ignore_index;
+  };
+  int64_t t_cur = group_target(lane), t_next = group_target(32 + lane);
+  const int64_t slot_elems = slot_bytes / int(sizeof(T));
+  float m = -INFINITY, s = 0.0f, d = 0.0f, xt = 0.0f;
+  CERow r{};
+  for (int64_t q = 0; q < total; ++q) {
+    const int64_t c = q % nch, ri = q / nch, row = wid + ri * nw;
+    if (c == 0) {
+      m = -INFINITY;
+      s = 0.0f;
+      d = 0.0f;
+      xt = 0.0f;
+      if (ri > 0 && ri % 32 == 0) {
+        t_cur = t_next;
+        t_next = group_target(ri + 32 + lane);
+      }
+      const int64_t t = __shfl_sync(0xffffffffu, static_cast<long long>(t_cur), int(ri % 32));
+      if (lane == 0) r = CERow::of(p, t);
+    }
+    const int nv = int(min(int64_t(slot_bytes), row_bytes - c * slot_bytes) / 16);
+    const uint32_t slot = ring + uint32_t(q % stages) * uint32_t(slot_bytes);
+    mbar_wait(bars + 8 * uint32_t(q % stages), uint32_t((q / stages) & 1));
+    // x'_t, when this chunk holds it.
+    if (lane == 0 && r.tl >= c * slot_elems && r.tl < c * slot_elems + int64_t(nv) * VEC) {
+      V v{};
+      v.w[0] = lds_bits<sizeof(T)>(slot + uint32_t(r.tl - c * slot_elems) * uint32_t(sizeof(T)));
+      float f[VEC];
+      v.widen(f);
+      xt = f[0];
+    }
+    for (int k0 = lane; k0 < nv; k0 += B * 32) {
+      V v[B];
+#pragma unroll
+      for (int u = 0; u < B; ++u) {
+        const int k = k0 + u * 32;
+        if (k < nv) {
+          const uint4 w = lds128(slot + uint32_t(k) * 16);
+          v[u].w[0] = w.x;
+          v[u].w[1] = w.y;
+          v[u].w[2] = w.z;
+          v[u].w[3] = w.w;
+        } else {
+          v[u].fill_tail(0, neg_inf_bits<T>());
+        }
+      }
+      const float nm = fmaxf(m, max_of(v));
+      s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+      const float base = nm == -INFINITY ? 0.0f : nm;
+#pragma unroll
+      for (int u = 0; u < B; ++u) {
+        if (k0 + u * 32 < nv) {
+          float f[VEC];
+          v[u].widen(f);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            s += fast_exp2((f[j] - base) * kLog2e);
+            d += f[j];
+          }
+        }
+      }
+      m = nm;
+    }
+    __syncwarp();  // every lane has read the slot: it may be refilled
+    if (lane == 0 && q + stages < total) {
+      fence_proxy_async_smem();
+      issue(q + stages);
+    }
+    if (c == nch - 1) {
+      if (lane == 0 && tail > 0) {
+        V v[1];
+        v[0].load_partial(static_cast<const T*>(p.x) + row * p.x_stride + nfull * VEC, tail);
+        v[0].fill_tail(tail, neg_inf_bits<T>());
+        float f[VEC];
+        v[0].widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          if (nfull * VEC + j == r.tl) xt = f[j];  // the target in the partial last vector
+        const float nm = fmaxf(m, max_of(v));
+        s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+        ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
+        m = nm;
+      }
+      const MaxSumDot st = warp_reduce<MaxSumDotOp>(MaxSumDot{m, s, d, 0.0f});
+      if (lane == 0) ce_write_row(p, r, st, xt, row);
+    }
   }
 }
 
@@ -707,6 +900,16 @@ Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, bool grad, int devi
   return launch_ce_kernel<ce_fwd_stream_kernel<T>>(shape, device, stream, p);
 }
 
+// The plain forward's bulk-copy kernel: `grid` CTAs (persistent, two an SM
+// at most), the ring for rows of `row_bytes` whole vectors.
+template <DType kX>
+Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const CEBulkRing ring = CEBulkRing::of((p.cols / (16 / int64_t(sizeof(T)))) * 16);
+  const core::LaunchShape shape{grid, kCEBulkThreads, ring.smem_bytes(), 1, false};
+  return launch_ce_kernel<ce_fwd_bulk_kernel<T>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+}
+
 template <DType kX>
 Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, const float* g, bool per_row,
                        bool vec_io, int64_t grid, int device, cudaStream_t stream) {
@@ -721,6 +924,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
   EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, bool, int,            \
                                               cudaStream_t);                                                    \
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
+  EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, int, cudaStream_t);                   \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

@@ -885,6 +885,40 @@ TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
+// The same cases with the bulk-copy forward (ce_fwd_bulk_kernel, a warp a
+// row) for any number of rows: every plain aligned forward of rows of 1 KB
+// or more -- forward-only calls, and the first pass of the two-pass gradient.
+class CrossEntropyGpuBulk : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.ce_fwd_bulk_min_rows = 1;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuBulk, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+// The cases above plus many rows of short and long plain rows (the default
+// tuning's range: >= 1024 rows), tails of 1..VEC-1 elements included.
+std::vector<CeCase> bulk_cases() {
+  std::vector<CeCase> v = cases();
+  v.push_back(C(kBF16, 3000, 1000, kMean).nograd());
+  v.push_back(C(kF32, 1500, 4099, kNone).nograd());
+  v.push_back(C(kF16, 1100, 515, kSum).smooth(0.1f).zl(1e-4f).nograd());
+  v.push_back(C(kBF16, 1025, 32003, kMean).badt().nograd());
+  v.push_back(C(kBF16, 1030, 50304, kMean).smooth(0.1f));  // two-pass: its forward
+  v.push_back(C(kF32, 2049, 8192, kSum).mis(0, 4).nograd());
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
 // ---------------------------------------------------------------------------
 // Vocabulary shards: each shard [a, b) of the whole logits (a view into them:
 // row stride V, so shards start misaligned or aligned) writes its statistics
@@ -1093,6 +1127,25 @@ void run_shards(const ShardCase& c) {
   }
   EXPECT_TRUE(same_bits(closs[0], closs[1]) && same_bits(clse[0], clse[1])) << "a repeated combine differed";
   check_loss_lse(p, ref, &closs[0], &clse[0], bad_targets);
+}
+
+// The plain aligned shards' statistics through the bulk-copy forward.
+TEST(CrossEntropyGpuShards, StatisticsThroughTheBulkKernel) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.ce_fwd_bulk_min_rows = 1;
+  set_row_tuning(&t);
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  const ShardCase cases[] = {
+      {kBF16, 37, 50000, {0, 20000, 50000}, kMean, false, 0.1, 1e-4, 0.0, 0.0},
+      {kF32, 29, 65536, {0, 16384, 40000, 65536}, kNone, false, 0.0, 0.0, 0.0, 0.75},
+  };
+  for (const ShardCase& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
+    run_shards(c);
+  }
 }
 
 TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {

@@ -531,16 +531,35 @@ TEST(CrossEntropyWorkspace, TwoPassGradientHoldsLse) {
   EXPECT_EQ(bytes(split - 1, 0.0f, false, 0.0f, false, true), parts_bytes(split - 1) + 32);
 }
 
-// The plain forward streams rows of 48 KB and more (bf16 from 24576
-// classes, fp32 from 12288), and keeps the register tiles below.
+// Fewer rows than the bulk-copy kernel wants: the plain forward streams rows
+// of 48 KB and more (bf16 from 24576 classes, fp32 from 12288), and keeps
+// the register tiles below.
 TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   const DeviceLimits lim;
-  EXPECT_EQ(cross_entropy_plan_description(1024, 24576, DType::kBFloat16, lim, true), "fwd-stream");
-  EXPECT_EQ(cross_entropy_plan_description(1024, 12288, DType::kFloat32, lim, true), "fwd-stream");
-  EXPECT_EQ(cross_entropy_plan_description(1024, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(cross_entropy_plan_description(1024, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
+  const int64_t rows = default_row_tuning().ce_fwd_bulk_min_rows - 1;
+  EXPECT_EQ(cross_entropy_plan_description(rows, 24576, DType::kBFloat16, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(rows, 12288, DType::kFloat32, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(rows, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(rows, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
   // A general option keeps the register (or streaming) row kernels.
-  EXPECT_EQ(cross_entropy_plan_description(1024, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+}
+
+// Many rows of 1 KB or more: the plain forward (and the two-pass gradient's
+// forward) takes the bulk-copy kernel; shorter rows, fewer rows, a general
+// option or a fused gradient keep the row kernels.
+TEST(CrossEntropyPlan, ManyPlainRowsTakeTheBulkKernel) {
+  const DeviceLimits lim;
+  const int64_t many = default_row_tuning().ce_fwd_bulk_min_rows;
+  ASSERT_GT(many, 0);
+  for (const int64_t cols : {int64_t(512), int64_t(4096), int64_t(50304), int64_t(262144)})
+    EXPECT_EQ(cross_entropy_plan_description(many, cols, DType::kBFloat16, lim, true), "fwd-bulk") << cols;
+  EXPECT_EQ(cross_entropy_plan_description(many, 256, DType::kFloat32, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, 511, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many - 1, 4096, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, 4096, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, 4096, DType::kBFloat16, lim, false).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, 50304, DType::kBFloat16, lim, false), "2-pass: fwd-bulk");
 }
 
 TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
@@ -646,13 +665,20 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // fused gradient keeps 4 (8 spills there).
 TEST(CrossEntropyPlan, PlainForwardTakesTheWideTile) {
   const DeviceLimits lim;
+  RowTuning t = default_row_tuning();
+  t.ce_fwd_bulk_min_rows = 0;  // the register tiles, not the bulk-copy kernel
+  set_row_tuning(&t);
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  const int64_t rows = 4096;
   for (const int64_t cols : {int64_t(4096), int64_t(8192), int64_t(16384)}) {
     int team = 0, threads = 0, cluster = 0, vpt = 0;
-    const std::string wide = cross_entropy_plan_description(4096, cols, DType::kBFloat16, lim, true);
+    const std::string wide = cross_entropy_plan_description(rows, cols, DType::kBFloat16, lim, true);
     SCOPED_TRACE(std::to_string(cols) + ": " + wide);
     ASSERT_EQ(std::sscanf(wide.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
     EXPECT_EQ(vpt, 8);
-    const std::string fused = cross_entropy_plan_description(4096, cols, DType::kBFloat16, lim, false);
+    const std::string fused = cross_entropy_plan_description(rows, cols, DType::kBFloat16, lim, false);
     ASSERT_EQ(std::sscanf(fused.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
     EXPECT_LE(vpt, 4);
   }
