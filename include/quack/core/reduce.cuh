@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "quack/core/bulk.cuh"  // mbar_wait
+
 namespace quack {
 namespace core {
 
@@ -292,14 +294,7 @@ struct ClusterExchange {
                      : "memory");
       }
     }
-    uint32_t done = 0;
-    while (!done) {
-      asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(b), "r"(parity)
-          : "memory");
-    }
+    mbar_wait(b, parity);
     const int lane = threadIdx.x & 31;
     T p = Op::identity();
     if (lane < size) {

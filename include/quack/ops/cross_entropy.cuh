@@ -363,6 +363,31 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   red.finish();
 }
 
+// The plain forward's online fold of a batch of vectors into (max, sum of
+// exp, sum): one rescale for the batch; v[u] counts when valid(u) (the
+// others hold -inf padding).
+template <typename T, int VEC, int U, class Valid>
+__device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U], Valid valid, float& m, float& s,
+                                              float& d) {
+  using namespace core;
+  const float nm = fmaxf(m, max_of(v));
+  s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+  const float base = nm == -INFINITY ? 0.0f : nm;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (valid(u)) {
+      float f[VEC];
+      v[u].widen(f);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        s += fast_exp2((f[j] - base) * kLog2e);
+        d += f[j];
+      }
+    }
+  }
+  m = nm;
+}
+
 // ---------------------------------------------------------------------------
 // The plain forward of long aligned rows (no gradient, softcap or weighted
 // smoothing): it only reads the logits, so it need not hold a row. Small
@@ -403,22 +428,7 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
         if (k < nfull) v[u].load(xrow + k * VEC);
         else v[u].fill_tail(0, neg_inf_bits<T>());
       }
-      const float nm = fmaxf(m, max_of(v));
-      s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-      const float base = nm == -INFINITY ? 0.0f : nm;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (k0 + int64_t(u) * nthr < nfull) {
-          float f[VEC];
-          v[u].widen(f);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            s += fast_exp2((f[j] - base) * kLog2e);
-            d += f[j];
-          }
-        }
-      }
-      m = nm;
+      ce_fold_batch(v, [&](int u) { return k0 + int64_t(u) * nthr < nfull; }, m, s, d);
     }
     float xt = 0.0f;
     if (writer) {
@@ -570,22 +580,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
           v[u].fill_tail(0, neg_inf_bits<T>());
         }
       }
-      const float nm = fmaxf(m, max_of(v));
-      s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-      const float base = nm == -INFINITY ? 0.0f : nm;
-#pragma unroll
-      for (int u = 0; u < B; ++u) {
-        if (k0 + u * 32 < nv) {
-          float f[VEC];
-          v[u].widen(f);
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            s += fast_exp2((f[j] - base) * kLog2e);
-            d += f[j];
-          }
-        }
-      }
-      m = nm;
+      ce_fold_batch(v, [&](int u) { return k0 + u * 32 < nv; }, m, s, d);
     }
     __syncwarp();  // every lane has read the slot: it may be refilled
     if (lane == 0 && q + stages < total) {
