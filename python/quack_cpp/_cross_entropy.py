@@ -11,6 +11,7 @@ the device only where the upstream gradient is not exactly 1 (no host
 synchronisation).
 """
 
+import functools
 import math
 import numbers
 from typing import Optional, Tuple
@@ -90,6 +91,18 @@ def _loss_shape(logits: Tensor, reduction: int):
     return tuple(logits.shape[:-1]) if reduction == 0 else ()
 
 
+def _run(on: Tensor, args: tuple, **shard) -> None:
+    """The library call: `args` are quack::CrossEntropyArgs as the binding's
+    leading positional arguments, `shard` its vocabulary-sharding keywords;
+    allocates the workspace the call needs on `on`'s device, then launches on
+    that device's current stream."""
+    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **shard)
+    ws = torch.empty((ws_bytes,), device=on.device, dtype=torch.uint8) if ws_bytes else None
+    devi = on.get_device()
+    launch = functools.partial(_C.cross_entropy, **shard) if shard else _C.cross_entropy
+    _on_device(devi, launch, *args, ws.data_ptr() if ws is not None else 0, ws_bytes, 0, _raw_stream(devi))
+
+
 def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
             label_smoothing: float, z_loss: float, softcap: float, grad: Optional[str],
             dloss: Optional[Tensor] = None):
@@ -127,11 +140,7 @@ def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_ind
     gptr = g.data_ptr() if g is not None else 0
     args = (rows, n, x.data_ptr(), code, xs, t.data_ptr(), t64, ts, wptr, ignore_index, reduction,
             float(label_smoothing), float(z_loss), float(softcap), loss.data_ptr(), lse.data_ptr(), dxp, dxs, gptr)
-    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0)
-    ws = torch.empty((ws_bytes,), device=dev, dtype=torch.uint8) if ws_bytes else None
-    devi = x.get_device()
-    _on_device(devi, _C.cross_entropy, *args, ws.data_ptr() if ws is not None else 0, ws_bytes, 0,
-               _raw_stream(devi))
+    _run(x, args)
     if grad == "inplace" and dx is not logits and dx.data_ptr() != logits.data_ptr():
         # logits' rows could not be addressed with one stride: the gradient
         # went to a contiguous copy; write it back.

@@ -24,19 +24,16 @@ offsets are exchanged once and cached (pass ``vocab_start`` and
 ``vocab_size`` to skip even that, e.g. before CUDA-graph capture).
 """
 
-import functools
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _C
 from ._cross_entropy import _NAME as _CE_NAME
-from ._cross_entropy import _REDUCTIONS, _check
-from ._rmsnorm import _DTYPE_CODE, _on_device, _rows_view
+from ._cross_entropy import _REDUCTIONS, _check, _run
+from ._rmsnorm import _DTYPE_CODE, _rows_view
 
 _NAME = "quack_cpp.distributed.vocab_parallel_cross_entropy"
-_raw_stream = torch._C._cuda_getCurrentRawStream
 
 # (id(group), world rank, local width) -> (vocab_start, vocab_size)
 _OFFSETS: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
@@ -72,13 +69,8 @@ def _call(x: Tensor, xs: int, rows: int, t: Tensor, weight: Optional[Tensor], ig
             weight.data_ptr() if weight is not None else 0, ignore_index, reduction, float(label_smoothing),
             float(z_loss), float(softcap), 0, 0, dx.data_ptr() if dx is not None else 0, n if dx is not None else 0,
             dloss.data_ptr() if dloss is not None else 0)
-    tail = dict(class_offset=start, num_classes=vocab, stats_ptr=stats.data_ptr() if stats is not None else 0,
-                lse_in_ptr=lse_in.data_ptr() if lse_in is not None else 0)
-    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **tail)
-    ws = torch.empty((ws_bytes,), device=x.device, dtype=torch.uint8) if ws_bytes else None
-    devi = x.get_device()
-    _on_device(devi, functools.partial(_C.cross_entropy, **tail), *args, ws.data_ptr() if ws is not None else 0,
-               ws_bytes, 0, _raw_stream(devi))
+    _run(x, args, class_offset=start, num_classes=vocab, stats_ptr=stats.data_ptr() if stats is not None else 0,
+         lse_in_ptr=lse_in.data_ptr() if lse_in is not None else 0)
 
 
 def _call_combine(gathered: Tensor, world: int, rows: int, t: Tensor, weight: Optional[Tensor], ignore_index: int,
@@ -91,12 +83,7 @@ def _call_combine(gathered: Tensor, world: int, rows: int, t: Tensor, weight: Op
     args = (rows, vocab, 0, _DTYPE_CODE[torch.float32], 0, t.data_ptr(), t.dtype == torch.int64, ts,
             weight.data_ptr() if weight is not None else 0, ignore_index, reduction, float(label_smoothing),
             float(z_loss), 0.0, loss.data_ptr(), lse.data_ptr(), 0, 0, 0)
-    tail = dict(combine_ptr=gathered.data_ptr(), combine_shards=world)
-    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **tail)
-    ws = torch.empty((ws_bytes,), device=gathered.device, dtype=torch.uint8) if ws_bytes else None
-    devi = gathered.get_device()
-    _on_device(devi, functools.partial(_C.cross_entropy, **tail), *args, ws.data_ptr() if ws is not None else 0,
-               ws_bytes, 0, _raw_stream(devi))
+    _run(gathered, args, combine_ptr=gathered.data_ptr(), combine_shards=world)
 
 
 class _VocabParallelCE(torch.autograd.Function):

@@ -451,6 +451,30 @@ def test_cuda_graph_capture_forward_backward():
     assert_grad_close(xs.grad, xr.grad, BF16)
 
 
+
+def test_launch_reaches_the_binding(monkeypatch):
+    # The eager launch on CPU tensors, the library call turned into the
+    # binding's validate-only mode (mode 1, no stream): every argument reaches
+    # the C++ checks, once per call, for each gradient mode; the C++ check
+    # refuses an out-of-range label_smoothing by name.
+    ce = quack_cpp._cross_entropy
+    modes = []
+
+    def validate_only(dev, launch, *a):
+        modes.append(a[-2])
+        return launch(*a[:-2], 1, 0)
+
+    monkeypatch.setattr(ce, "_on_device", validate_only)
+    monkeypatch.setattr(ce, "_raw_stream", lambda dev: 0)
+    x = torch.randn(6, 40, dtype=BF16)
+    t = torch.randint(0, 40, (6,))
+    for grad in (None, "new", "inplace"):
+        loss, lse, dx = ce._launch(x.clone(), t, None, -100, 1, 0.1, 1e-4, 0.0, grad)
+        assert loss.shape == () and lse.shape == (6,)
+    assert modes == [0, 0, 0], "each call launches once, in mode 0"
+    with pytest.raises(ValueError, match="label_smoothing"):
+        ce._launch(x, t, None, -100, 1, 2.0, 0.0, 0.0, None)
+
 @gpu
 def test_opcheck():
     x, t = make(8, 300, F32)
