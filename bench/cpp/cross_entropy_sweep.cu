@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
   std::vector<int64_t> Vs;
   for (int i = 3; i < argc; ++i) Vs.push_back(std::atoll(argv[i]));
-  if (Vs.empty()) Vs = {1024, 4096, 16384, 32000, 50304, 65536, 128256, 151936, 262144};
+  // 2048 and 8192 place the bulk forward's window (src/config.cpp).
+  if (Vs.empty()) Vs = {1024, 2048, 4096, 8192, 16384, 32000, 50304, 65536, 128256, 151936, 262144};
   const int es = quack::dtype_size(dt);
   if (!sweep::install_tuning_from_env()) return 2;
   const quack::DeviceLimits lim = sweep::device_limits();
