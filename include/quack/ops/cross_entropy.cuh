@@ -275,61 +275,6 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
   }
 }
 
-// Independent partial sums, added as a tree: a thread's sum of exponentials
-// and of logits over K chains instead of one chain of every element (a
-// dependent FADD each). The warp-a-row forward, 16 warps an SM, was bound by
-// that chain: ~1 us a warp per 1024 bf16 elements on cea56ca (bf16 1024 ->
-// 2048 -> 4096 columns: 2.5, 3.5, 5.8 us a row), the copy rate's
-// requirement. The order is fixed: results stay deterministic.
-template <int K>
-struct CEPartials {
-  float s[K] = {}, d[K] = {};
-  template <int VEC>
-  __device__ __forceinline__ void add(int k, const float (&f)[VEC], float base) {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      s[k] += core::fast_exp2((f[j] - base) * kLog2e);
-      d[k] += f[j];
-    }
-  }
-  // Adds the partials into (ts, td).
-  __device__ __forceinline__ void total(float& ts, float& td) {
-#pragma unroll
-    for (int w = 1; w < K; w *= 2)
-#pragma unroll
-      for (int k = 0; k + w < K; k += 2 * w) {
-        s[k] += s[k + w];
-        d[k] += d[k + w];
-      }
-    ts += s[0];
-    td += d[0];
-  }
-};
-
-// The max of U vectors as a tree over the vectors' words (exact: max_of's
-// value with a shorter dependency; 16-bit pairs compared as pairs, NaN
-// skipped as there).
-template <typename T, int VEC, int U>
-__device__ __forceinline__ float ce_max_tree(const core::RawVec<T, VEC> (&v)[U]) {
-  constexpr int W = core::RawVec<T, VEC>::kWords;
-  constexpr int N = U * W;
-  using E = std::conditional_t<sizeof(T) == 4, float,
-                               std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>>;
-  auto mx = [](E a, E b) {
-    if constexpr (sizeof(T) == 4) return fmaxf(a, b);
-    else return __hmax2(a, b);
-  };
-  E e[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) e[i] = *reinterpret_cast<const E*>(&v[i / W].w[i % W]);
-#pragma unroll
-  for (int w = 1; w < N; w *= 2)
-#pragma unroll
-    for (int i = 0; i + w < N; i += 2 * w) e[i] = mx(e[i], e[i + w]);
-  if constexpr (sizeof(T) == 4) return e[0];
-  else return fmaxf(core::to_float(e[0].x), core::to_float(e[0].y));
-}
-
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
 template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
@@ -363,7 +308,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       }
       // The max of the raw logits (softcap is monotonic), then one
       // exponential per element against it.
-      float m = ce_max_tree(xv);
+      float m = max_of(xv);
       if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
       const float base = m == -INFINITY ? 0.0f : m;
       // (The general flavour keeps one masked loop: the split spilled its
@@ -372,16 +317,13 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       const int64_t tl = t - p.class_offset;
       const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
       if (!kGeneral && g.whole) {
-        constexpr int K = VPT < 4 ? VPT : 4;
-        CEPartials<K> acc;
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
           ce_pick_target(f, tcol - g.col(i), st.x);
-          acc.add(i % K, f, base);
+          ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
         }
-        acc.total(st.s, st.d);
       } else {
         // The thread holding the row's end: padding excluded element by element.
 #pragma unroll
@@ -428,19 +370,21 @@ template <typename T, int VEC, int U, class Valid>
 __device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U], Valid valid, float& m, float& s,
                                               float& d) {
   using namespace core;
-  const float nm = fmaxf(m, ce_max_tree(v));
+  const float nm = fmaxf(m, max_of(v));
   s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
   const float base = nm == -INFINITY ? 0.0f : nm;
-  CEPartials<U> acc;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (valid(u)) {
       float f[VEC];
       v[u].widen(f);
-      acc.add(u, f, base);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        s += fast_exp2((f[j] - base) * kLog2e);
+        d += f[j];
+      }
     }
   }
-  acc.total(s, d);
   m = nm;
 }
 
