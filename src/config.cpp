@@ -110,11 +110,22 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
-  // UNMEASURED (branch wip/ce-fwd-bulk): the bulk-copy forward from 1024
-  // rows (a warp a row: fewer rows than the grid's warps leave SMs idle),
-  // to be set by the next cross_entropy_sweep (ce_fwd_bulk_min_rows=0 turns
-  // it off for the comparison).
+  // The bulk-copy forward against the register and streaming kernels
+  // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs
+  // not): bf16 wins from 4096 to 128256 classes (73.5 vs 58.9 at 4096, 88.3
+  // vs 66.2 at 16384, 87.9 vs 73.5 at 32000, 82.6 vs 79.0 at 65536) and
+  // loses below (1024: 42.3 vs 70.0, 2048: 61.8 vs 69.5: ~1.5 us a row of
+  // fixed cost); fp32 wins from 1024 (77.1 vs 48.6; 2048-16384 ~95 vs 53-91)
+  // to 32000 (96.5 vs 95.5) and loses at 50304 and 65536 (91.3 vs 96.3,
+  // 92.1 vs 96.0). Rows of 8 KB (16-bit) / 4 KB (fp32) to 128 KB, then:
+  // beyond, bf16 128256 (87.5 vs 83.8) and fp32 262144 (98.0 vs 96.2) are
+  // the cells given up. From 1024 rows (a warp a row: fewer rows than the
+  // grid's 2112 warps leave SMs idle; bf16 262144 at 1024 rows ran 72.0 vs
+  // 87.8): UNMEASURED below 2^28 / V rows.
   t.ce_fwd_bulk_min_rows = 1024;
+  t.ce_fwd_bulk_min_bytes2 = 8 << 10;
+  t.ce_fwd_bulk_min_bytes4 = 4 << 10;
+  t.ce_fwd_bulk_max_bytes = 128 << 10;
   return t;
 }
 

@@ -201,10 +201,14 @@ CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   return w;
 }
 
-// The plain forward's bulk-copy kernel: aligned rows (`aligned_plain`) of at
-// least 1 KB, at least ce_fwd_bulk_min_rows of them.
+// The plain forward's bulk-copy kernel: aligned rows (`aligned_plain`) in
+// the tuned window of bytes (never below the kernel's 1 KB), at least
+// ce_fwd_bulk_min_rows of them.
 bool ce_fwd_bulk(int64_t rows, int64_t cols, int es, bool aligned_plain, const RowTuning& tune) {
-  return aligned_plain && tune.ce_fwd_bulk_min_rows > 0 && rows >= tune.ce_fwd_bulk_min_rows && cols * es >= 1024;
+  const int64_t bytes = cols * es;
+  const int64_t lo = std::max<int64_t>(1024, es == 4 ? tune.ce_fwd_bulk_min_bytes4 : tune.ce_fwd_bulk_min_bytes2);
+  return aligned_plain && tune.ce_fwd_bulk_min_rows > 0 && rows >= tune.ce_fwd_bulk_min_rows && bytes >= lo &&
+         bytes <= tune.ce_fwd_bulk_max_bytes;
 }
 
 bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {

@@ -143,6 +143,9 @@ inline bool install_tuning_from_env() {
     else if (k == "ce_fwd_stream_min_bytes") tune.ce_fwd_stream_min_bytes = v;
     else if (k == "ce_grad_split_min_cols") tune.ce_grad_split_min_cols = v;
     else if (k == "ce_fwd_bulk_min_rows") tune.ce_fwd_bulk_min_rows = v;
+    else if (k == "ce_fwd_bulk_min_bytes2") tune.ce_fwd_bulk_min_bytes2 = v;
+    else if (k == "ce_fwd_bulk_min_bytes4") tune.ce_fwd_bulk_min_bytes4 = v;
+    else if (k == "ce_fwd_bulk_max_bytes") tune.ce_fwd_bulk_max_bytes = v;
     else {
       std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());
       return false;

@@ -107,10 +107,15 @@ struct RowTuning {
   // fused.
   int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
-  // The plain forward of aligned rows of at least 1 KB takes the bulk-copy
-  // kernel (ce_fwd_bulk_kernel, a warp a row) when there are at least
-  // ce_fwd_bulk_min_rows rows; 0: never.
+  // The plain forward of aligned rows takes the bulk-copy kernel
+  // (ce_fwd_bulk_kernel, a warp a row) when there are at least
+  // ce_fwd_bulk_min_rows rows (0: never) of at least ce_fwd_bulk_min_bytes2
+  // (16-bit logits) or ce_fwd_bulk_min_bytes4 (fp32) and at most
+  // ce_fwd_bulk_max_bytes bytes (never below 1 KB: the kernel's floor).
   int64_t ce_fwd_bulk_min_rows;
+  int64_t ce_fwd_bulk_min_bytes2;
+  int64_t ce_fwd_bulk_min_bytes4;
+  int64_t ce_fwd_bulk_max_bytes;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others

@@ -885,14 +885,25 @@ TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
+// The tuning that sends every plain aligned forward of rows of 1 KB or more
+// (the kernel's floor) to the bulk-copy kernel, whatever the rows' number
+// and length.
+RowTuning bulk_for_every_row() {
+  RowTuning t = default_row_tuning();
+  t.ce_fwd_bulk_min_rows = 1;
+  t.ce_fwd_bulk_min_bytes2 = 0;
+  t.ce_fwd_bulk_min_bytes4 = 0;
+  t.ce_fwd_bulk_max_bytes = INT64_MAX;
+  return t;
+}
+
 // The same cases with the bulk-copy forward (ce_fwd_bulk_kernel, a warp a
-// row) for any number of rows: every plain aligned forward of rows of 1 KB
-// or more -- forward-only calls, and the first pass of the two-pass gradient.
+// row) for every plain aligned forward of rows of 1 KB or more --
+// forward-only calls, and the first pass of the two-pass gradient.
 class CrossEntropyGpuBulk : public testing::TestWithParam<CeCase> {
  protected:
   void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.ce_fwd_bulk_min_rows = 1;
+    const RowTuning t = bulk_for_every_row();
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
@@ -1132,8 +1143,7 @@ void run_shards(const ShardCase& c) {
 // The plain aligned shards' statistics through the bulk-copy forward.
 TEST(CrossEntropyGpuShards, StatisticsThroughTheBulkKernel) {
   QUACK_REQUIRE_SM90();
-  RowTuning t = default_row_tuning();
-  t.ce_fwd_bulk_min_rows = 1;
+  const RowTuning t = bulk_for_every_row();
   set_row_tuning(&t);
   struct Restore {
     ~Restore() { set_row_tuning(nullptr); }

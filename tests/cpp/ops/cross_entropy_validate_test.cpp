@@ -545,21 +545,44 @@ TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
 }
 
-// Many rows of 1 KB or more: the plain forward (and the two-pass gradient's
-// forward) takes the bulk-copy kernel; shorter rows, fewer rows, a general
+// Many rows in the bulk window (16-bit 8 KB to 128 KB, fp32 4 KB to 128 KB:
+// src/config.cpp): the plain forward (and the two-pass gradient's forward)
+// takes the bulk-copy kernel; shorter or longer rows, fewer rows, a general
 // option or a fused gradient keep the row kernels.
-TEST(CrossEntropyPlan, ManyPlainRowsTakeTheBulkKernel) {
+TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   const DeviceLimits lim;
-  const int64_t many = default_row_tuning().ce_fwd_bulk_min_rows;
+  const RowTuning t = default_row_tuning();
+  const int64_t many = t.ce_fwd_bulk_min_rows;
   ASSERT_GT(many, 0);
-  for (const int64_t cols : {int64_t(512), int64_t(4096), int64_t(50304), int64_t(262144)})
-    EXPECT_EQ(cross_entropy_plan_description(many, cols, DType::kBFloat16, lim, true), "fwd-bulk") << cols;
-  EXPECT_EQ(cross_entropy_plan_description(many, 256, DType::kFloat32, lim, true), "fwd-bulk");
-  EXPECT_EQ(cross_entropy_plan_description(many, 511, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(cross_entropy_plan_description(many - 1, 4096, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(cross_entropy_plan_description(many, 4096, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(cross_entropy_plan_description(many, 4096, DType::kBFloat16, lim, false).rfind("reg", 0), 0u);
+  const int64_t lo2 = t.ce_fwd_bulk_min_bytes2 / 2, lo4 = t.ce_fwd_bulk_min_bytes4 / 4;
+  const int64_t hi2 = t.ce_fwd_bulk_max_bytes / 2, hi4 = t.ce_fwd_bulk_max_bytes / 4;
+  for (const DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    EXPECT_EQ(cross_entropy_plan_description(many, lo2, dt, lim, true), "fwd-bulk");
+    EXPECT_EQ(cross_entropy_plan_description(many, hi2, dt, lim, true), "fwd-bulk");
+    EXPECT_EQ(cross_entropy_plan_description(many, lo2 - 8, dt, lim, true).rfind("reg", 0), 0u);
+    EXPECT_EQ(cross_entropy_plan_description(many, hi2 + 8, dt, lim, true), "fwd-stream");
+  }
+  EXPECT_EQ(cross_entropy_plan_description(many, lo4, DType::kFloat32, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, hi4, DType::kFloat32, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, lo4 - 4, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, hi4 + 4, DType::kFloat32, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(many - 1, 16384, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, false).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(many, 50304, DType::kBFloat16, lim, false), "2-pass: fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, false), "2-pass: fwd-stream");
+  // Off, and the kernel's 1 KB floor whatever the tuning.
+  RowTuning off = t;
+  off.ce_fwd_bulk_min_rows = 0;
+  set_row_tuning(&off);
+  EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  RowTuning wide = t;
+  wide.ce_fwd_bulk_min_bytes2 = 0;
+  set_row_tuning(&wide);
+  EXPECT_EQ(cross_entropy_plan_description(many, 512, DType::kBFloat16, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, 504, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
+  set_row_tuning(nullptr);
 }
 
 TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
