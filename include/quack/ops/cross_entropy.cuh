@@ -249,6 +249,14 @@ __device__ __forceinline__ void ce_widen(const core::RawVec<T, VEC>& v, float (&
   }
 }
 
+// exp(f - base) as 2^(f log2e - base log2e): one FFMA and the MUFU.EX2 an
+// element instead of an FADD, an FMUL and the MUFU.EX2. The rounding of
+// base log2e is the same for every element of a thread: it shifts the row's
+// lse by at most |base| * 6e-8 -- 2e-6 at logits of 30.
+__device__ __forceinline__ float ce_exp_from(float f, float base_log2) {
+  return core::fast_exp2(fmaf(f, kLog2e, -base_log2));
+}
+
 // Adds VEC logits (kMasked: the first n) into the thread's (s, d) against
 // the max `base`.
 template <bool kGeneral, bool kMasked, int VEC>
@@ -257,6 +265,8 @@ __device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     if (!kMasked || j < n) {
+      // (Not ce_exp_from: with it the 16-bit register forward of 8 vectors
+      // a thread spilled 12 bytes, ptxas -v.)
       s += core::fast_exp2((f[j] - base) * kLog2e);
       if constexpr (kGeneral) d = p.wsmooth ? fmaf(__ldg(p.cwc + c0 + j), f[j], d) : d + f[j];
       else d += f[j];
@@ -364,15 +374,17 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 }
 
 // The plain forward's online fold of a batch of vectors into (max, sum of
-// exp, sum): one rescale for the batch; v[u] counts when valid(u) (the
-// others hold -inf padding).
-template <typename T, int VEC, int U, class Valid>
+// exp, and with kSum the sum): one rescale for the batch; v[u] counts when
+// valid(u) (the others hold -inf padding). The sum of logits only serves
+// label smoothing and a shard's statistics (ce_sums_logits): without them an
+// element costs a widening, an FFMA, the MUFU.EX2 and one FADD.
+template <bool kSum, typename T, int VEC, int U, class Valid>
 __device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U], Valid valid, float& m, float& s,
                                               float& d) {
   using namespace core;
   const float nm = fmaxf(m, max_of(v));
   s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-  const float base = nm == -INFINITY ? 0.0f : nm;
+  const float bl = (nm == -INFINITY ? 0.0f : nm) * kLog2e;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (valid(u)) {
@@ -380,13 +392,18 @@ __device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U]
       v[u].widen(f);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        s += fast_exp2((f[j] - base) * kLog2e);
-        d += f[j];
+        s += ce_exp_from(f[j], bl);
+        if constexpr (kSum) d += f[j];
       }
     }
   }
   m = nm;
 }
+
+// Whether a plain forward needs the sum of its logits: uniform label
+// smoothing's loss, or a shard's statistics (combined later, maybe with
+// smoothing).
+inline bool ce_sums_logits(const CEParams& p) { return p.stats != nullptr || p.smoothing != 0.0f; }
 
 // ---------------------------------------------------------------------------
 // The plain forward of long aligned rows (no gradient, softcap or weighted
@@ -400,7 +417,7 @@ __device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U]
 constexpr int kCEFwdStreamThreads = 256;
 constexpr int kCEFwdStreamU = 8;
 
-template <typename T>
+template <typename T, bool kSum>
 __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(const CEParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -428,7 +445,7 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
         if (k < nfull) v[u].load(xrow + k * VEC);
         else v[u].fill_tail(0, neg_inf_bits<T>());
       }
-      ce_fold_batch(v, [&](int u) { return k0 + int64_t(u) * nthr < nfull; }, m, s, d);
+      ce_fold_batch<kSum>(v, [&](int u) { return k0 + int64_t(u) * nthr < nfull; }, m, s, d);
     }
     float xt = 0.0f;
     if (writer) {
@@ -449,7 +466,7 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
     }
     RowReducer<MaxSumDotOp> red(smem, nthr, 1);
     red.parity = rowi & 1;  // consecutive rows alternate the scratch
-    const MaxSumDot st = red.reduce(MaxSumDot{m, s, d, 0.0f});
+    const MaxSumDot st = red.reduce(MaxSumDot{m, s, kSum ? d : 0.0f, 0.0f});
     if (writer) ce_write_row(p, r, st, xt, row);
   }
 }
@@ -495,7 +512,7 @@ struct CEBulkRing {
   size_t smem_bytes() const { return size_t(kCEBulkBarBytes) + size_t(kCEBulkWarps) * stages * slot_bytes; }
 };
 
-template <typename T>
+template <typename T, bool kSum>
 __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     ce_fwd_bulk_kernel(const CEParams p, const int stages, const int slot_bytes) {
   using namespace core;
@@ -596,7 +613,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
           v[u].fill_tail(0, neg_inf_bits<T>());
         }
       }
-      ce_fold_batch(v, [&](int u) { return k0 + u * 32 < nv; }, m, s, d);
+      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv; }, m, s, d);
     }
     __syncwarp();  // every lane has read the slot: it may be refilled
     if (lane == 0 && pq < total) {  // the next chunk into the slot just read
@@ -622,7 +639,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
         ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
         m = nm;
       }
-      const MaxSumDot st = warp_reduce<MaxSumDotOp>(MaxSumDot{m, s, d, 0.0f});
+      const MaxSumDot st = warp_reduce<MaxSumDotOp>(MaxSumDot{m, s, kSum ? d : 0.0f, 0.0f});
       if (lane == 0) ce_write_row(p, r, st, xt, row);
     }
     if (++c == nch) {
@@ -917,7 +934,8 @@ Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, bool grad, int devi
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{grid, kCEFwdStreamThreads, 0, 1, false};
   if (grad) return launch_ce_kernel<ce_grad_stream_kernel<T>>(shape, device, stream, p);
-  return launch_ce_kernel<ce_fwd_stream_kernel<T>>(shape, device, stream, p);
+  if (ce_sums_logits(p)) return launch_ce_kernel<ce_fwd_stream_kernel<T, true>>(shape, device, stream, p);
+  return launch_ce_kernel<ce_fwd_stream_kernel<T, false>>(shape, device, stream, p);
 }
 
 // The plain forward's bulk-copy kernel: `grid` CTAs (persistent, two an SM
@@ -927,7 +945,9 @@ Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, int device, cudaStrea
   using T = typename core::TypeOf<kX>::type;
   const CEBulkRing ring = CEBulkRing::of((p.cols / (16 / int64_t(sizeof(T)))) * 16);
   const core::LaunchShape shape{grid, kCEBulkThreads, ring.smem_bytes(), 1, false};
-  return launch_ce_kernel<ce_fwd_bulk_kernel<T>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+  if (ce_sums_logits(p))
+    return launch_ce_kernel<ce_fwd_bulk_kernel<T, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+  return launch_ce_kernel<ce_fwd_bulk_kernel<T, false>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
 }
 
 template <DType kX>

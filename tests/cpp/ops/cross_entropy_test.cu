@@ -196,7 +196,10 @@ std::vector<double> gradient(const Problem& p, const Reference& ref) {
 //    ex2.approx / lg2.approx add a few ulps. So s has a relative error, i.e.
 //    lse an absolute error, of at most
 //      gamma = (2 n_thr + 4 log2(V + 1) + 32) u   (8e-6 at V = 1000, 3.8e-5 at 2^18)
-//    and lse's own rounding adds 2u |lse|. Sums of V terms of either sign
+//    and lse's own rounding adds 2u |lse|. The plain forward's fold computes
+//    the exponent as x'_c log2(e) - m log2(e) in one FFMA: m log2(e)'s
+//    rounding shifts every exponent of the thread alike, lse by u |m| <=
+//    u (|lse| + ln V) (m <= lse <= m + ln V). Sums of V terms of either sign
 //    (sum_c w_c x'_c, sum_c w_c) err by gamma times the sum of magnitudes.
 //  * softcap: c - 2c / (1 + 2^(2 x log2(e) / c)) with MUFU ex2 and a fast
 //    divide errs by d_cap <= (24 + 4 max|x| / c) u c per element, absolute
@@ -224,8 +227,9 @@ std::vector<double> gradient(const Problem& p, const Reference& ref) {
 struct Bounds {
   double u = std::ldexp(1.0, -24);
   double gamma = 0.0, gamma_m = 0.0, d_cap = 0.0;
+  int64_t cols = 1;
 
-  explicit Bounds(const Problem& p) {
+  explicit Bounds(const Problem& p) : cols(p.cols) {
     const double n_thr = std::max(32.0, std::ceil(double(p.cols) / 1024.0) + 8.0);
     gamma = (2.0 * n_thr + 4.0 * std::log2(double(p.cols) + 1.0) + 32.0) * u;
     gamma_m = (std::ceil(double(p.rows) / 1024.0) + 16.0) * u;
@@ -235,7 +239,7 @@ struct Bounds {
       d_cap = (24.0 + 4.0 * max_abs / p.cap) * u * p.cap;
     }
   }
-  double lse(double lse) const { return gamma + 2.0 * u * std::fabs(lse) + d_cap; }
+  double lse(double lse) const { return gamma + 3.0 * u * std::fabs(lse) + u * std::log(double(cols)) + d_cap; }
 };
 
 struct LossBound {
@@ -1055,7 +1059,8 @@ void run_shards(const ShardCase& c) {
       const double gamma = (2.0 * double(n) / 64.0 + 4.0 * std::log2(double(n) + 1.0) + 64.0) * u;
       const double* g4 = &got[size_t(r * 4)];
       const bool row_ok = std::fabs(g4[0] - m) <= dcap + 2.0 * u * std::fabs(m) &&
-                          std::fabs(g4[1] - s) <= (gamma + 2.0 * dcap) * s &&
+                          // (u |m|: the fold's exponent x' log2e - m log2e, one FFMA)
+                          std::fabs(g4[1] - s) <= (gamma + 2.0 * dcap + u * std::fabs(m)) * s &&
                           std::fabs(g4[2] - d) <= (gamma + 1e-6) * dabs + dcapw &&
                           std::fabs(g4[3] - xt) <= dcap + 2.0 * u * std::fabs(xt);
       if (!row_ok && off++ < 5)
