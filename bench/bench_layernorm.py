@@ -180,8 +180,12 @@ def F_norm(xs):
     return (xs - mean) * torch.rsqrt(((xs - mean) ** 2).mean(-1, keepdim=True) + EPS)
 
 
+def parse_args(argv):
+    return sidebyside_args(argv, __doc__, SIZES)
+
+
 def main(argv=None):
-    args = sidebyside_args(argv, __doc__, SIZES)
+    args = parse_args(argv)
     rec = run(args)
     text = markdown(rec, args.peers.split(","), "LayerNorm forward, backward and training step, side by side",
                     [("fwd", "Forward"), ("bwd", "Backward"), ("step", "Training step (forward + backward)")],

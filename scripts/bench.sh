@@ -2,9 +2,11 @@
 # THE main job, on a machine with an NVIDIA Hopper GPU (H100/H200):
 # builds and installs the Python package, runs a one-minute demo
 # (examples/demo.py: correctness against float64 and torch.nn.RMSNorm, a
-# quick timing), then the side-by-side benchmark bench/bench_rmsnorm.py.
+# quick timing), then every op's side-by-side benchmark (bench/bench_all.py:
+# reports, records, plots and one summary in --out-dir, default bench-out/).
 #
-#   bash scripts/bench.sh [arguments for bench/bench_rmsnorm.py ...]
+#   bash scripts/bench.sh [arguments for bench/bench_all.py ...]
+#   bash scripts/bench.sh --quick       # about a minute of GPU time
 #   bash scripts/bench.sh --help        # the benchmark's options
 #
 # Environment (optional): PYTHON (default: python3 when it imports torch,
@@ -44,4 +46,4 @@ echo "==== demo ===="
 
 echo
 echo "==== benchmark ===="
-"$py" bench/bench_rmsnorm.py "$@"
+"$py" bench/bench_all.py "$@"

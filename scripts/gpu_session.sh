@@ -21,6 +21,8 @@
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
 #              bench/<part>.py likewise (<part>.md / .json)
+#   bench_all  bench/bench_all.py $BENCH_ALL_ARGS (e.g. "--quick", "--ops
+#              softmax,layernorm"): reports, records, plots and summary.md in all/
 #   vocab_parallel  two GPUs: tests/python/dist_vocab_parallel.py and
 #              bench/bench_vocab_parallel.py under torchrun (after tests)
 # The device copy of the tree has no .git: pass the commit being measured.
@@ -144,6 +146,13 @@ for part in $parts; do
       TORCH_NCCL_TRACE_BUFFER_SIZE=0 NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 \
         bench/profile_vocab_parallel.py > "$out/profile_vocab_parallel_notrace.log" 2>&1 || status=1
       grep "^== " "$out/profile_vocab_parallel_notrace.log" ;;
+    bench_all)
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      # shellcheck disable=SC2086
+      python3 bench/bench_all.py --commit "$commit" --out-dir "$out/all" ${BENCH_ALL_ARGS:-} \
+        > "$out/bench_all.log" 2>&1 || status=1
+      sed -n '/^## Where quack_cpp loses/,$p' "$out/all/summary.md" | head -40 ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh
