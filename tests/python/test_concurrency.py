@@ -8,6 +8,10 @@
   library and the CUDA context usable: the next valid call equals the
   earlier one bit for bit, and nothing is pending on the device.
 
+With two GPUs, each op on the non-current one equals the same call on the
+current one bit for bit, and an argument on the other device is refused by
+name.
+
 Each case builds fresh random inputs from a seed, poisons the outputs'
 memory (the caching allocator hands back NaN-filled blocks) and compares
 outputs and gradients by bits. GPU only: skipped, with the reason, without
@@ -231,3 +235,34 @@ def test_invalid_call_leaves_the_library_usable(case):
     got = _clone(case.run(leaves, others))
     torch.cuda.synchronize()
     _same_bits(got, want, f"{case.name} after an invalid call")
+
+
+_TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.skipif(not _TWO_GPUS, reason="needs 2 GPUs")
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_a_non_current_device_gives_the_same_bits(case):
+    """The op on cuda:1 while cuda:0 is current: its outputs and gradients
+    on cuda:1, bit-equal to the same call on cuda:0 (same GPU model, same
+    kernels), the current device unchanged; a leaf moved to the other
+    device raises an error naming the argument."""
+    assert torch.cuda.current_device() == 0
+    leaves, others = case.make(5)
+    want = _clone(case.run(leaves, others))
+    far_leaves = [_leaf(x.detach().to("cuda:1")) for x in leaves]
+    far_others = [o.to("cuda:1") for o in others]
+    got = case.run(far_leaves, far_others)
+    assert torch.cuda.current_device() == 0
+    assert all(g.device == torch.device("cuda:1") for g in got)
+    torch.cuda.synchronize(1)
+    _same_bits([g.detach().cpu() for g in got], [w.cpu() for w in want], f"{case.name} on cuda:1")
+    # One argument on the other device.
+    if len(far_leaves) > 1:
+        mixed = far_leaves[:-1] + [_leaf(far_leaves[-1].detach().to("cuda:0"))]
+        with pytest.raises(ValueError, match="must be on"):
+            case.run(mixed, far_others)
+    elif case.name.startswith("cross_entropy"):
+        with pytest.raises(ValueError, match="target must be on logits' device cuda:1, got cuda:0"):
+            case.run(far_leaves, [others[0]] + far_others[1:])
+    torch.cuda.synchronize(1)
