@@ -1,6 +1,6 @@
 """Every op's side-by-side benchmark in one command, then one summary.
 
-    python3 bench/bench_all.py [--ops rmsnorm,rmsnorm_bwd,layernorm,softmax,cross_entropy]
+    python3 bench/bench_all.py [--ops rmsnorm,rmsnorm_bwd,layernorm,softmax,cross_entropy,latency]
                                [--dtypes bf16,fp32] [--sizes N,...] [--peers quack_cpp,torch,...]
                                [--rep-ms MS] [--quick] [--out-dir DIR] [--commit SHA]
                                [--deadline-s S]
@@ -15,7 +15,10 @@ best peer's at each N, the winner, every cell where quack_cpp loses or fails
 its float64 check, and every op that did not finish (its exit code and last
 lines); and DIR/plots/<op>-<direction>.png (bench/plots.py, where matplotlib
 is installed). An op that fails or runs out of time is reported, never
-dropped.
+dropped. "latency" is bench/bench_latency.py: every op's forward at small
+batches (CUDA-graph replay), its per-call host cost, first calls and import
+times (one dtype: the first of --dtypes); the summary says where quack_cpp
+is not the fastest there.
 
 --quick: bf16, N = 4096 and 65536, M*N = 2^26, 10 ms a cell, no
 torch.compile unless --peers names it (its compiles are most of a short
@@ -46,7 +49,12 @@ OPS = {
     "layernorm": ("bench_layernorm.py", _SIDE_QUICK),
     "softmax": ("bench_softmax.py", _SIDE_QUICK),
     "cross_entropy": ("bench_cross_entropy.py", _SIDE_QUICK + ["--train-sizes", "32000", "--train-m", "4096"]),
+    # Small batches, host cost, first calls, imports (every op's forward).
+    "latency": ("bench_latency.py", ["--quick"]),
 }
+# The options of this run an op's benchmark does not take (bench_latency
+# measures one dtype at its own shapes).
+NOT_PASSED = {"latency": ("--dtypes", "--sizes", "--rep-ms")}
 ALL_PEERS = ["quack_cpp", "torch", "compile", "liger", "quack"]
 QUICK_PEERS = ["quack_cpp", "torch", "liger", "quack"]
 NAMES = plots.IMPLS
@@ -91,8 +99,10 @@ def op_command(op, args, out_dir, remaining_s=None):
     peers = args.peers or (",".join(QUICK_PEERS) if args.quick else None)
     for flag, value in (("--dtypes", args.dtypes), ("--sizes", args.sizes), ("--peers", peers),
                         ("--rep-ms", args.rep_ms), ("--commit", args.commit)):
-        if value is not None:
+        if value is not None and flag not in NOT_PASSED.get(op, ()):
             cmd += [flag, str(value)]
+    if op == "latency" and args.dtypes:
+        cmd += ["--dtype", args.dtypes.split(",")[0]]
     if op == "rmsnorm":
         # Its own deadline writes a partial report before the kill would.
         cmd += ["--deadline-s", str(max(1, int(remaining_s - 10))) if remaining_s else "0"]
@@ -178,6 +188,41 @@ def summarize_record(op, record):
     return lines, losses
 
 
+def summarize_latency(record):
+    """Markdown of bench_latency's record: per section, where quack_cpp is
+    slower than the fastest correct peer (the tables are in latency.md)."""
+    lines, losses = ["### latency (small batches, host cost, first calls: latency.md)", ""], []
+
+    def compare(section, key, value, label):
+        groups = {}
+        for c in record.get(section, []):
+            groups.setdefault(key(c), {})[c["impl"]] = c
+        won = 0
+        for k, row in groups.items():
+            ours = row.get("quack_cpp")
+            peers = [(c[value], i) for i, c in row.items() if i != "quack_cpp" and value in c and c.get("ok", True)]
+            if ours is None or value not in ours or ours.get("ok") is False:
+                losses.append(f"latency {section} {label(k)}: quack_cpp " +
+                              ("FAILED its float64 check" if ours and ours.get("ok") is False else "did not run"))
+                continue
+            best = min(peers) if peers else None
+            if best is None or ours[value] <= best[0]:
+                won += 1
+            else:
+                losses.append(f"latency {section} {label(k)}: {ours[value]:.2f} against "
+                              f"{NAMES.get(best[1], best[1])} {best[0]:.2f} ({value})")
+        return won, len(groups)
+
+    for section, key, value, label in (
+            ("small", lambda c: (c["op"], c.get("M"), c.get("N")), "us", lambda k: f"{k[0]} M={k[1]} N={k[2]}"),
+            ("host", lambda c: c["op"], "us", lambda k: k),
+            ("first", lambda c: c["op"], "new_n_ms", lambda k: f"{k} (a new N)")):
+        won, total = compare(section, key, value, label)
+        if total:
+            lines.append(f"- {section}: quack_cpp fastest (or tied) in {won} of {total}")
+    return lines + [""], losses
+
+
 def summarize(results, commit=None):
     """summary.md of a run. results: {op: {"rc", "seconds", "tail",
     "record" (the parsed JSON, or None)}} in run order."""
@@ -195,7 +240,7 @@ def summarize(results, commit=None):
         if rec is None:
             continue
         try:
-            body, lost = summarize_record(op, rec)
+            body, lost = summarize_latency(rec) if rec.get("kind") == "latency" else summarize_record(op, rec)
         except ValueError as e:
             failed.append(f"- {op}: its record could not be read ({e})")
             continue
@@ -231,7 +276,7 @@ def main(argv=None):
         f.write(text)
     try:
         for op, r in results.items():
-            if r["record"] is not None:
+            if r["record"] is not None and r["record"].get("kind") != "latency":
                 for name in plots.plot_record(os.path.join(args.out_dir, op + ".json"),
                                               os.path.join(args.out_dir, "plots"), op.replace("_", "-")):
                     print(name)

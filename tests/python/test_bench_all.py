@@ -37,7 +37,7 @@ def test_unknown_op_or_peer_is_refused():
 
 
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("op", list(bench_all.OPS))
+@pytest.mark.parametrize("op", [op for op in bench_all.OPS if op != "latency"])
 def test_each_benchmark_accepts_its_command(op, quick, tmp_path):
     pytest.importorskip("torch")  # the benchmarks import it (not CUDA) at load
     argv = ["--ops", op, "--commit", "abc1234", "--dtypes", "bf16", "--rep-ms", "5"]
@@ -146,3 +146,29 @@ def test_a_whole_run_through_stand_in_benchmarks(tmp_path, monkeypatch, capsys):
     assert "softmax fwd bf16 N=4096: 95.0% against torch eager 97.0%" in summary
     assert "- layernorm: exit code 4" in summary
     assert (out / "softmax.log").read_text().startswith("$ ")
+
+
+def test_the_latency_benchmark_gets_its_own_options():
+    args = bench_all.parse_args(["--ops", "latency", "--dtypes", "fp16,fp32", "--sizes", "4096", "--rep-ms", "3",
+                                 "--peers", "quack_cpp,torch"])
+    cmd = bench_all.op_command("latency", args, "/tmp/o")
+    parsed = _load("bench_latency").parse_args(cmd[3:])
+    assert parsed.dtype == "fp16" and parsed.peers == ["quack_cpp", "torch"]
+    assert "--sizes" not in cmd and "--rep-ms" not in cmd
+
+
+def test_summary_of_a_latency_record():
+    rec = {"kind": "latency",
+           "small": [{"op": "softmax", "M": 1, "N": 4096, "impl": "quack_cpp", "us": 2.0, "ok": True},
+                     {"op": "softmax", "M": 1, "N": 4096, "impl": "torch", "us": 3.0, "ok": True},
+                     {"op": "softmax", "M": 64, "N": 4096, "impl": "quack_cpp", "us": 4.0, "ok": True},
+                     {"op": "softmax", "M": 64, "N": 4096, "impl": "quack", "us": 3.0, "ok": True},
+                     {"op": "softmax", "M": 64, "N": 4096, "impl": "torch", "us": 1.0, "ok": False}],
+           "host": [{"op": "softmax", "impl": "quack_cpp", "error": "boom"},
+                    {"op": "softmax", "impl": "torch", "us": 6.0, "ok": True}],
+           "first": [], "import": []}
+    text = bench_all.summarize({"latency": {"rc": 1, "seconds": 5.0, "tail": [], "record": rec}})
+    assert "- small: quack_cpp fastest (or tied) in 1 of 2" in text
+    assert "latency small softmax M=64 N=4096: 4.00 against QuACK 3.00 (us)" in text  # torch's WRONG 1.0 ignored
+    assert "latency host softmax: quack_cpp did not run" in text
+    assert "- latency: exit code 1" in text

@@ -1,0 +1,112 @@
+"""bench/bench_latency.py without a GPU: options, the float64 references
+against torch's own CPU ops, the tolerance check, the torch peer's forward
+through the side-by-side benchmarks' factories (on CPU tensors), the import
+section, and the report of a recorded-shaped run."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+
+
+def _load(name):
+    sys.path.insert(0, _BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(_BENCH, name + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(_BENCH)
+
+
+lat = _load("bench_latency")
+
+
+def test_options():
+    a = lat.parse_args([])
+    assert a.small_m == [1, 4, 16, 64, 256, 1024] and a.small_n == [2048, 4096, 8192]
+    assert a.host_calls == 10000 and "compile" not in a.peers and a.ops == lat.OPS
+    q = lat.parse_args(["--quick", "--small-n", "8192"])
+    assert q.small_m == [1, 64] and q.small_n == [8192] and q.host_calls == 2000
+    for bad in (["--ops", "gelu"], ["--peers", "apex"], ["--sections", "warm"], ["--small-m", "0"],
+                ["--host-calls", "2"], ["--dtype", "fp8"]):
+        with pytest.raises(SystemExit):
+            lat.parse_args(bad)
+
+
+@pytest.mark.parametrize("op", lat.OPS)
+def test_reference_is_torchs_op_in_float64(op):
+    inputs = lat.make_inputs(torch, op, 5, 300, torch.float32, seed=1, device="cpu")
+    x = inputs[0].double()
+    want = {"rmsnorm": lambda: F.rms_norm(x, (300,), inputs[1].double(), lat.EPS),
+            "layernorm": lambda: F.layer_norm(x, (300,), inputs[1].double(), inputs[2].double(), lat.EPS),
+            "softmax": lambda: torch.softmax(x, -1),
+            "cross_entropy": lambda: F.cross_entropy(x, inputs[1])}[op]()
+    got = lat.reference(torch, op, inputs)
+    assert got.dtype == torch.float64 and got.shape == want.shape
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_within_bounds():
+    want = torch.tensor([[0.5, -3.0, 100.0]], dtype=torch.float64)
+    ok, ratio = lat.within(torch, want.to(torch.bfloat16), want, "bf16")
+    assert ok and ratio <= 1.0
+    assert not lat.within(torch, want.float() + 0.05, want, "fp32")[0]          # 0.05 against 1e-5
+    assert not lat.within(torch, torch.full_like(want, float("nan")), want, "bf16")[0]
+    assert not lat.within(torch, want[:, :2], want, "fp32")[0]                    # a wrong shape
+    assert lat.within(torch, (want * (1 + 2 ** -8)).float(), want, "bf16")[0]     # one bf16 ulp
+    assert not lat.within(torch, (want * 1.02).float(), want, "bf16")[0]          # 2% off
+
+
+@pytest.mark.parametrize("op", lat.OPS)
+def test_torch_peer_through_the_benchmark_factories(op):
+    """The 'torch' forward as built for the GPU run, on CPU tensors: the
+    factory plumbing, the call and the tolerance together."""
+    fwd = lat.make_forward(torch, op, "torch")
+    for seed in (1, 2):  # a second input set rebuilds the per-input callables
+        inputs = lat.make_inputs(torch, op, 7, 512, torch.bfloat16, seed=seed, device="cpu")
+        ok, ratio = lat.within(torch, fwd(*inputs), lat.reference(torch, op, inputs), "bf16")
+        assert ok, f"{op}: error / bound {ratio}"
+
+
+def test_model_bytes():
+    assert lat.model_bytes("softmax", 4, 1024, 2) == 2 * 4 * 1024 * 2
+    assert lat.model_bytes("rmsnorm", 4, 1024, 2) == 2 * 4 * 1024 * 2 + 1024 * 2
+    assert lat.model_bytes("cross_entropy", 4, 1024, 2) == 4 * 1024 * 2 + 4 * 8 + 4
+
+
+def test_import_section(monkeypatch):
+    monkeypatch.setattr(lat, "IMPORTS", {"torch": "import json", "quack_cpp": "import no_such_module_xyz"})
+    rec = {"import": []}
+    lat.section_import(["quack_cpp", "liger"], rec)
+    by = {c["impl"]: c for c in rec["import"]}
+    assert set(by) == {"torch", "quack_cpp"} and by["torch"]["s"] >= 0.0
+    assert "no_such_module_xyz" in by["quack_cpp"]["error"]
+
+
+def test_report():
+    rec = {"date": "2026-11-30", "commit": "abc1234", "gpu": "H200", "clocks": "1980 MHz", "torch": "2.11",
+           "dtype": "bf16", "peers": ["quack_cpp", "torch", "quack"], "versions": {"quack": "0.6.5"},
+           "small": [{"op": "softmax", "M": 1, "N": 4096, "impl": "quack_cpp", "us": 2.0, "gbps": 8.2, "ok": True},
+                     {"op": "softmax", "M": 1, "N": 4096, "impl": "torch", "us": 3.5, "gbps": 4.7, "ok": True},
+                     {"op": "softmax", "M": 1, "N": 4096, "impl": "quack", "us": 1.0, "gbps": 16.4, "ok": False,
+                      "err_ratio": 7.5}],
+           "host": [{"op": "softmax", "impl": "quack_cpp", "us": 9.1, "ok": True},
+                    {"op": "softmax", "impl": "torch", "us": 6.0, "ok": True},
+                    {"op": "softmax", "impl": "quack", "error": "import failed: no module"}],
+           "first": [{"op": "softmax", "impl": "quack_cpp", "cold_ms": 0.9, "new_n_ms": 0.1, "warm_ms": 0.02,
+                      "ok": True}],
+           "import": [{"impl": "torch", "statement": "import torch", "s": 1.5}]}
+    text = lat.markdown(rec)
+    # The fastest correct cell is bold; a WRONG one is never "best".
+    assert "| 4096 | 1 | **2.00 (8)** | 3.50 (5) | 1.00 WRONG (16) |" in text
+    assert "| softmax | 9.10 | 6.00 | n/a |" in text
+    assert "| softmax | quack_cpp | 0.9 | 0.1 | 0.020 |" in text
+    assert "| torch eager | `import torch` | 1.50 |" in text
+    assert "1 WRONG, 1 n/a" in text and "QuACK softmax M = 1 N = 4096 (error / bound 7.50)" in text
