@@ -475,6 +475,52 @@ def test_launch_reaches_the_binding(monkeypatch):
     with pytest.raises(ValueError, match="label_smoothing"):
         ce._launch(x, t, None, -100, 1, 2.0, 0.0, 0.0, None)
 
+def test_autograd_calls_the_library_directly_in_eager(monkeypatch):
+    # Training on eager CUDA tensors skips the custom ops' dispatch: the
+    # forward and backward reach _launch and _scale themselves, once each,
+    # and bump the version of what they overwrite as mutates_args would (a
+    # second backward, or another user of in-place logits, is refused). CPU
+    # tensors stand in (_direct forced), the library call in validate-only
+    # mode; any custom op call fails the test.
+    ce = quack_cpp._cross_entropy
+    calls = []
+
+    def validate_only(dev, launch, *a):
+        calls.append("launch")
+        return launch(*a[:-2], 1, 0)
+
+    class NoOps:
+        def __getattr__(self, name):
+            raise AssertionError(f"custom op {name} called in eager")
+
+    monkeypatch.setattr(ce, "_on_device", validate_only)
+    monkeypatch.setattr(ce, "_raw_stream", lambda dev: 0)
+    monkeypatch.setattr(ce, "_direct", lambda t: True)
+    monkeypatch.setattr(ce, "_scale", lambda dx, g: calls.append(("scale", float(g))))
+    monkeypatch.setattr(torch.ops, "quack_cpp", NoOps())
+    t = torch.randint(0, 40, (6,))
+    # bf16, a new gradient: one launch forward, one scale backward.
+    x = torch.randn(6, 40, dtype=BF16, requires_grad=True)
+    loss, lse = ce._CrossEntropyFn.apply(x, t, None, -100, 1, 0.0, 0.0, 0.0, False)
+    assert calls == ["launch"] and loss.shape == () and not lse.requires_grad
+    (loss * 2.0).backward(retain_graph=True)
+    assert calls == ["launch", ("scale", 2.0)] and x.grad.shape == x.shape
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()  # the saved gradient was rescaled in place
+    # In place: the logits' version moves with the forward's write.
+    calls.clear()
+    y = torch.randn(6, 40, dtype=BF16, requires_grad=True)
+    v = y._version
+    ce._CrossEntropyFn.apply(y, t, None, -100, 1, 0.0, 0.0, 0.0, True)
+    assert calls == ["launch"] and y._version > v
+    # fp16: the gradient in the backward, a launch each way, no scale.
+    calls.clear()
+    h = torch.randn(6, 40, dtype=torch.float16, requires_grad=True)
+    loss, _ = ce._CrossEntropyFn.apply(h, t, None, -100, 1, 0.0, 0.0, 0.0, False)
+    loss.backward()
+    assert calls == ["launch", "launch"] and h.grad.shape == h.shape
+
+
 @gpu
 def test_opcheck():
     x, t = make(8, 300, F32)
