@@ -1,30 +1,18 @@
 """bench/bench_all.py without a GPU: its options, the command line it gives
 each op's benchmark (accepted by that benchmark's own parser), the summary
 of recorded runs, and a whole run through stand-in benchmarks."""
-import importlib.util
 import json
 import os
-import sys
 import textwrap
 
 import pytest
 
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
-_RESULTS = os.path.join(_BENCH, "results")
+from bench_loader import BENCH, load
+
+_RESULTS = os.path.join(BENCH, "results")
 
 
-def _load(name):
-    sys.path.insert(0, _BENCH)
-    try:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(_BENCH, name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(_BENCH)
-
-
-bench_all = _load("bench_all")
+bench_all = load("bench_all")
 
 
 def test_unknown_op_or_peer_is_refused():
@@ -45,7 +33,7 @@ def test_each_benchmark_accepts_its_command(op, quick, tmp_path):
     cmd = bench_all.op_command(op, args, str(tmp_path), remaining_s=100.0)
     script = os.path.basename(cmd[2])
     assert script == bench_all.OPS[op][0]
-    mod = _load(os.path.splitext(script)[0])
+    mod = load(os.path.splitext(script)[0])
     parsed = mod.parse_args(cmd[3:])
     assert parsed.commit == "abc1234"
     assert parsed.out == os.path.join(str(tmp_path), op + ".md")
@@ -152,7 +140,7 @@ def test_the_latency_benchmark_gets_its_own_options():
     args = bench_all.parse_args(["--ops", "latency", "--dtypes", "fp16,fp32", "--sizes", "4096", "--rep-ms", "3",
                                  "--peers", "quack_cpp,torch"])
     cmd = bench_all.op_command("latency", args, "/tmp/o")
-    parsed = _load("bench_latency").parse_args(cmd[3:])
+    parsed = load("bench_latency").parse_args(cmd[3:])
     assert parsed.dtype == "fp16" and parsed.peers == ["quack_cpp", "torch"]
     assert "--sizes" not in cmd and "--rep-ms" not in cmd
 

@@ -2,30 +2,17 @@
 against torch's own CPU ops, the tolerance check, the torch peer's forward
 through the side-by-side benchmarks' factories (on CPU tensors), the import
 section, and the report of a recorded-shaped run."""
-import importlib.util
-import os
-import sys
 
 import pytest
+
+from bench_loader import load
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
 
-def _load(name):
-    sys.path.insert(0, _BENCH)
-    try:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(_BENCH, name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(_BENCH)
-
-
-lat = _load("bench_latency")
+lat = load("bench_latency")
 
 
 def test_options():
