@@ -120,8 +120,11 @@ RowTuning default_row_tuning() {
   // 92.1 vs 96.0). Rows of 8 KB (16-bit) / 4 KB (fp32) to 128 KB, then:
   // beyond, bf16 128256 (87.5 vs 83.8) and fp32 262144 (98.0 vs 96.2) are
   // the cells given up. From 1024 rows (a warp a row: fewer rows than the
-  // grid's 2112 warps leave SMs idle; bf16 262144 at 1024 rows ran 72.0 vs
-  // 87.8): UNMEASURED below 2^28 / V rows.
+  // grid's 2112 warps leave SMs idle): with the kernel forced from 1 row
+  // (e4eb7b2, M*V = 2^24 and 2^21), 524 rows of bf16 32000 streamed at 33.3%
+  // against its 27.5%, 256 rows of 65536 31.9 vs 19.1, 128 rows of fp32
+  // 16384 24.4 vs 16.7; 512 rows of fp32 4096 even (24.6 vs 25.5). 524-1023
+  // rows unmeasured.
   t.ce_fwd_bulk_min_rows = 1024;
   t.ce_fwd_bulk_min_bytes2 = 8 << 10;
   t.ce_fwd_bulk_min_bytes4 = 4 << 10;
