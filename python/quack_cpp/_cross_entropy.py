@@ -18,9 +18,10 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _on_device, _rows_view
+from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _on_device, _rows_view
 
 _NAME = "quack_cpp.cross_entropy"
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
@@ -225,17 +226,6 @@ def _ce_scale_fake(dlogits, dloss):
     return None
 
 
-def _direct(t: Tensor) -> bool:
-    """Whether the autograd function calls the library itself: eager CUDA
-    tensors do; compile tracing and fake or meta tensors take the custom ops.
-    A custom op's dispatch costs tens of microseconds of host time a call
-    (~50 us for cross_entropy_fwd's ten arguments against a plain call, ~20 us
-    for scale_grad, on the 2-core CI machine), two of them in every training
-    step, whose host cost is what bounds it at 32000 classes (f0ffb00: 0.716
-    ms a step alone against 0.504 ms back to back)."""
-    return not _is_compiling() and type(t) is Tensor and t.is_cuda
-
-
 def _mutated(t: Tensor) -> None:
     """What a custom op's mutates_args does for autograd: the version bump
     that makes a saved copy of `t` refuse a second use."""
@@ -284,6 +274,7 @@ class _CrossEntropyFn(torch.autograd.Function):
         return loss, lse
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_loss, grad_lse):
         ops = torch.ops.quack_cpp
         if ctx.late:

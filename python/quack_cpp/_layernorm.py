@@ -13,8 +13,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._rmsnorm import (_backward, _check, _grad_enabled, _is_compiling, _launch, _launch_bwd,
-                       _resolve_dtypes, _rmsnorm_bwd_fake, _setup_context)
+from ._rmsnorm import (_backward, _check, _launch, _launch_bwd, _norm_fwd, _resolve_dtypes, _rmsnorm_bwd_fake,
+                       _setup_context)
 
 _NAME = "quack_cpp.layernorm"
 
@@ -114,18 +114,8 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     bit-identical run after run. mean and rstd are not differentiable.
     """
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, _NAME)
-    needs_grad = _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                                      or (bias is not None and bias.requires_grad)
-                                      or (residual is not None and residual.requires_grad))
-    if _is_compiling() or type(x) is not Tensor or not x.is_cuda or needs_grad:
-        out, res_out, mean, rstd = torch.ops.quack_cpp.layernorm_fwd(
-            x, weight, bias, residual, out_dtype, residual_dtype, float(eps), float(weight_offset),
-            bool(prenorm or (needs_grad and residual is not None)), bool(return_mean_rstd or needs_grad))
-    else:
-        out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
-        out, res_out, rstd, mean = _launch(x, weight, bias, residual, out_dtype, residual_dtype,
-                                           float(eps), float(weight_offset), prenorm, return_mean_rstd,
-                                           centre=True)
+    out, res_out, rstd, mean = _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+                                         prenorm, return_mean_rstd, centre=True)
     if prenorm:
         return (out, res_out, mean, rstd) if return_mean_rstd else (out, res_out)
     return (out, mean, rstd) if return_mean_rstd else out

@@ -25,6 +25,7 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from . import _C
 
@@ -47,6 +48,19 @@ _contiguous = torch.contiguous_format
 
 
 _INF = math.inf
+
+
+def _direct(t: Tensor) -> bool:
+    """Whether autograd calls the library itself: eager CUDA tensors do;
+    torch.compile tracing and fake or meta tensors take the torch.library
+    ops. A Python custom op with its registered autograd costs tens of
+    microseconds of host time a call (~50 us for cross_entropy_fwd's ten
+    arguments, ~20 us for a two-argument op, against a plain call, timed on
+    the 2-core CI machine), and more through register_autograd's wrapper: on
+    the H200 (665e218, bench_all --quick) a LayerNorm training step took
+    597 us at both N = 4096 and 65536 for 270 / 363 us of kernels -- bound by
+    the host, where QuACK's took 230 us."""
+    return not _is_compiling() and type(t) is Tensor and t.is_cuda
 
 
 def _shape(t: Tensor) -> Tuple[int, ...]:
@@ -420,7 +434,9 @@ def _backward(ctx, grad_out, grad_residual_out, *_stats):
     bwd_args = (grad_out, h, rstd, weight, grad_residual_out, float(ctx.weight_offset), x.dtype,
                 None if residual is None else residual.dtype, weight is not None and needs[1],
                 ctx.bias_dtype if needs[2] else None)
-    if centre:
+    if _direct(h):
+        dx, dres, dw, db = _launch_bwd(*bwd_args, mean)
+    elif centre:
         dx, dres, dw, db = torch.ops.quack_cpp.layernorm_bwd(*bwd_args, mean)
     else:
         dx, dres, dw, db = torch.ops.quack_cpp.rmsnorm_bwd(*bwd_args)
@@ -429,6 +445,74 @@ def _backward(ctx, grad_out, grad_residual_out, *_stats):
 
 
 _rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _NormFn(torch.autograd.Function):
+    """rmsnorm / layernorm (centre) with a gradient to come, on eager CUDA
+    tensors (_direct): the library called without the ops' dispatch, the
+    same outputs as the op (an (0,) placeholder for residual_out when not
+    asked for) and the same backward. Arguments are checked and the dtypes
+    resolved by the caller."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, centre):
+        out, res_out, rstd, mean = _launch(x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                                           weight_offset, prenorm, True, centre)
+        if res_out is None:
+            res_out = x.new_empty((0,), dtype=residual_dtype)
+        _setup_context(ctx, (x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm,
+                             True), (out, res_out, rstd), mean=mean)
+        if centre:
+            ctx.mark_non_differentiable(mean, rstd)
+            return out, res_out, mean, rstd
+        ctx.mark_non_differentiable(rstd)
+        return out, res_out, rstd
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_residual_out, *_stats):
+        # (_backward's ten gradients: the op's ten inputs are _NormFn's, but
+        # return_rstd in the place of centre, neither differentiable)
+        return _backward(ctx, grad_out, grad_residual_out)
+
+
+def _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, return_stats,
+              centre):
+    """The forward of rmsnorm / layernorm after the checks: (out, residual_out
+    or None, rstd or None, mean or None). With a gradient to come the
+    forward also writes what the backward reads: h (residual_out, when there
+    is a residual) and the statistics. Eager CUDA tensors call the library
+    (through _NormFn with a gradient); compile tracing and fake tensors, the
+    ops."""
+    needs_grad = _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                      or (bias is not None and bias.requires_grad)
+                                      or (residual is not None and residual.requires_grad))
+    eps, weight_offset = float(eps), float(weight_offset)
+    if needs_grad:
+        prenorm_op, return_stats = bool(prenorm or residual is not None), True
+    else:
+        prenorm_op, return_stats = bool(prenorm), bool(return_stats)
+    if not _direct(x):
+        if centre:
+            out, res_out, mean, rstd = torch.ops.quack_cpp.layernorm_fwd(
+                x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm_op, return_stats)
+        else:
+            out, res_out, rstd = torch.ops.quack_cpp.rmsnorm_fwd(
+                x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm_op, return_stats)
+            mean = None
+        return out, res_out, rstd, mean
+    out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
+    if not needs_grad:
+        return _launch(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm_op,
+                       return_stats, centre)
+    if centre:
+        out, res_out, mean, rstd = _NormFn.apply(x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                                                 weight_offset, prenorm_op, True)
+    else:
+        out, res_out, rstd = _NormFn.apply(x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                                           weight_offset, prenorm_op, False)
+        mean = None
+    return out, res_out, rstd, mean
 
 
 # ---------------------------------------------------------------------------
@@ -487,19 +571,8 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     and rstd for the backward to read.
     """
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
-    needs_grad = _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                                      or (bias is not None and bias.requires_grad)
-                                      or (residual is not None and residual.requires_grad))
-    if _is_compiling() or type(x) is not Tensor or not x.is_cuda or needs_grad:
-        # With a gradient to come, the op also returns what the backward
-        # reads: h (residual_out, when there is a residual) and rstd.
-        out, res_out, rstd = torch.ops.quack_cpp.rmsnorm_fwd(
-            x, weight, bias, residual, out_dtype, residual_dtype, float(eps), float(weight_offset),
-            bool(prenorm or (needs_grad and residual is not None)), bool(return_rstd or needs_grad))
-    else:
-        out_dtype, residual_dtype = _resolve_dtypes(x, residual, out_dtype, residual_dtype)
-        out, res_out, rstd, _ = _launch(x, weight, bias, residual, out_dtype, residual_dtype,
-                                        float(eps), float(weight_offset), prenorm, return_rstd)
+    out, res_out, rstd, _ = _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+                                      prenorm, return_rstd, centre=False)
     if prenorm:
         return (out, res_out, rstd) if return_rstd else (out, res_out)
     return (out, rstd) if return_rstd else out

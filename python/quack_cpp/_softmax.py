@@ -2,18 +2,19 @@
 and the ``quack_cpp::softmax_fwd`` / ``quack_cpp::softmax_bwd`` torch.library
 ops with fake implementations and autograd.
 
-As for rmsnorm, an eager call that needs no gradient goes straight to the
-kernel; everything else (torch.compile tracing, fake tensors, inputs that
-require grad) goes through the ops. The backward uses the forward's output.
+As for rmsnorm, an eager call on CUDA tensors goes straight to the kernel
+(through _SoftmaxFn when x requires grad); torch.compile tracing and fake
+tensors go through the ops. The backward uses the forward's output.
 """
 
 import torch
 from torch import Tensor
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _on_device, _rows_view
+from torch.autograd.function import once_differentiable
 
-_is_compiling = torch.compiler.is_compiling
+from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _on_device, _rows_view
+
 _grad_enabled = torch.is_grad_enabled
 _current_device = torch._C._cuda_getDevice
 _raw_stream = torch._C._cuda_getCurrentRawStream
@@ -112,6 +113,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (y,) = ctx.saved_tensors
+    if _direct(y):
+        return _launch_bwd(y, grad, ctx.log), None
     return torch.ops.quack_cpp.softmax_bwd(y, grad, ctx.log), None
 
 
@@ -131,6 +134,23 @@ def _bwd_backward(ctx, ggrad):
 _softmax_bwd_op.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
+class _SoftmaxFn(torch.autograd.Function):
+    """softmax / log_softmax with a gradient to come on eager CUDA tensors
+    (_direct): the library called without the op's dispatch and
+    register_autograd's wrapper; the op's backward."""
+
+    @staticmethod
+    def forward(ctx, x, log):
+        y = _launch_fwd(x, log)
+        _setup_context(ctx, (x, log), y)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+
 # ---------------------------------------------------------------------------
 # Public functions.
 
@@ -141,9 +161,10 @@ def _softmax(x: Tensor, dim: int, log: bool) -> Tensor:
         # Another dim: moved last (a copy when not already the fastest),
         # computed, moved back (a strided view of the contiguous result).
         x = x.movedim(d, -1)
-    if (_is_compiling() or type(x) is not Tensor or not x.is_cuda
-            or (_grad_enabled() and x.requires_grad)):
+    if not _direct(x):
         out = torch.ops.quack_cpp.softmax_fwd(x, bool(log))
+    elif _grad_enabled() and x.requires_grad:
+        out = _SoftmaxFn.apply(x, bool(log))
     else:
         out = _launch_fwd(x, log)
     return out if last else out.movedim(-1, d)
