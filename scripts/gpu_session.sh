@@ -22,7 +22,8 @@
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
 #              bench/<part>.py likewise (<part>.md / .json)
 #   bench_all  bench/bench_all.py $BENCH_ALL_ARGS (e.g. "--quick", "--ops
-#              softmax,layernorm"): reports, records, plots and summary.md in all/
+#              softmax,layernorm"): reports, records, plots and summary.md in all/,
+#              brought back as bench_all.tgz (and bench_all_summary.md)
 #   vocab_parallel  two GPUs: tests/python/dist_vocab_parallel.py and
 #              bench/bench_vocab_parallel.py under torchrun (after tests)
 # The device copy of the tree has no .git: pass the commit being measured.
@@ -152,7 +153,10 @@ for part in $parts; do
       # shellcheck disable=SC2086
       python3 bench/bench_all.py --commit "$commit" --out-dir "$out/all" ${BENCH_ALL_ARGS:-} \
         > "$out/bench_all.log" 2>&1 || status=1
-      sed -n '/^## Where quack_cpp loses/,$p' "$out/all/summary.md" | head -40 ;;
+      sed -n '/^## Where quack_cpp loses/,$p' "$out/all/summary.md" | head -40
+      # The device tool brings back a bounded number of files: all/ as one.
+      cp "$out/all/summary.md" "$out/bench_all_summary.md"
+      tar czf "$out/bench_all.tgz" -C "$out" all && rm -rf "$out/all" ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       # shellcheck source=/dev/null
       . bench/peers.sh
