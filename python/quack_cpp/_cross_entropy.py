@@ -18,10 +18,9 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _on_device, _rows_view
+from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _first_order, _on_device, _rows_view
 
 _NAME = "quack_cpp.cross_entropy"
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
@@ -246,6 +245,7 @@ class _CrossEntropyFn(torch.autograd.Function):
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                 inplace):
         ops = torch.ops.quack_cpp
+        ctx.name = _NAME
         ctx.late = logits.dtype == torch.float16
         opts = (ignore_index, reduction, label_smoothing, z_loss, softcap)
         ctx.opts = opts
@@ -274,7 +274,7 @@ class _CrossEntropyFn(torch.autograd.Function):
         return loss, lse
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_loss, grad_lse):
         ops = torch.ops.quack_cpp
         if ctx.late:

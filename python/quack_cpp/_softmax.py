@@ -11,9 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from torch.autograd.function import once_differentiable
-
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _on_device, _rows_view
+from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _first_order, _on_device, _rows_view
 
 _grad_enabled = torch.is_grad_enabled
 _current_device = torch._C._cuda_getDevice
@@ -142,11 +140,12 @@ class _SoftmaxFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, log):
         y = _launch_fwd(x, log)
+        ctx.name = _name(log)
         _setup_context(ctx, (x, log), y)
         return y
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad):
         return _backward(ctx, grad)
 

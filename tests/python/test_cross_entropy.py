@@ -519,6 +519,12 @@ def test_autograd_calls_the_library_directly_in_eager(monkeypatch):
     loss, _ = ce._CrossEntropyFn.apply(h, t, None, -100, 1, 0.0, 0.0, 0.0, False)
     loss.backward()
     assert calls == ["launch", "launch"] and h.grad.shape == h.shape
+    # A second derivative is refused, naming the op (test_eager_autograd.py).
+    z = torch.randn(6, 40, dtype=BF16, requires_grad=True)
+    loss, _ = ce._CrossEntropyFn.apply(z, t, None, -100, 1, 0.0, 0.0, 0.0, False)
+    (g,) = torch.autograd.grad(loss, z, create_graph=True)
+    with pytest.raises(RuntimeError, match="^quack_cpp.cross_entropy: a second derivative"):
+        g.float().pow(2).sum().backward()
 
 
 @gpu

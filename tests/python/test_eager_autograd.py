@@ -105,6 +105,28 @@ def test_softmax_training_reaches_the_library_directly(library, log):
     assert [c[0] for c in calls] == ["softmax_bwd"] and x.grad.shape == x.shape
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+def test_a_second_derivative_is_refused_naming_the_op(library, op):
+    # create_graph: the first derivative works (its value is the same), but
+    # its own gradient raises -- also when a constant-weighted loss gives
+    # incoming gradients that do not require grad (once_differentiable
+    # would let that pass with the op's term silently missing).
+    x = torch.randn(4, 32, dtype=BF16, requires_grad=True)
+    if op == "softmax":
+        fwd = lambda: _softmax._SoftmaxFn.apply(x, False)  # noqa: E731
+    else:
+        fwd = lambda: _rmsnorm._norm_fwd(x, None, None, None, None, None, 1e-6, 0.0, False, False,  # noqa: E731
+                                         op == "layernorm")[0]
+    c = torch.randn(4, 32)
+    (g,) = torch.autograd.grad((fwd().float() * c).sum(), x, create_graph=True)
+    assert g.shape == x.shape and g.requires_grad
+    with pytest.raises(RuntimeError, match=f"^quack_cpp.{op}: a second derivative"):
+        (x.float().sum() + g.float().pow(2).sum()).backward()
+    # Without create_graph nothing is flagged.
+    (g,) = torch.autograd.grad((fwd().float() * c).sum(), x)
+    assert not g.requires_grad
+
+
 # ---------------------------------------------------------------------------
 # On the GPU.
 
@@ -163,5 +185,7 @@ def test_direct_path_equals_the_ops_bit_for_bit(op, monkeypatch):
 def test_second_derivative_is_refused(op):
     leaves, loss = _step(op)
     (g,) = torch.autograd.grad(loss(), leaves[0], create_graph=True)
-    with pytest.raises(RuntimeError, match="differentiate twice|not implemented"):
-        g.float().sum().backward()
+    # A penalty on the gradient: refused, naming the op, not silently
+    # missing the op's term.
+    with pytest.raises(RuntimeError, match=f"quack_cpp.{op}: a second derivative"):
+        g.float().pow(2).sum().backward()
