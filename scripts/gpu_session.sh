@@ -8,7 +8,8 @@
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep)
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
-#              killed after $SANITIZE_TIMEOUT s); initcheck and synccheck likewise
+#              killed after $SANITIZE_TIMEOUT s; $SANITIZE_SHARDS processes at
+#              once); initcheck and synccheck likewise
 #   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
 #              hazards; killed after $RACECHECK_TIMEOUT s)
@@ -47,6 +48,34 @@ build_sweeps() {
   done
 }
 
+# compute-sanitizer --tool $1 over the C++ GPU cases matching the gtest
+# filter $2, each process killed after $3 s, the rest of the arguments
+# passed to the tool. $SANITIZE_SHARDS (default 1) gtest shards run at once,
+# a process each (the cases are independent; the sanitizers' slowdown is
+# per process), their logs joined into $out/<tool>.log; one line of totals.
+# Needs build/tests/cpp/quack_gpu_tests (the parts tests or cases).
+sanitize_cases() {
+  local tool=$1 filter=$2 limit=$3 shards=${SANITIZE_SHARDS:-1} i rc=0 pids=()
+  shift 3
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" compute-sanitizer --tool "$tool" "$@" \
+      --error-exitcode 3 build/tests/cpp/quack_gpu_tests --gtest_filter="$filter" \
+      > "$out/$tool.shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    local e=$?
+    [ "$e" -eq 0 ] || { rc=1; echo "$tool shard $i: exit $e (124: killed at $limit s)"; }
+  done
+  for ((i = 0; i < shards; i++)); do
+    cat "$out/$tool.shard$i.log" && rm -f "$out/$tool.shard$i.log"
+  done > "$out/$tool.log"
+  echo "$tool: $(grep -c '^\[       OK \]' "$out/$tool.log") cases OK, $(grep -c '^\[  FAILED  \] .* ms)$' "$out/$tool.log") failed"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$tool.log" | sort | uniq -c
+  return $rc
+}
+
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -63,23 +92,23 @@ for part in $parts; do
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
       tool=$part
       [ "$part" = sanitize ] && tool=memcheck
-      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-        build/tests/cpp/quack_gpu_tests --gtest_filter="${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" \
-        > "$out/$tool.log" 2>&1 || status=1
-      tail -4 "$out/$tool.log" ;;
+      sanitize_cases "$tool" "${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" "${SANITIZE_TIMEOUT:-300}" \
+        || status=1 ;;
     sanitize_py)
       # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
-      # expression), after `tests` installed the package; killed after
-      # $SANITIZE_TIMEOUT s.
-      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
-        python3 -m pytest -q -x -p no:cacheprovider tests/python -k "${SANITIZE_PY_FILTER:-concurrency}" \
+      # expression; "" for all of it) on $SANITIZE_PY_WORKERS pytest-xdist
+      # workers (default 1: none), after `tests` installed the package;
+      # killed after $SANITIZE_TIMEOUT s.
+      workers=()
+      [ "${SANITIZE_PY_WORKERS:-1}" -gt 1 ] && workers=(-n "$SANITIZE_PY_WORKERS")
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+        python3 -m pytest -q -x -p no:cacheprovider "${workers[@]}" tests/python -k "${SANITIZE_PY_FILTER-concurrency}" \
         > "$out/memcheck_py.log" 2>&1 || status=1
-      tail -4 "$out/memcheck_py.log" ;;
+      grep -E "ERROR SUMMARY" "$out/memcheck_py.log" | sort | uniq -c
+      tail -2 "$out/memcheck_py.log" ;;
     racecheck)
-      timeout "${RACECHECK_TIMEOUT:-300}" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 \
-        build/tests/cpp/quack_gpu_tests --gtest_filter="${RACECHECK_FILTER:-ChunkCases/*N8191*}" \
-        > "$out/racecheck.log" 2>&1 || status=1
-      tail -4 "$out/racecheck.log" ;;
+      sanitize_cases racecheck "${RACECHECK_FILTER:-ChunkCases/*N8191*}" "${RACECHECK_TIMEOUT:-300}" \
+        --racecheck-report all || status=1 ;;
     sweep)
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
