@@ -20,16 +20,12 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _first_order, _on_device, _rows_view
+from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _is_compiling,
+                      _on_device, _raw_stream, _rows_view)
 
 _NAME = "quack_cpp.cross_entropy"
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 _TARGET_DTYPES = (torch.int64, torch.int32)
-
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
-_raw_stream = torch._C._cuda_getCurrentRawStream
-_contiguous = torch.contiguous_format
 
 
 def _check_real(name: str, v, lo: float, hi: float) -> None:

@@ -11,12 +11,8 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._rmsnorm import _DTYPE_CODE, _DTYPES, _direct, _first_order, _on_device, _rows_view
-
-_grad_enabled = torch.is_grad_enabled
-_current_device = torch._C._cuda_getDevice
-_raw_stream = torch._C._cuda_getCurrentRawStream
-_contiguous = torch.contiguous_format
+from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _on_device,
+                      _raw_stream, _rows_view)
 
 
 def _name(log: bool) -> str:

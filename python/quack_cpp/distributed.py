@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ._cross_entropy import _NAME as _CE_NAME
 from ._cross_entropy import _REDUCTIONS, _check, _run
-from ._rmsnorm import _DTYPE_CODE, _rows_view
+from ._common import _DTYPE_CODE, _rows_view
 
 _NAME = "quack_cpp.distributed.vocab_parallel_cross_entropy"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import quack_cpp
-from quack_cpp import _rmsnorm, _softmax
+from quack_cpp import _common, _rmsnorm, _softmax
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -38,7 +38,7 @@ def library(monkeypatch):
     for mod in (_rmsnorm, _softmax):
         monkeypatch.setattr(mod, "_direct", lambda t: True)
         monkeypatch.setattr(mod, "_raw_stream", lambda dev: 0)
-        monkeypatch.setattr(mod, "_current_device", lambda: -1)  # a CPU tensor's get_device()
+    monkeypatch.setattr(_common, "_current_device", lambda: -1)  # a CPU tensor's get_device()
     for name in ("_rmsnorm_fwd", "_rmsnorm_bwd", "_layernorm_fwd", "_layernorm_bwd"):
         monkeypatch.setattr(_rmsnorm, name, recorder(name))
     monkeypatch.setattr(_softmax._C, "softmax_fwd", recorder("softmax_fwd"), raising=False)

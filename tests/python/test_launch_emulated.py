@@ -13,7 +13,7 @@ import ctypes
 import pytest
 import torch
 
-from quack_cpp import _C, _rmsnorm
+from quack_cpp import _C, _common, _rmsnorm
 from rmsnorm_ref import check_grads, run_and_check
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -101,7 +101,7 @@ def launches(monkeypatch):
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_fwd", _emulated_kernel(calls))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_bwd", _emulated_bwd_kernel(calls))
     monkeypatch.setattr(_rmsnorm, "_raw_stream", lambda device: 12345)
-    monkeypatch.setattr(_rmsnorm, "_current_device", lambda: -1)  # CPU tensors' get_device()
+    monkeypatch.setattr(_common, "_current_device", lambda: -1)  # CPU tensors' get_device()
     return calls
 
 

@@ -8,7 +8,6 @@ finite and within tolerance (see rmsnorm_ref.assert_close).
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import quack_cpp
 from rmsnorm_ref import assert_close, assert_rstd_close, check_grads, poison_allocator, reference, run_and_check

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import quack_cpp
-from quack_cpp import _rmsnorm
+from quack_cpp import _common
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 N = 64
@@ -275,4 +275,4 @@ def test_backward_op_fake_shapes(residual_dtype, need_dw, bias_dtype):
 ])
 def test_row_stride(make, expect):
     t = make()
-    assert _rmsnorm._row_stride(t, t.shape[-1]) == expect
+    assert _common._row_stride(t, t.shape[-1]) == expect
