@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_rmsnorm import dist_version, git_commit, gpu_clocks, log, short_reason  # noqa: E402
+from sidebyside import save  # noqa: E402
 
 OPS = ["rmsnorm", "layernorm", "softmax", "cross_entropy"]
 ALL_PEERS = ["quack_cpp", "torch", "compile", "liger", "quack"]
@@ -450,14 +450,7 @@ def main(argv=None):
             section_host(torch, a, fwds, rec)
     if "import" in a.sections:
         section_import(a.peers, rec)
-    text = markdown(rec)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rec, f, indent=1)
+    save(rec, markdown(rec), a.out, a.json)
     ours_bad = any(c.get("ok") is False or "error" in c for s in ("small", "host", "first") for c in rec[s]
                    if c["impl"] == "quack_cpp")
     return 1 if ours_bad else 0

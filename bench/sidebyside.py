@@ -185,16 +185,22 @@ def markdown(rec, peers, title, directions, bytes_note, shape_note=None, notes=N
     return "\n".join(out) + "\n"
 
 
+def save(rec, text, out, json_path):
+    """Prints the report and writes it to `out` and the record to
+    `json_path` (each when given)."""
+    import json
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rec, f, indent=1)
+
+
 def write(rec, text, args):
     """Prints the report, writes --out / --json; exit status 1 when
     quack_cpp was wrong or failed in any cell."""
-    import json
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rec, f, indent=1)
+    save(rec, text, args.out, args.json)
     ours_bad = [c for c in rec["checks"] if is_ours(c[2]) and c[4] != "ok"]
     return 1 if ours_bad or any(is_ours(c["impl"]) and "error" in c for c in rec["cells"]) else 0
