@@ -1254,6 +1254,7 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
     std::vector<double> g0;
     for (int run = 0; run < 4; ++run) {
       QUACK_ASSERT_CUDA(cudaMemset(dl.data(), 0xFF, 4));
+      QUACK_ASSERT_CUDA(tdx.poison());
       const Status st = cross_entropy(a, nullptr);
       ASSERT_TRUE(st.ok()) << st.message;
       QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -1265,6 +1266,7 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
       std::vector<double> g;
       int64_t dirty = 0;
       QUACK_ASSERT_CUDA(tdx.download(&g, &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes outside dlogits' elements were written";
       if (run == 0) {
         first = bits;
         g0 = std::move(g);
