@@ -7,12 +7,15 @@
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep)
-#   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER,
-#              killed after $SANITIZE_TIMEOUT s; $SANITIZE_SHARDS processes at
-#              once); initcheck and synccheck likewise
-#   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER
+#   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER)
+#              through scripts/sanitize_cases.sh: the biggest cases first,
+#              $SANITIZE_SHARDS processes at once, each killed after
+#              $SANITIZE_TIMEOUT s, none started after $SANITIZE_DEADLINE s;
+#              initcheck and synccheck likewise
+#   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER, a
+#              process per test file, $SANITIZE_PY_WORKERS at once
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
-#              hazards; killed after $RACECHECK_TIMEOUT s)
+#              hazards; each process killed after $RACECHECK_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
@@ -48,34 +51,6 @@ build_sweeps() {
   done
 }
 
-# compute-sanitizer --tool $1 over the C++ GPU cases matching the gtest
-# filter $2, each process killed after $3 s, the rest of the arguments
-# passed to the tool. $SANITIZE_SHARDS (default 1) gtest shards run at once,
-# a process each (the cases are independent; the sanitizers' slowdown is
-# per process), their logs joined into $out/<tool>.log; one line of totals.
-# Needs build/tests/cpp/quack_gpu_tests (the parts tests or cases).
-sanitize_cases() {
-  local tool=$1 filter=$2 limit=$3 shards=${SANITIZE_SHARDS:-1} i rc=0 pids=()
-  shift 3
-  for ((i = 0; i < shards; i++)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" compute-sanitizer --tool "$tool" "$@" \
-      --error-exitcode 3 build/tests/cpp/quack_gpu_tests --gtest_filter="$filter" \
-      > "$out/$tool.shard$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"
-    local e=$?
-    [ "$e" -eq 0 ] || { rc=1; echo "$tool shard $i: exit $e (124: killed at $limit s)"; }
-  done
-  for ((i = 0; i < shards; i++)); do
-    cat "$out/$tool.shard$i.log" && rm -f "$out/$tool.shard$i.log"
-  done > "$out/$tool.log"
-  echo "$tool: $(grep -c '^\[       OK \]' "$out/$tool.log") cases OK, $(grep -c '^\[  FAILED  \] .* ms)$' "$out/$tool.log") failed"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$tool.log" | sort | uniq -c
-  return $rc
-}
-
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -92,22 +67,33 @@ for part in $parts; do
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
       tool=$part
       [ "$part" = sanitize ] && tool=memcheck
-      sanitize_cases "$tool" "${SANITIZE_FILTER:-Cases/*:StagedCases/*:Ops/*}" "${SANITIZE_TIMEOUT:-300}" \
+      bash scripts/sanitize_cases.sh "$tool" "${SANITIZE_FILTER:-*}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
     sanitize_py)
       # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
-      # expression; "" for all of it) on $SANITIZE_PY_WORKERS pytest-xdist
-      # workers (default 1: none), after `tests` installed the package;
-      # killed after $SANITIZE_TIMEOUT s.
-      workers=()
-      [ "${SANITIZE_PY_WORKERS:-1}" -gt 1 ] && workers=(-n "$SANITIZE_PY_WORKERS")
-      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
-        python3 -m pytest -q -x -p no:cacheprovider "${workers[@]}" tests/python -k "${SANITIZE_PY_FILTER-concurrency}" \
-        > "$out/memcheck_py.log" 2>&1 || status=1
-      grep -E "ERROR SUMMARY" "$out/memcheck_py.log" | sort | uniq -c
-      tail -2 "$out/memcheck_py.log" ;;
+      # expression; "" for all of it), after `tests` installed the package:
+      # one sanitizer process per test file, the largest files first,
+      # $SANITIZE_PY_WORKERS (default 4) at once, each killed after
+      # $SANITIZE_TIMEOUT s. (16 pytest-xdist workers under one
+      # compute-sanitizer --target-processes all reached no test in 320 s,
+      # eleventh session.) memcheck_py.log holds every file's output.
+      mkdir -p "$out/memcheck_py"
+      # shellcheck disable=SC2016
+      find tests/python -maxdepth 1 -name 'test_*.py' -printf '%s %p\n' | sort -rn | cut -d' ' -f2 |
+        xargs -d '\n' -P "${SANITIZE_PY_WORKERS:-4}" -n 1 bash -c \
+        'f=$1; log="$0/$(basename "$f" .py).log"
+         timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+           python3 -m pytest -q -p no:cacheprovider "$f" -k "${SANITIZE_PY_FILTER-concurrency}" > "$log" 2>&1
+         echo "$? $f" >> "$0/status"' "$out/memcheck_py"
+      for f in "$out"/memcheck_py/test_*.log; do echo "== $f"; cat "$f"; done > "$out/memcheck_py.log" 2> /dev/null
+      mv "$out/memcheck_py/status" "$out/memcheck_py.status" && rm -rf "$out/memcheck_py"
+      # pytest: 0 passed, 5 no test selected; 3 memcheck errors, 124 killed.
+      awk '$1 != 0 && $1 != 5 { bad++; print "  exit " $1 ": " $2 } END { print "memcheck_py: " NR " files, " bad + 0 " not clean" }' \
+        "$out/memcheck_py.status"
+      grep -E "ERROR SUMMARY|passed|failed" "$out/memcheck_py.log" | sort | uniq -c | sort -rn | head -20
+      grep -qvE '^(0|5) ' "$out/memcheck_py.status" && status=1 ;;
     racecheck)
-      sanitize_cases racecheck "${RACECHECK_FILTER:-ChunkCases/*N8191*}" "${RACECHECK_TIMEOUT:-300}" \
+      bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
     sweep)
       build_sweeps || { status=1; continue; }
