@@ -1,0 +1,128 @@
+"""scripts/sanitize_cases.sh without a GPU: a stand-in test binary (its case
+listing) and a stand-in compute-sanitizer (an exit status per case) check the
+order, the batching, the totals and the exit status."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "sanitize_cases.sh"
+
+LISTING = """\
+Running main() from gtest_main.cc
+Ops/WarpReduce.
+  Sum/width1  # GetParam() = 1
+  Sum/width2  # GetParam() = 2
+Cases/Fwd.
+  Match/N4096_bf16_M8192
+  Match/N100_f32
+  Match/N4194304_f32_w
+  Match/N70000_bf16_M300
+Edge.
+  DeterministicLoss
+  Slow
+"""
+
+# The stand-in test binary: --gtest_list_tests with gtest's glob filter
+# (':'-separated patterns, no negative ones).
+LIST_CASES = """\
+#!/usr/bin/env bash
+for a in "$@"; do case $a in --gtest_filter=*) f=${a#--gtest_filter=};; esac; done
+IFS=: read -r -a pats <<< "$f"
+suite= shown=
+while IFS= read -r line; do
+  case $line in
+    Running*) echo "$line" ;;
+    "  "*) name=${line#  }; name=${name%%  #*}
+           for p in "${pats[@]}"; do
+             # shellcheck disable=SC2053
+             if [[ $suite$name == $p ]]; then
+               [ "$shown" = "$suite" ] || { echo "$suite"; shown=$suite; }
+               echo "$line"; break
+             fi
+           done ;;
+    *) suite=$line ;;
+  esac
+done <<'EOF'
+@LISTING@EOF
+"""
+
+# The stand-in sanitizer: records the filter it got, then an exit status by
+# case: errors reported (3) for DeterministicLoss, a test failure (1) for
+# N100, killed by the limit for Slow.
+SANITIZER = """\
+#!/usr/bin/env bash
+for a in "$@"; do case $a in --gtest_filter=*) f=${a#--gtest_filter=};; esac; done
+echo "$f" >> "$RUNS"
+case $f in *Slow*) sleep 5;; esac
+case $f in *DeterministicLoss*) echo "ERROR SUMMARY: 1 error"; exit 3;; esac
+case $f in *N100_*) exit 1;; esac
+echo "ERROR SUMMARY: 0 errors"
+"""
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    if shutil.which("bash") is None or shutil.which("xargs") is None:
+        pytest.skip("needs bash and xargs")
+    binp = tmp_path / "tests_bin"
+    binp.write_text(LIST_CASES.replace("@LISTING@", LISTING))
+    san = tmp_path / "compute-sanitizer"
+    san.write_text(SANITIZER)
+    for p in (binp, san):
+        p.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", SANITIZE_BIN=str(binp),
+               RUNS=str(tmp_path / "runs"), SANITIZE_SHARDS="1", SANITIZE_BATCH="2")
+    return tmp_path, out, env
+
+
+def run(env, out, *args, tool="racecheck", filt="*", limit="2"):
+    return subprocess.run(["bash", str(SCRIPT), tool, filt, limit, str(out), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_biggest_first_big_cases_alone_small_ones_batched(stand_ins):
+    tmp, out, env = stand_ins
+    r = run(env, out, filt="Ops/*:Cases/*")
+    assert r.returncode == 1, r.stdout + r.stderr  # N100 failed
+    runs = (tmp / "runs").read_text().split()
+    # N x M: 33.5M, 21M and 4.2M alone (>= 2^20), then N100 and the two
+    # size-less cases two to a process, in listing order.
+    assert runs == ["Cases/Fwd.Match/N4096_bf16_M8192", "Cases/Fwd.Match/N70000_bf16_M300",
+                    "Cases/Fwd.Match/N4194304_f32_w", "Cases/Fwd.Match/N100_f32:Ops/WarpReduce.Sum/width1",
+                    "Ops/WarpReduce.Sum/width2"]
+    assert "racecheck: 6 cases: 4 clean, 0 in processes with errors reported, 0 in killed processes, " \
+           "2 in failed processes, 0 not started (deadline)" in r.stdout
+    status = (out / "racecheck.status").read_text().splitlines()
+    assert len(status) == 5 and status[3].startswith("1 ")
+    assert "ERROR SUMMARY: 0 errors" in (out / "racecheck.log").read_text()
+
+
+def test_errors_kills_and_clean_runs(stand_ins):
+    tmp, out, env = stand_ins
+    r = run(env, out, filt="Edge.*")
+    assert r.returncode == 1
+    # Both size-less cases in one process: its status is the errors' (3) or
+    # the kill's (124); each alone shows its own.
+    env["SANITIZE_BATCH"] = "1"
+    r = run(env, out, filt="Edge.*")
+    assert "2 cases: 0 clean, 1 in processes with errors reported, 1 in killed processes" in r.stdout, r.stdout
+    assert "errors reported: Edge.DeterministicLoss" in r.stdout
+    assert "killed at the limit: Edge.Slow" in r.stdout
+    r = run(env, out, filt="Ops/*")
+    assert r.returncode == 0 and "2 cases: 2 clean" in r.stdout, r.stdout
+
+
+def test_deadline_and_empty_filter(stand_ins):
+    tmp, out, env = stand_ins
+    env["SANITIZE_DEADLINE"] = "0"
+    r = run(env, out, filt="Ops/*")
+    assert r.returncode == 1 and "2 not started (deadline)" in r.stdout, r.stdout
+    assert not (tmp / "runs").exists()
+    r = run(env, out, filt="Nothing*")
+    assert r.returncode == 1 and "no case matches" in r.stdout
