@@ -51,6 +51,26 @@ def test_within_bounds():
     assert not lat.within(torch, (want * 1.02).float(), want, "bf16")[0]          # 2% off
 
 
+@pytest.mark.parametrize("n", lat.FIRST_N)
+def test_layernorm_bound_scales_with_the_terms(n):
+    """torch eager's layernorm, given the fp32 parameters in bf16 (as the
+    side-by-side factory casts them), at the first-calls section's shapes:
+    outside a bound relative to |y| (as it was on the H200: 1.06), inside
+    the bound relative to |x_hat w| + |b|; a 2% error stays outside."""
+    inputs = lat.make_inputs(torch, "layernorm", lat.FIRST_M, n, torch.bfloat16, seed=n, device="cpu")
+    x, w, b = inputs
+    got = F.layer_norm(x, (n,), w.to(x.dtype), b.to(x.dtype), lat.EPS)
+    want, scale = lat.expected(torch, "layernorm", inputs)
+    assert not lat.within(torch, got, want, "bf16")[0]
+    ok, ratio = lat.within(torch, got, want, "bf16", scale)
+    assert ok, ratio
+    assert not lat.within(torch, (want * 1.02).float(), want, "bf16", scale)[0]
+    # Elsewhere the scale is |want|.
+    sm = lat.make_inputs(torch, "softmax", 3, 64, torch.float32, seed=1, device="cpu")
+    want = lat.reference(torch, "softmax", sm)
+    assert torch.equal(lat.expected(torch, "softmax", sm)[1], want.abs())
+
+
 @pytest.mark.parametrize("op", lat.OPS)
 def test_torch_peer_through_the_benchmark_factories(op):
     """The 'torch' forward as built for the GPU run, on CPU tensors: the
@@ -58,7 +78,8 @@ def test_torch_peer_through_the_benchmark_factories(op):
     fwd = lat.make_forward(torch, op, "torch")
     for seed in (1, 2):  # a second input set rebuilds the per-input callables
         inputs = lat.make_inputs(torch, op, 7, 512, torch.bfloat16, seed=seed, device="cpu")
-        ok, ratio = lat.within(torch, fwd(*inputs), lat.reference(torch, op, inputs), "bf16")
+        want, scale = lat.expected(torch, op, inputs)
+        ok, ratio = lat.within(torch, fwd(*inputs), want, "bf16", scale)
         assert ok, f"{op}: error / bound {ratio}"
 
 
