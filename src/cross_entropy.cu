@@ -33,12 +33,12 @@ __device__ __forceinline__ int64_t ce_target_at(const CEScalarParams& p, int64_t
                     : int64_t(static_cast<const int32_t*>(p.target)[i * p.target_stride]);
 }
 
-__global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CEScalarParams p) {
-  __shared__ float2 scratch2[64];
-  __shared__ float scratch1[64];
+// This thread's share of (W, R) over rows [r0, r1) of its part: the sum of
+// w_t and the count over the counted rows (a target that is not ignored and
+// in [0, V)). Prepare and finish both call it: the same order, the same bits.
+__device__ __forceinline__ float2 ce_counted_rows(const CEScalarParams& p, int64_t r0, int64_t r1) {
   constexpr int U = kCEScalarUnroll;
   const int64_t nthr = blockDim.x;
-  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   float w = 0.0f, r = 0.0f;
   for (int64_t i0 = r0 + threadIdx.x; i0 < r1; i0 += U * nthr) {
     int64_t t[U];
@@ -54,7 +54,16 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CESc
 #pragma unroll
     for (int u = 0; u < U; ++u) w += wt[u];
   }
-  const float2 wr = core::block_reduce<core::SumPairOp>(make_float2(w, r), scratch2);
+  return make_float2(w, r);
+}
+
+__global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CEScalarParams p) {
+  __shared__ float2 scratch2[64];
+  __shared__ float scratch1[64];
+  constexpr int U = kCEScalarUnroll;
+  const int64_t nthr = blockDim.x;
+  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
+  const float2 wr = core::block_reduce<core::SumPairOp>(ce_counted_rows(p, r0, r1), scratch2);
   float ws = 0.0f;
   if (p.cw) {
     const int64_t c0 = int64_t(blockIdx.x) * p.col_share, c1 = min(p.cols, c0 + p.col_share);
@@ -78,42 +87,56 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CESc
   }
 }
 
-// loss from the sum of the rows' shares (already divided by W); a mean with
-// W = 0 (every row ignored, or zero weights) is NaN, as torch's 0 / 0.
-__device__ __forceinline__ void ce_write_loss(const CEScalarParams& p, float s) {
-  if (p.reduction == 1 && (p.totals == nullptr || !(p.totals[0] != 0.0f))) s = __int_as_float(0x7fc00000);
-  *p.loss = s;
+// The reduced loss from the sums: 'sum' sce + sz (sz = 0), 'mean' sce / W +
+// sz / R; a mean with W = 0 (every row ignored, or zero weights) is NaN, as
+// torch's 0 / 0 (W != 0 means a counted row: R >= 1).
+__device__ __forceinline__ float ce_reduced_loss(const CEScalarParams& p, float w, float r, float sce, float sz) {
+  if (p.reduction != 1) return sce + sz;
+  if (!(w != 0.0f)) return __int_as_float(0x7fc00000);
+  return __fdiv_rn(sce, w) + __fdiv_rn(sz, r);
 }
 
-__global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
-  __shared__ float scratch[64];
+// This thread's share of the sum of v[r0, r1) (16-byte aligned: the
+// workspace's layout; r0 a multiple of 4): float4 groups i + k * 1024, U / 2
+// loads in flight, then the tail.
+__device__ __forceinline__ float ce_sum_share(const float* v, int64_t r0, int64_t r1) {
   constexpr int U = kCEScalarUnroll;
   const int64_t nthr = blockDim.x;
-  // The shares are 16-byte aligned (the workspace's layout) and row_share a
-  // multiple of 4: thread i sums this part's float4 groups i + k * 1024,
-  // U / 2 loads in flight, then the tail.
-  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   float s = 0.0f;
   const int64_t groups = max(int64_t(0), r1 - r0) / 4;
-  const float4* g4 = reinterpret_cast<const float4*>(p.row_loss + r0);
+  const float4* g4 = reinterpret_cast<const float4*>(v + r0);
   for (int64_t i0 = threadIdx.x; i0 < groups; i0 += (U / 2) * nthr) {
-    float4 v[U / 2];
+    float4 x[U / 2];
 #pragma unroll
     for (int u = 0; u < U / 2; ++u)
-      v[u] = i0 + u * nthr < groups ? g4[i0 + u * nthr] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      x[u] = i0 + u * nthr < groups ? g4[i0 + u * nthr] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int u = 0; u < U / 2; ++u) s += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+    for (int u = 0; u < U / 2; ++u) s += (x[u].x + x[u].y) + (x[u].z + x[u].w);
   }
-  if (r0 + groups * 4 + threadIdx.x < r1) s += p.row_loss[r0 + groups * 4 + threadIdx.x];
-  s = core::block_reduce<core::SumOp>(s, scratch);
+  if (r0 + groups * 4 + threadIdx.x < r1) s += v[r0 + groups * 4 + threadIdx.x];
+  return s;
+}
+
+// The part's (W, R, sum of the cross-entropy terms, sum of the z-loss
+// terms): into parts[b], or, one part, the loss itself. 'sum' reads the
+// rows' losses alone (W = R = 0, sz = 0).
+__global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
+  __shared__ float2 scratch_a[64], scratch_b[64];
+  const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
+  const bool mean = p.reduction == 1;
+  float2 s = make_float2(ce_sum_share(p.row_loss, r0, r1), mean ? ce_sum_share(p.row_z, r0, r1) : 0.0f);
+  s = core::block_reduce<core::SumPairOp>(s, scratch_a);
+  const float2 wr =
+      mean ? core::block_reduce<core::SumPairOp>(ce_counted_rows(p, r0, r1), scratch_b) : make_float2(0.0f, 0.0f);
   if (threadIdx.x == 0) {
-    if (p.parts != nullptr) p.parts[blockIdx.x].w = s;
-    else ce_write_loss(p, s);
+    if (p.parts != nullptr) p.parts[blockIdx.x] = make_float4(wr.x, wr.y, s.x, s.y);
+    else *p.loss = ce_reduced_loss(p, wr.x, wr.y, s.x, s.y);
   }
 }
 
 // Adds the parts in order (thread i part i, then block_reduce's fixed tree):
-// finish = false: the totals (x, y, z); true: the loss (w).
+// finish = false: prepare's totals (x, y, z); true: the loss from finish's
+// (W, R, sum ce, sum z).
 __global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CEScalarParams p, int nparts,
                                                                       bool finish) {
   __shared__ float2 scratch_a[64], scratch_b[64];
@@ -122,7 +145,7 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CESc
   const float2 zw = core::block_reduce<core::SumPairOp>(make_float2(v.z, v.w), scratch_b);
   if (threadIdx.x != 0) return;
   if (finish) {
-    ce_write_loss(p, zw.y);
+    *p.loss = ce_reduced_loss(p, xy.x, xy.y, zw.x, zw.y);
   } else {
     p.totals[0] = xy.x;
     p.totals[1] = xy.y;
@@ -173,21 +196,26 @@ int64_t ce_classes(const CrossEntropyArgs& a) { return a.num_classes > 0 ? a.num
 
 // Workspace layout: [0, 16) the totals (W, R, sum w) when needed; the scalar
 // kernels' parts (16 bytes each) when they have more than one; the rows'
-// shares when the loss is reduced; the rows' lse for a two-pass gradient
-// when the caller asked for none.
+// shares when the loss is reduced (a mean: their cross-entropy terms, then,
+// 16-byte aligned, their z-loss terms); the rows' lse for a two-pass
+// gradient when the caller asked for none.
 struct CEWorkspace {
   bool totals = false;
   bool shares = false;
   bool lse = false;
   ops::CEScalarSplit split;
-  size_t parts_offset = 0, shares_offset = 0, lse_offset = 0, bytes = 0;
+  size_t parts_offset = 0, shares_offset = 0, z_offset = 0, lse_offset = 0, bytes = 0;
 };
 
 CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   CEWorkspace w;
   // The statistics mode needs nothing: no loss, no gradient.
   const bool stats = a.shard_stats != nullptr;
-  w.totals = !stats && (a.reduction == Reduction::kMean || (a.weight != nullptr && a.label_smoothing != 0.0f));
+  // W and R before the rows: a mean's gradient divides by them, class-weighted
+  // smoothing needs sum w. (A mean's loss alone gets them in the finish
+  // kernel: no prepare launch.)
+  const bool grad = a.dlogits.ptr != nullptr;
+  w.totals = !stats && ((a.reduction == Reduction::kMean && grad) || (a.weight != nullptr && a.label_smoothing != 0.0f));
   w.shares = !stats && a.lse_in == nullptr && a.reduction != Reduction::kNone && a.loss != nullptr;
   w.lse = !stats && a.lse == nullptr && ce_two_pass(a, current_row_tuning());
   w.split = ops::ce_scalar_split(a.rows, ce_classes(a));
@@ -195,7 +223,11 @@ CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
   w.parts_offset = w.totals ? 16 : 0;
   w.shares_offset = w.parts_offset + (parts ? size_t(w.split.parts) * 16 : 0);
-  w.lse_offset = round16(w.shares_offset + (w.shares ? size_t(a.rows) * 4 : 0));
+  // A mean's shares are two arrays (cross-entropy terms, z-loss terms), the
+  // second 16-byte aligned.
+  w.z_offset = round16(w.shares_offset + (w.shares ? size_t(a.rows) * 4 : 0));
+  const bool z = w.shares && a.reduction == Reduction::kMean;
+  w.lse_offset = z ? round16(w.z_offset + size_t(a.rows) * 4) : w.z_offset;
   w.bytes = round16(w.lse_offset + (w.lse ? size_t(a.rows) * 4 : 0));
   if (!parts) w.split.parts = 1;
   return w;
@@ -404,6 +436,8 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   char* const base = a.rows > 0 ? static_cast<char*>(a.workspace) : nullptr;
   float* totals = ws.totals ? reinterpret_cast<float*>(base) : nullptr;
   float* shares = ws.shares && base != nullptr ? reinterpret_cast<float*>(base + ws.shares_offset) : nullptr;
+  float* zshares = shares != nullptr && a.reduction == Reduction::kMean ? reinterpret_cast<float*>(base + ws.z_offset)
+                                                                         : nullptr;
   const int parts = ws.split.parts;
 
   ops::CEScalarParams sp{};
@@ -416,6 +450,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   sp.ignore_index = a.ignore_index;
   sp.totals = totals;
   sp.row_loss = shares;
+  sp.row_z = zshares;
   sp.loss = a.loss;
   sp.reduction = int(a.reduction);
   sp.parts = parts > 1 && base != nullptr ? reinterpret_cast<float4*>(base + ws.parts_offset) : nullptr;
@@ -424,7 +459,6 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (a.rows == 0) {
     // Nothing to read; the reduced loss is still written by the finish
     // kernel: NaN for a mean of nothing, 0 for a sum (as torch).
-    sp.totals = nullptr;
     ops::ce_finish_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
     return cuda_check("cross_entropy finish kernel launch");
   }
@@ -455,13 +489,14 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.wsmooth = a.weight != nullptr && a.label_smoothing != 0.0f;
   p.totals = totals;
   p.row_loss = a.reduction == Reduction::kNone ? a.loss : shares;
+  p.row_z = zshares;
   p.lse = a.lse;
   p.dx = a.dlogits.ptr;
   p.dx_stride = a.dlogits.row_stride;
   p.dloss = a.dloss;
   p.dloss_per_row = a.reduction == Reduction::kNone;
   const bool grad = a.dlogits.ptr != nullptr;
-  // The reduced loss: the sum of the rows' shares in a fixed order.
+  // The reduced loss: the sums of the rows' terms in a fixed order.
   auto finish = [&]() -> Status {
     if (shares == nullptr) return Status::success();
     ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);

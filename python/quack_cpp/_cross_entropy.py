@@ -101,25 +101,26 @@ def _run(on: Tensor, args: tuple, **shard) -> None:
 
 def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
             label_smoothing: float, z_loss: float, softcap: float, grad: Optional[str],
-            dloss: Optional[Tensor] = None):
+            dloss: Optional[Tensor] = None, want_lse: bool = True):
     """The kernel on the current stream. grad: None (no gradient), "new" (a
     new contiguous tensor) or "inplace" (into logits), times the upstream
-    gradient dloss (None: 1). Returns (loss, lse, dx)."""
+    gradient dloss (None: 1). Returns (loss, lse, dx): dx None without a
+    gradient, lse None unless want_lse (tensors not allocated are host time
+    saved: each torch.empty is microseconds of a small call)."""
     n = logits.shape[-1]
     lead = tuple(logits.shape[:-1])
     x, xs = _rows_view(logits, n)
     rows = x.numel() // n
     dev = logits.device
     loss = torch.empty(_loss_shape(logits, reduction), device=dev, dtype=torch.float32)
-    lse = torch.empty(lead, device=dev, dtype=torch.float32)
+    lse = torch.empty(lead, device=dev, dtype=torch.float32) if want_lse else None
     if grad == "new":
         dx = torch.empty_like(x, memory_format=_contiguous)
         dxs = n
     elif grad == "inplace":
         dx, dxs = x, xs
     else:
-        dx = torch.empty((0,), device=dev, dtype=logits.dtype)
-        dxs = 0
+        dx, dxs = None, 0
     t = target.reshape(-1)
     ts = t.stride(0) if t.numel() > 0 else 1
     w = weight.to(torch.float32).contiguous() if weight is not None else None
@@ -135,7 +136,8 @@ def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_ind
                              f"{rows if reduction == 0 else 1} elements, got {g.numel()}")
     gptr = g.data_ptr() if g is not None else 0
     args = (rows, n, x.data_ptr(), code, xs, t.data_ptr(), t64, ts, wptr, ignore_index, reduction,
-            float(label_smoothing), float(z_loss), float(softcap), loss.data_ptr(), lse.data_ptr(), dxp, dxs, gptr)
+            float(label_smoothing), float(z_loss), float(softcap), loss.data_ptr(),
+            lse.data_ptr() if lse is not None else 0, dxp, dxs, gptr)
     _run(x, args)
     if grad == "inplace" and dx is not logits and dx.data_ptr() != logits.data_ptr():
         # logits' rows could not be addressed with one stride: the gradient
@@ -155,8 +157,11 @@ def _ce_fwd_op(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_
                dloss: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     """(loss, lse, dlogits); dlogits (times the upstream gradient dloss, or
     for a unit one) is empty unless want_grad."""
-    return _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                   "new" if want_grad else None, dloss)
+    loss, lse, dx = _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                            "new" if want_grad else None, dloss)
+    if dx is None:
+        dx = torch.empty((0,), device=logits.device, dtype=logits.dtype)
+    return loss, lse, dx
 
 
 @_ce_fwd_op.register_fake
@@ -338,5 +343,6 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Optional[Tensor] = Non
         loss, lse, _ = torch.ops.quack_cpp.cross_entropy_fwd(logits, target, weight, ignore_index, red, ls, z, cap,
                                                               False, None)
     else:
-        loss, lse, _ = _launch(logits, target, weight, ignore_index, red, ls, z, cap, None)
+        loss, lse, _ = _launch(logits, target, weight, ignore_index, red, ls, z, cap, None,
+                               want_lse=bool(return_lse))
     return (loss, lse) if return_lse else loss

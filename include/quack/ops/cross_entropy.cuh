@@ -71,7 +71,11 @@ struct CEParams {
   int reduction;  // 0 none, 1 mean, 2 sum
   bool wsmooth;   // class weights with eps > 0: d is sum_c w_c x'_c
   const float* totals;  // [W, R, sum w] from ce_prepare_kernel, or null
-  float* row_loss;      // [rows]: 'none' the loss, else the row's share of the total; or null
+  // [rows] or null: 'none' the loss; 'sum' the row's loss; 'mean' its
+  // cross-entropy term and (row_z) its z-loss term, undivided (the finish
+  // kernel divides the sums by W and R).
+  float* row_loss;
+  float* row_z;
   float* lse;           // [rows] or null
   void* dx;             // null: no gradient
   int64_t dx_stride;
@@ -170,22 +174,23 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   const float lse = ce_lse(st);
   if (p.lse) p.lse[row] = lse;
   if (!p.row_loss) return;
-  float loss;
-  if (r.ignored) {
-    loss = 0.0f;
-  } else if (r.bad) {
-    loss = __int_as_float(0x7fc00000);
-  } else {
+  float ce = 0.0f, z = 0.0f;
+  if (r.bad) {
+    ce = __int_as_float(0x7fc00000);
+  } else if (!r.ignored) {
     const float V = float(p.num_classes);
     // sum_c w_c (lse - x'_c) = lse sum_c w_c - d.
     const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
-    float ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
+    ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
     if (p.smoothing != 0.0f) ce += p.smoothing / V * (lse * wsum - st.d);
-    const float z = p.z_loss * lse * lse;
-    if (p.reduction == 1) loss = __fdiv_rn(ce, __ldg(p.totals)) + __fdiv_rn(z, __ldg(p.totals + 1));
-    else loss = ce + z;
+    z = p.z_loss * lse * lse;
   }
-  p.row_loss[row] = loss;
+  if (p.reduction == 1) {
+    p.row_loss[row] = ce;
+    p.row_z[row] = z;
+  } else {
+    p.row_loss[row] = ce + z;
+  }
 }
 
 // x'_t, loaded by the thread that writes the row's loss (the load's latency
@@ -790,9 +795,13 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_grad_row_kernel(const
 // summation orders; with more than one part, ce_combine_kernel adds the
 // parts' float4s in order.
 //   ce_prepare_kernel: W = sum of w_t and R = the count over counted rows;
-//     sum_c w_c.
-//   ce_finish_kernel: loss = sum of the rows' shares; a mean with W = 0
-//     (every row ignored, or zero weights) is NaN, as torch's 0 / 0.
+//     sum_c w_c (what the rows need before their gradient or their
+//     class-weighted smoothing).
+//   ce_finish_kernel: 'sum': the sum of the rows' losses; 'mean': the sums
+//     of the rows' cross-entropy and z-loss terms and W and R again (the same
+//     code and order as prepare's), loss = sum ce / W + sum z / R; W = 0
+//     (every row ignored, or zero weights) gives NaN, as torch's 0 / 0.
+//     So a mean without a gradient takes two launches, not three.
 constexpr int kCEScalarThreads = 1024;
 // Rows (or classes) a part takes at least: one pass of its CTA, 16 loads a
 // thread. At most kCEScalarThreads parts (one combine thread each).
@@ -824,8 +833,9 @@ struct CEScalarParams {
   bool target64;
   const float* cw;
   int64_t ignore_index;
-  float* totals;          // prepare: out [W, R, sum w]; finish: in (null: none)
-  const float* row_loss;  // finish: the rows' shares
+  float* totals;          // prepare: out [W, R, sum w]
+  const float* row_loss;  // finish: the rows' losses ('sum') or cross-entropy terms ('mean')
+  const float* row_z;     // finish, 'mean': the rows' z-loss terms
   float* loss;            // finish: out [1]
   int reduction;
   float4* parts;          // one per CTA when more than one part (else null)

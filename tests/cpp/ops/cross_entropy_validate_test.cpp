@@ -308,17 +308,23 @@ TEST(CrossEntropyValidate, WorkspaceErrors) {
   EXPECT_TRUE(can_implement(a).ok());
 }
 
-// Workspace: 16 bytes of totals (W, R, sum w) for a mean, or for class
-// weights with smoothing; then one fp32 share per row for a reduced loss that
-// is written; rounded up to 16 bytes.
+// Workspace: 16 bytes of totals (W, R, sum w) for a mean with a gradient
+// (which divides by W and R), or for class weights with smoothing; then, for
+// a reduced loss that is written, one fp32 share per row -- two arrays for a
+// mean (cross-entropy and z-loss terms, the second 16-byte aligned), whose
+// finish kernel computes W and R itself; rounded up to 16 bytes.
 TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
-  auto bytes = [](Reduction red, int64_t rows, bool weight, float eps, bool loss) {
+  auto bytes = [](Reduction red, int64_t rows, bool weight, float eps, bool loss, bool grad = true) {
     CrossEntropyArgs a = args();
     a.reduction = red;
     a.rows = rows;
     a.weight = weight ? faddr(2) : nullptr;
     a.label_smoothing = eps;
     a.loss = loss ? faddr(3) : nullptr;
+    if (!grad) {
+      a.dlogits = {};
+      a.dloss = nullptr;
+    }
     a.workspace = nullptr;  // the query does not need one
     size_t b = 12345;
     const Status st = cross_entropy_workspace_bytes(a, &b);
@@ -332,32 +338,44 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
     // The scalar kernels' parts: one per 16384 rows (or classes), 16 bytes
     // each, between the totals and the shares when there is more than one.
     const int64_t parts = std::max<int64_t>({int64_t(1), (rows + 16383) / 16384, (kCols + 16383) / 16384});
-    auto layout = [&](size_t totals, size_t sh) {
-      return round16(totals + ((totals || sh) && parts > 1 ? size_t(parts) * 16 : 0) + sh);
+    auto layout = [&](size_t totals, size_t sh, bool two_arrays) {
+      const size_t head = totals + ((totals || sh) && parts > 1 ? size_t(parts) * 16 : 0);
+      return two_arrays ? round16(round16(head + sh) + sh) : round16(head + sh);
     };
     for (const bool weight : {false, true}) {
       for (const float eps : {0.0f, 0.1f}) {
         const size_t tfs = weight && eps != 0.0f ? 16 : 0;  // totals for smoothing's sum of the weights
         SCOPED_TRACE(std::string(weight ? "weight" : "no weight") + ", eps " + std::to_string(eps));
-        // none: the totals only for weighted smoothing's sum of the weights.
-        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, true), layout(tfs, 0));
-        EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, false), layout(tfs, 0));
-        // mean: the totals (W, R) always, the shares when the loss is written.
-        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, true), layout(16, shares));
-        EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, false), layout(16, 0));
-        // sum: the shares when the loss is written; the totals as for none.
-        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, true), layout(tfs, shares));
-        EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, false), layout(tfs, 0));
+        for (const bool grad : {true, false}) {
+          SCOPED_TRACE(grad ? "gradient" : "no gradient");
+          // none: the totals only for weighted smoothing's sum of the weights.
+          EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, true, grad), layout(tfs, 0, false));
+          EXPECT_EQ(bytes(Reduction::kNone, rows, weight, eps, false, grad), layout(tfs, 0, false));
+          // mean: the totals with a gradient (or for smoothing's sum of the
+          // weights), two share arrays when the loss is written.
+          const size_t tm = grad ? 16 : tfs;
+          EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, true, grad), layout(tm, shares, true));
+          EXPECT_EQ(bytes(Reduction::kMean, rows, weight, eps, false, grad), layout(tm, 0, false));
+          // sum: one share array when the loss is written; the totals as for none.
+          EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, true, grad), layout(tfs, shares, false));
+          EXPECT_EQ(bytes(Reduction::kSum, rows, weight, eps, false, grad), layout(tfs, 0, false));
+        }
       }
     }
   }
-  // Worked values: 289 rows, mean: 16 + 1156 = 1172 -> 1184; sum: 1156 -> 1168.
-  EXPECT_EQ(bytes(Reduction::kMean, 289, false, 0.0f, true), 1184u);
+  // Worked values: 289 rows, mean with a gradient: 16 + 1156 = 1172 -> 1184,
+  // + 1156 = 2340 -> 2352; without: 1156 -> 1168, + 1156 = 2324 -> 2336;
+  // sum: 1156 -> 1168.
+  EXPECT_EQ(bytes(Reduction::kMean, 289, false, 0.0f, true), 2352u);
+  EXPECT_EQ(bytes(Reduction::kMean, 289, false, 0.0f, true, false), 2336u);
   EXPECT_EQ(bytes(Reduction::kSum, 289, false, 0.0f, true), 1168u);
   EXPECT_EQ(bytes(Reduction::kSum, 4, false, 0.0f, true), 16u);
-  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 32u);
-  // 100000 rows: 7 parts: 16 + 112 + 400000 = 400128.
-  EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true), 400128u);
+  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 48u);
+  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true, false), 32u);
+  // 100000 rows: 7 parts: 16 + 112 + 400000 = 400128, + 400000 = 800128;
+  // without a gradient 112 + 400000 = 400112, + 400000 = 800112.
+  EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true), 800128u);
+  EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true, false), 800112u);
 }
 
 // Vocabulary shards: the offset inside the vocabulary, one mode a call, and
@@ -456,7 +474,9 @@ TEST(CrossEntropyValidate, CombineMode) {
   EXPECT_TRUE(can_implement(combine()).ok()) << can_implement(combine()).message;
   size_t bytes = 0;
   ASSERT_TRUE(cross_entropy_workspace_bytes(combine(), &bytes).ok());
-  EXPECT_EQ(bytes, 32u);  // the mean's totals, then the 4 rows' shares
+  // The totals (class-weighted smoothing's sum of the weights), then the 4
+  // rows' cross-entropy terms and their z-loss terms (a mean).
+  EXPECT_EQ(bytes, 48u);
   CrossEntropyArgs a = combine();
   a.num_classes = kCols;  // equal to cols: allowed
   EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
