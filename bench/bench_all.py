@@ -1,6 +1,6 @@
 """Every op's side-by-side benchmark in one command, then one summary.
 
-    python3 bench/bench_all.py [--ops rmsnorm,rmsnorm_bwd,layernorm,softmax,cross_entropy,latency]
+    python3 bench/bench_all.py [--ops rmsnorm,rmsnorm_bwd,layernorm,softmax,log_softmax,cross_entropy,latency]
                                [--dtypes bf16,fp32] [--sizes N,...] [--peers quack_cpp,torch,...]
                                [--rep-ms MS] [--quick] [--out-dir DIR] [--commit SHA]
                                [--deadline-s S]
@@ -48,6 +48,7 @@ OPS = {
     "rmsnorm_bwd": ("bench_rmsnorm_bwd.py", _SIDE_QUICK),
     "layernorm": ("bench_layernorm.py", _SIDE_QUICK),
     "softmax": ("bench_softmax.py", _SIDE_QUICK),
+    "log_softmax": ("bench_softmax.py", _SIDE_QUICK),
     "cross_entropy": ("bench_cross_entropy.py", _SIDE_QUICK + ["--train-sizes", "32000", "--train-m", "4096"]),
     # Small batches, host cost, first calls, imports (every op's forward).
     "latency": ("bench_latency.py", ["--quick"]),
@@ -101,6 +102,8 @@ def op_command(op, args, out_dir, remaining_s=None):
                         ("--rep-ms", args.rep_ms), ("--commit", args.commit)):
         if value is not None and flag not in NOT_PASSED.get(op, ()):
             cmd += [flag, str(value)]
+    if op == "log_softmax":
+        cmd += ["--log"]
     if op == "latency" and args.dtypes:
         cmd += ["--dtype", args.dtypes.split(",")[0]]
     if op == "rmsnorm":

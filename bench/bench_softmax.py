@@ -10,7 +10,9 @@ writes dx), as GB/s of those model bytes and % of the copy bandwidth.
 Implementations: quack_cpp (softmax forward; backward through the launch its
 autograd uses), torch eager (torch.softmax, torch._softmax_backward_data),
 torch.compile (of torch.softmax, and of the backward formula in fp32),
-Liger-Kernel (Triton) and QuACK (CuTe DSL). Every implementation is checked
+Liger-Kernel (Triton) and QuACK (CuTe DSL). With --log, log-softmax instead:
+quack_cpp.log_softmax, torch.log_softmax / torch._log_softmax_backward_data,
+torch.compile of both; Liger and QuACK have no log-softmax (n/a, said so). Every implementation is checked
 on a sample of rows against float64 on fresh memory poisoned with NaN before
 it is timed; a wrong one is timed but flagged, one that cannot run is n/a
 with its reason under the tables.
@@ -37,13 +39,38 @@ RTOL = {"bf16": 1.6e-2, "fp16": 2e-3, "fp32": 2e-5}
 
 
 def parse_args(argv):
-    return sidebyside_args(argv, __doc__, SIZES)
+    def extra(p):
+        p.add_argument("--log", action="store_true", help="log-softmax instead of softmax")
+    return sidebyside_args(argv, __doc__, SIZES, extra=extra)
 
 
 # --------------------------------------------------------------------------
 # Implementations: make(x, y, dy) -> (forward callable, backward callable).
 # y is a correct softmax of x (float64 reference rounded), dy random.
 # --------------------------------------------------------------------------
+
+def make_log_impl(key, torch):
+    """make_impl's log-softmax counterpart: y = log_softmax(x), dx = dy -
+    exp(y) sum(dy)."""
+    if key == "quack_cpp":
+        import quack_cpp
+        from quack_cpp import _softmax
+        return lambda x, y, dy: (lambda: quack_cpp.log_softmax(x), lambda: _softmax._launch_bwd(y, dy, True))
+    if key == "torch":
+        return lambda x, y, dy: (lambda: torch.log_softmax(x, -1),
+                                 lambda: torch._log_softmax_backward_data(dy, y, -1, x.dtype))
+    if key == "compile":
+        fwd = torch.compile(lambda x: torch.log_softmax(x, -1), dynamic=False)
+
+        def bwd_formula(y, dy):
+            yf, dyf = y.float(), dy.float()
+            return (dyf - yf.exp() * dyf.sum(-1, keepdim=True)).to(y.dtype)
+        bwd = torch.compile(bwd_formula, dynamic=False)
+        return lambda x, y, dy: (lambda: fwd(x), lambda: bwd(y, dy))
+    if key in ("liger", "quack"):
+        raise RuntimeError("no log-softmax in its API")
+    raise ValueError(key)
+
 
 def make_impl(key, torch):
     if key == "quack_cpp":
@@ -86,11 +113,39 @@ def check(torch, got, want, cond, dtname, rows):
     return ratio <= 1.0, f"max err / bound {ratio:.3f}"
 
 
+def references(torch, x, dy, rows, log):
+    """(y, want_y, cond_fwd, want_dx, cond_bwd): y the saved output the
+    backward reads (the op in fp32, rounded to x's dtype); the float64
+    forward of x and backward from (y, dy) on `rows`, each with the
+    magnitude its rounding scales with (check's cond)."""
+    xs = x.index_select(0, rows).double()
+    n = x.shape[-1]
+    if log:
+        # y = (x - max) - ln s: its error is relative to those two terms;
+        # dx = dy - exp(y) sum(dy): to its terms, y's own rounding carried
+        # through exp.
+        want_y = torch.log_softmax(xs, -1)
+        y = torch.log_softmax(x.float(), -1).to(x.dtype)
+        ys, dys = y.index_select(0, rows).double(), dy.index_select(0, rows).double()
+        want_dx = dys - ys.exp() * dys.sum(-1, keepdim=True)
+        cond_bwd = dys.abs() + ys.exp() * dys.abs().sum(-1, keepdim=True) * (1.0 + ys.abs())
+        centred = xs - xs.amax(-1, keepdim=True)
+        cond_fwd = centred.abs() + (centred - want_y).abs()
+    else:
+        want_y = torch.softmax(xs, -1)
+        y = torch.softmax(x.float(), -1).to(x.dtype)
+        ys, dys = y.index_select(0, rows).double(), dy.index_select(0, rows).double()
+        want_dx = ys * (dys - (dys * ys).sum(-1, keepdim=True))
+        cond_bwd = ys.abs() * (dys.abs() + (dys * ys).abs().sum(-1, keepdim=True))
+        cond_fwd = torch.full_like(want_y, 1.0 / n)
+    return y, want_y, cond_fwd, want_dx, cond_bwd
+
+
 def run(args):
     import torch
     torch.manual_seed(0)
     bench = Run(torch, args)
-    makers = bench.makers(make_impl)
+    makers = bench.makers(make_log_impl if args.log else make_impl)
     for dtname in args.dtypes.split(","):
         dtype = getattr(torch, DTYPES[dtname])
         es = torch.finfo(dtype).bits // 8
@@ -101,12 +156,7 @@ def run(args):
             g = torch.Generator(device="cpu").manual_seed(n)
             rows = torch.unique(torch.cat([torch.tensor([0, m - 1]), torch.randint(0, m, (30,), generator=g)]))
             rows = rows.to("cuda")
-            xs = x.index_select(0, rows).double()
-            want_y = torch.softmax(xs, -1)
-            y = torch.softmax(x.float(), -1).to(dtype)  # the saved output the backward reads
-            ys, dys = y.index_select(0, rows).double(), dy.index_select(0, rows).double()
-            want_dx = ys * (dys - (dys * ys).sum(-1, keepdim=True))
-            cond_bwd = ys.abs() * (dys.abs() + (dys * ys).abs().sum(-1, keepdim=True))
+            y, want_y, cond_fwd, want_dx, cond_bwd = references(torch, x, dy, rows, args.log)
             full = torch.arange(len(rows), device="cuda")
 
             def checker(want, cond):
@@ -114,8 +164,7 @@ def run(args):
             for key, make in makers.items():
                 def directions(make=make, x=x, y=y, dy=dy):
                     fwd, bwd = make(x, y, dy)
-                    return [("fwd", fwd, checker(want_y, torch.full_like(want_y, 1.0 / n)), 2 * m * n * es, m * n,
-                             dtype),
+                    return [("fwd", fwd, checker(want_y, cond_fwd), 2 * m * n * es, m * n, dtype),
                             ("bwd", bwd, checker(want_dx, cond_bwd), 3 * m * n * es, m * n, dtype)]
                 bench.cell(dtname, n, m, key, directions)
             del x, dy, y
@@ -126,7 +175,8 @@ def run(args):
 def main(argv=None):
     args = parse_args(argv)
     rec = run(args)
-    text = markdown(rec, args.peers.split(","), "Softmax forward and backward, side by side",
+    what = "Log-softmax" if args.log else "Softmax"
+    text = markdown(rec, args.peers.split(","), what + " forward and backward, side by side",
                     [("fwd", "Forward"), ("bwd", "Backward")],
                     "forward bytes = read x + write y, backward = read y and dy + write dx")
     return write(rec, text, args)

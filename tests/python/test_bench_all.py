@@ -46,6 +46,8 @@ def test_each_benchmark_accepts_its_command(op, quick, tmp_path):
         assert "compile" not in peers and "quack_cpp" in peers
     if op == "rmsnorm":
         assert parsed.deadline_s == 90.0
+    if script == "bench_softmax.py":
+        assert parsed.log == (op == "log_softmax")
 
 
 def _recorded(name):
