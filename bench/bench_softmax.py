@@ -49,45 +49,30 @@ def parse_args(argv):
 # y is a correct softmax of x (float64 reference rounded), dy random.
 # --------------------------------------------------------------------------
 
-def make_log_impl(key, torch):
-    """make_impl's log-softmax counterpart: y = log_softmax(x), dx = dy -
-    exp(y) sum(dy)."""
+def make_impl(key, torch, log=False):
+    """log: log-softmax (y = log_softmax(x), dx = dy - exp(y) sum(dy))."""
     if key == "quack_cpp":
         import quack_cpp
         from quack_cpp import _softmax
-        return lambda x, y, dy: (lambda: quack_cpp.log_softmax(x), lambda: _softmax._launch_bwd(y, dy, True))
+        op = quack_cpp.log_softmax if log else quack_cpp.softmax
+        return lambda x, y, dy: (lambda: op(x), lambda: _softmax._launch_bwd(y, dy, log))
     if key == "torch":
-        return lambda x, y, dy: (lambda: torch.log_softmax(x, -1),
-                                 lambda: torch._log_softmax_backward_data(dy, y, -1, x.dtype))
+        op = torch.log_softmax if log else torch.softmax
+        back = torch._log_softmax_backward_data if log else torch._softmax_backward_data
+        return lambda x, y, dy: (lambda: op(x, -1), lambda: back(dy, y, -1, x.dtype))
     if key == "compile":
-        fwd = torch.compile(lambda x: torch.log_softmax(x, -1), dynamic=False)
+        op = torch.log_softmax if log else torch.softmax
+        fwd = torch.compile(lambda x: op(x, -1), dynamic=False)
 
         def bwd_formula(y, dy):
             yf, dyf = y.float(), dy.float()
-            return (dyf - yf.exp() * dyf.sum(-1, keepdim=True)).to(y.dtype)
-        bwd = torch.compile(bwd_formula, dynamic=False)
-        return lambda x, y, dy: (lambda: fwd(x), lambda: bwd(y, dy))
-    if key in ("liger", "quack"):
-        raise RuntimeError("no log-softmax in its API")
-    raise ValueError(key)
-
-
-def make_impl(key, torch):
-    if key == "quack_cpp":
-        import quack_cpp
-        from quack_cpp import _softmax
-        return lambda x, y, dy: (lambda: quack_cpp.softmax(x), lambda: _softmax._launch_bwd(y, dy, False))
-    if key == "torch":
-        return lambda x, y, dy: (lambda: torch.softmax(x, -1),
-                                 lambda: torch._softmax_backward_data(dy, y, -1, x.dtype))
-    if key == "compile":
-        fwd = torch.compile(lambda x: torch.softmax(x, -1), dynamic=False)
-
-        def bwd_formula(y, dy):
-            yf, dyf = y.float(), dy.float()
+            if log:
+                return (dyf - yf.exp() * dyf.sum(-1, keepdim=True)).to(y.dtype)
             return (yf * (dyf - (dyf * yf).sum(-1, keepdim=True))).to(y.dtype)
         bwd = torch.compile(bwd_formula, dynamic=False)
         return lambda x, y, dy: (lambda: fwd(x), lambda: bwd(y, dy))
+    if log and key in ("liger", "quack"):
+        raise RuntimeError("no log-softmax in its API")
     if key == "liger":
         from liger_kernel.ops import softmax as lsm
 
@@ -145,7 +130,7 @@ def run(args):
     import torch
     torch.manual_seed(0)
     bench = Run(torch, args)
-    makers = bench.makers(make_log_impl if args.log else make_impl)
+    makers = bench.makers(lambda key, torch: make_impl(key, torch, args.log))
     for dtname in args.dtypes.split(","):
         dtype = getattr(torch, DTYPES[dtname])
         es = torch.finfo(dtype).bits // 8

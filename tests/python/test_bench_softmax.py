@@ -19,7 +19,7 @@ def test_torch_peer_passes_and_a_wrong_output_does_not(log, dtname):
     dy = torch.randn(9, 700, generator=g).to(dtype)
     rows = torch.tensor([0, 4, 8])
     y, want_y, cond_fwd, want_dx, cond_bwd = sm.references(torch, x, dy, rows, log)
-    fwd, bwd = (sm.make_log_impl if log else sm.make_impl)("torch", torch)(x, y, dy)
+    fwd, bwd = sm.make_impl("torch", torch, log)(x, y, dy)
 
     def check(out, want, cond):  # as run's checker: the sampled rows, then all of them
         return sm.check(torch, out.index_select(0, rows), want, cond, dtname, torch.arange(len(rows)))
@@ -49,7 +49,7 @@ def test_log_references_are_log_softmax():
 @pytest.mark.parametrize("key", ["liger", "quack"])
 def test_peers_without_log_softmax_say_so(key):
     with pytest.raises(RuntimeError, match="no log-softmax"):
-        sm.make_log_impl(key, torch)
+        sm.make_impl(key, torch, log=True)
 
 
 def test_log_option():
