@@ -12,8 +12,9 @@
 #              $SANITIZE_SHARDS processes at once, each killed after
 #              $SANITIZE_TIMEOUT s, none started after $SANITIZE_DEADLINE s;
 #              initcheck and synccheck likewise
-#   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER, a
-#              process per test file, $SANITIZE_PY_WORKERS at once
+#   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER
+#              through scripts/sanitize_py.sh ($SANITIZE_PY_CHUNK tests a
+#              process, $SANITIZE_PY_WORKERS at once)
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
 #              hazards; each process killed after $RACECHECK_TIMEOUT s)
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
@@ -72,26 +73,10 @@ for part in $parts; do
     sanitize_py)
       # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
       # expression; "" for all of it), after `tests` installed the package:
-      # one sanitizer process per test file, the largest files first,
-      # $SANITIZE_PY_WORKERS (default 4) at once, each killed after
-      # $SANITIZE_TIMEOUT s. (16 pytest-xdist workers under one
-      # compute-sanitizer --target-processes all reached no test in 320 s,
-      # eleventh session.) memcheck_py.log holds every file's output.
-      mkdir -p "$out/memcheck_py"
-      # shellcheck disable=SC2016
-      find tests/python -maxdepth 1 -name 'test_*.py' -printf '%s %p\n' | sort -rn | cut -d' ' -f2 |
-        xargs -d '\n' -P "${SANITIZE_PY_WORKERS:-4}" -n 1 bash -c \
-        'f=$1; log="$0/$(basename "$f" .py).log"
-         timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
-           python3 -m pytest -q -p no:cacheprovider "$f" -k "${SANITIZE_PY_FILTER-concurrency}" > "$log" 2>&1
-         echo "$? $f" >> "$0/status"' "$out/memcheck_py"
-      for f in "$out"/memcheck_py/test_*.log; do echo "== $f"; cat "$f"; done > "$out/memcheck_py.log" 2> /dev/null
-      mv "$out/memcheck_py/status" "$out/memcheck_py.status" && rm -rf "$out/memcheck_py"
-      # pytest: 0 passed, 5 no test selected; 3 memcheck errors, 124 killed.
-      awk '$1 != 0 && $1 != 5 { bad++; print "  exit " $1 ": " $2 } END { print "memcheck_py: " NR " files, " bad + 0 " not clean" }' \
-        "$out/memcheck_py.status"
-      grep -E "ERROR SUMMARY|passed|failed" "$out/memcheck_py.log" | sort | uniq -c | sort -rn | head -20
-      grep -qvE '^(0|5) ' "$out/memcheck_py.status" && status=1 ;;
+      # scripts/sanitize_py.sh, chunks of $SANITIZE_PY_CHUNK tests a process,
+      # $SANITIZE_PY_WORKERS at once, each killed after $SANITIZE_TIMEOUT s.
+      bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
+        || status=1 ;;
     racecheck)
       bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;

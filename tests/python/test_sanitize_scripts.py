@@ -1,6 +1,9 @@
-"""scripts/sanitize_cases.sh without a GPU: a stand-in test binary (its case
-listing) and a stand-in compute-sanitizer (an exit status per case) check the
-order, the batching, the totals and the exit status."""
+"""scripts/sanitize_cases.sh and scripts/sanitize_py.sh without a GPU.
+sanitize_cases.sh: a stand-in test binary (its case listing) and a stand-in
+compute-sanitizer (an exit status per case) check the order, the batching,
+the totals and the exit status. sanitize_py.sh: a stand-in sanitizer that
+runs its program, over a small test directory, checks the chunks and the
+totals."""
 import os
 import pathlib
 import shutil
@@ -10,6 +13,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sanitize_cases.sh"
+PY_SCRIPT = ROOT / "scripts" / "sanitize_py.sh"
 
 LISTING = """\
 Running main() from gtest_main.cc
@@ -126,3 +130,54 @@ def test_deadline_and_empty_filter(stand_ins):
     assert not (tmp / "runs").exists()
     r = run(env, out, filt="Nothing*")
     assert r.returncode == 1 and "no case matches" in r.stdout
+
+
+PASSING_SANITIZER = """\
+#!/usr/bin/env bash
+while [ "$1" != --error-exitcode ]; do shift; done
+shift 2
+"$@"
+"""
+
+SMALL_TESTS = """\
+import pytest
+
+@pytest.mark.parametrize("i", range(5))
+def test_fine(i):
+    assert i >= 0
+
+def test_broken():
+    assert False, "fails on purpose"
+"""
+
+
+def test_sanitize_py_chunks_and_totals(tmp_path):
+    if shutil.which("bash") is None or shutil.which("split") is None:
+        pytest.skip("needs bash and coreutils")
+    import sys
+    san = tmp_path / "bin" / "compute-sanitizer"
+    san.parent.mkdir()
+    san.write_text(PASSING_SANITIZER)
+    san.chmod(0o755)
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_small.py").write_text(SMALL_TESTS)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PATH=f"{san.parent}:{os.environ['PATH']}", PYTHON=sys.executable,
+               SANITIZE_PY_CHUNK="2", SANITIZE_PY_WORKERS="2")
+
+    def run(filt):
+        return subprocess.run(["bash", str(PY_SCRIPT), filt, "60", str(out), str(tests)], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = run("fine")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "memcheck_py: 5 tests: 5 in clean chunks" in r.stdout
+    status = (out / "memcheck_py.status").read_text().splitlines()
+    assert [line.split()[1] for line in status] == ["2", "2", "1"]  # chunks of 2
+    r = run("")  # everything: the failing test's chunk is reported
+    assert r.returncode == 1
+    assert "6 tests: 4 in clean chunks" in r.stdout and "2 in failed chunks" in r.stdout, r.stdout
+    assert "fails on purpose" in (out / "memcheck_py.log").read_text()
+    r = run("no_such_test")
+    assert r.returncode == 1 and "no test matches" in r.stdout
