@@ -252,9 +252,9 @@ struct CrossEntropyArgs {
   int64_t combine_shards = 0;
 };
 Status can_implement(const CrossEntropyArgs& args);
-// *bytes: device memory the call needs in args.workspace (the mean's
-// denominators; the rows' shares of a reduced loss); depends on the shape and
-// options only.
+// *bytes: device memory the call needs in args.workspace (a mean's
+// denominators when its gradient needs them; the rows' terms of a reduced
+// loss); depends on the shape and options (dlogits given or not) only.
 Status cross_entropy_workspace_bytes(const CrossEntropyArgs& args, size_t* bytes);
 Status cross_entropy(const CrossEntropyArgs& args, cudaStream_t stream);
 
