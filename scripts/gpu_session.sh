@@ -22,6 +22,8 @@
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also rmsnorm_bwd, cross_entropy)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
+#   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
+#              (the eleventh session's unexplained illegal address)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -80,6 +82,26 @@ for part in $parts; do
     racecheck)
       bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
+    synccheck_probe)
+      # Issue 7: synccheck reported no error but the kernel hit an illegal
+      # address in ChunkCases/SoftmaxGpuChunked N70000_bf16_M300 (the chunk
+      # kernel forced: 16-CTA clusters of 128 threads, 300 clusters), clean
+      # under memcheck / racecheck / 60 native runs (eleventh session). The
+      # same forced plan in softmax_sweep, at 300, 20 and 5 rows, and with
+      # clusters of 8 (chunk_cta_kb=32): is it the rows, the cluster size, or
+      # the test binary?
+      build_sweeps || { status=1; continue; }
+      for cta in 16 32; do
+        for total in 21000000 1400000 350000; do
+          {
+            echo "== chunk_cta_kb=$cta total=$total"
+            QUACK_TUNE=chunk_min_kb=0,chunk_min_bwd_kb=0,chunk_cta_kb=$cta,chunk_stage_kb=8,chunk_threads=128 \
+              timeout 120 compute-sanitizer --tool synccheck build/softmax_sweep bf16 0 "$total" 70000 2>&1
+            echo "exit $?"
+          } >> "$out/synccheck_probe.log"
+        done
+      done
+      grep -E "^== |^exit|ERROR SUMMARY|rror" "$out/synccheck_probe.log" ;;
     sweep)
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
