@@ -7,6 +7,8 @@ checked against float64, and the sums over every row (the norms' weight
 gradients, cross-entropy's mean) in float64 slabs. RMSNorm's forward has its
 own such test in test_rmsnorm.py."""
 
+import os
+
 import pytest
 import torch
 
@@ -24,14 +26,22 @@ SLAB = 256     # rows of a float64 slab
 
 
 @pytest.fixture(autouse=True)
-def _release():
-    """Gives the 9-17 GB a test holds back to the device when it ends: the
-    suite runs on several pytest-xdist workers, whose caching allocators
-    would otherwise each keep their largest test's memory."""
-    yield
+def _one_at_a_time():
+    """The suite runs on several pytest-xdist workers: these tests take a
+    lock file so that only one of them (9-17 GB) runs at a time, and give
+    their memory back to the device when they end (a worker's caching
+    allocator would otherwise keep it)."""
+    import fcntl
     import gc
-    gc.collect()
-    torch.cuda.empty_cache()
+    import tempfile
+    with open(os.path.join(tempfile.gettempdir(), "quack_cpp_past_2_31.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def big(scale=1.0):
