@@ -397,7 +397,8 @@ class Bench:
                      + (f"; again at the end: {end:.0f} GB/s" if end else ""))
         L.append("")
         L.append("Cells: GB/s of model bytes (read x + write out + read w), median of CUDA-event "
-                 "timed calls, and in brackets % of the copy bandwidth above. **WRONG**: "
+                 "timed calls (each queued behind a GPU sleep: device time, not host time), and in "
+                 "brackets % of the copy bandwidth above. **WRONG**: "
                  "the output failed the float64 check (see Correctness); n/a: could not run.")
         L.append("")
 
@@ -570,13 +571,34 @@ def mark_na(torch, bench, cells, key, where, impl, exc):
     ensure_alive(torch, bench, f"{impl.title} at {where}")
 
 
+# The GPU's clock for torch.cuda._sleep's cycle count: a lower bound of the
+# sleep is all that matters (H200 boost 1.98 GHz; a slower clock sleeps longer).
+SLEEP_CYCLES_PER_S = 2.0e9
+
+
 def time_events(torch, fns, target_ms, warmup=3, min_iters=5, max_iters=5000):
-    """Median ms of one call, CUDA events around each call; fns are rotated."""
+    """Median ms of one call's device time, CUDA events around each call;
+    fns are rotated. Each timed call is queued behind a GPU sleep longer
+    than the call's host time, so that its start event, kernels and end
+    event reach the GPU back to back: the interval is the kernels' time, not
+    the host's (without it a call whose Python costs more than its kernels
+    -- small shapes, torch.compile's guards, several launches -- measured the
+    host: bench_all --quick cells moved up to 16 points between runs of the
+    same kernels, eleventh session). The host cost is measured on its own
+    (bench_latency.py)."""
     k = len(fns)
     for i in range(warmup):
         fns[i % k]()
     torch.cuda.synchronize()
+    host = []
+    for i in range(3):  # host time of a call (enqueue only)
+        t0 = time.perf_counter()
+        fns[i % k]()
+        host.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    sleep_cycles = int((20e-6 + 3 * max(host)) * SLEEP_CYCLES_PER_S)
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(sleep_cycles)
     e0.record()
     for i in range(3):
         fns[i % k]()
@@ -587,6 +609,7 @@ def time_events(torch, fns, target_ms, warmup=3, min_iters=5, max_iters=5000):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
+        torch.cuda._sleep(sleep_cycles)
         starts[i].record()
         fns[i % k]()
         ends[i].record()

@@ -129,7 +129,8 @@ def markdown(rec, peers, title, directions, bytes_note, shape_note=None, notes=N
            f"- torch {rec['torch']}; peers: " + ", ".join(f"{k} {v}" for k, v in rec["versions"].items()),
            f"- copy bandwidth (same run): {copy:.0f} GB/s at the start, {rec['copy'].get('end', 0):.0f} GB/s "
            "at the end; every % below is of the start figure",
-           f"- {shapes}; {bytes_note}; median of CUDA-event timed calls",
+           f"- {shapes}; {bytes_note}; median of CUDA-event timed calls, each queued behind a GPU sleep "
+           "(device time, not the host's: bench_latency.py measures that)",
            "- **bold**: the best of the row; a cell marked WRONG failed the float64 check", ""]
     for entry in directions:
         d, dtitle, group, columns = (tuple(entry) + (None, None))[:4]
