@@ -20,10 +20,12 @@
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
-#              also rmsnorm_bwd, cross_entropy)
+#              also rmsnorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
+#              (default "bf16 f32")
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
-#              (the eleventh session's unexplained illegal address)
+#              (the eleventh session's unexplained illegal address), each
+#              run killed after $PROBE_TIMEOUT (120) s
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -44,14 +46,16 @@ cd "$root" || exit 1
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 
-# libquack and the C++ sweeps (build/rmsnorm_sweep, build/softmax_sweep).
+# libquack and the C++ sweeps (build/rmsnorm_sweep, build/softmax_sweep), once a call.
 build_sweeps() {
+  [ -n "${sweeps_built:-}" ] && return 0
   { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
     > "$out/sweep_build.log" 2>&1 || return 1
   for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep; do
     nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
       build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
   done
+  sweeps_built=1
 }
 
 for part in $parts; do
@@ -96,7 +100,7 @@ for part in $parts; do
           {
             echo "== chunk_cta_kb=$cta total=$total"
             QUACK_TUNE=chunk_min_kb=0,chunk_min_bwd_kb=0,chunk_cta_kb=$cta,chunk_stage_kb=8,chunk_threads=128 \
-              timeout 120 compute-sanitizer --tool synccheck build/softmax_sweep bf16 0 "$total" 70000 2>&1
+              timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool synccheck build/softmax_sweep bf16 0 "$total" 70000 2>&1
             echo "exit $?"
           } >> "$out/synccheck_probe.log"
         done
@@ -106,22 +110,23 @@ for part in $parts; do
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
       for tune in "" "${tunes[@]}"; do
-        for dt in bf16 f32; do
+        # shellcheck disable=SC2086
+        for dt in ${SWEEP_DTYPES:-bf16 f32}; do
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm "* ]]; then
             echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
-            QUACK_TUNE=$tune build/rmsnorm_sweep $dt >> "$out/sweep.log" 2>&1 || status=1
+            QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" >> "$out/sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
-            QUACK_TUNE=$tune build/softmax_sweep $dt 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
+            QUACK_TUNE=$tune build/softmax_sweep "$dt" 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" cross_entropy "* ]]; then
             echo "== cross_entropy $dt ${tune:-defaults}" >> "$out/cross_entropy_sweep.log"
-            QUACK_TUNE=$tune build/cross_entropy_sweep $dt >> "$out/cross_entropy_sweep.log" 2>&1 || status=1
+            QUACK_TUNE=$tune build/cross_entropy_sweep "$dt" >> "$out/cross_entropy_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
             echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
-            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep $dt >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
+            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
           fi
         done
       done ;;
