@@ -194,4 +194,12 @@ for part in $parts; do
   esac
   echo "[$part: $((SECONDS - start)) s]"
 done
+# The device tool brings back a bounded number of files (8 in the twelfth
+# session: synccheck's logs were left behind): past 8, the logs travel as
+# one logs.tgz beside gpu.txt and the summaries.
+if [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  (cd "$out" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.status' -o -name '*.json' -o -name '*.md' \) \
+      ! -name '*summary.md' -printf '%f\n' > .packed \
+    && tar czf logs.tgz -T .packed && xargs rm -f < .packed && rm -f .packed)
+fi
 exit $status
