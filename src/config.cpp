@@ -82,6 +82,13 @@ RowTuning default_row_tuning() {
   // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
   t.reg_staged_team = 256;
+  // Staged clusters from rows that need a 1024-thread register team
+  // (softmax_sweep / rmsnorm_sweep, commit 1e6f05c, H200, M*N = 2^28, bf16,
+  // % of copy in one run each; bench/results/2026-11-30-rmsnorm-fwd-reg.md,
+  // twelfth session): N = 64K 88.1% (296.4 us) in one 1024-thread CTA
+  // against 90.8% / 91.3% (284.8 / 285.0 us) staged in 4 x 256 threads; N =
+  // 32K stays in registers (512 x 8: 94.9% against 90.4% staged in 2 x 256).
+  t.reg_staged_above_team = 512;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -279,8 +286,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     //    that a cluster of wide_team CTAs, or of 1024-thread CTAs when 16
     //    of those do not cover the row.
     team = pow2_ceil(ceil_div(nvec, max_vpt));
+    if (team > std::min<int64_t>(wide_team, tune.reg_staged_above_team) && try_staged()) return true;
     if (team > wide_team) {
-      if (try_staged()) return true;
       const int64_t cl_wide = ceil_div(nvec, wide_team * cl_vpt);      // >= 2 here
       const int64_t cl_full = ceil_div(nvec, int64_t(kRegRowMaxThreads) * cl_vpt);
       if (cl_wide <= max_cluster) {

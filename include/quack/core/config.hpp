@@ -92,6 +92,7 @@ struct RowTuning {
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
   int reg_staged_team;       // the CTA size of staged clustered rows
+  int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   // Chunked two-pass rows (ChunkRowConfig below).
   int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
                              // where the register-resident kernels fit
