@@ -58,6 +58,17 @@ build_sweeps() {
   sweeps_built=1
 }
 
+# The Python package, for the bench parts: `tests` installs it; without it
+# (a call of bench parts alone) they would run every peer but quack_cpp, as
+# the thirteenth session's first call did. Built in build/python, as
+# scripts/test.sh and scripts/bench.sh build it.
+ensure_package() {
+  python3 -c "import quack_cpp" 2> /dev/null && return 0
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --disable-pip-version-check --no-build-isolation \
+    --no-deps --config-settings=build-dir=build/python . > "$out/install.log" 2>&1 \
+    || { echo "pip install of quack_cpp failed: install.log"; return 1; }
+}
+
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -150,6 +161,7 @@ for part in $parts; do
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
     bench)
+      ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
       python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
@@ -175,6 +187,7 @@ for part in $parts; do
         bench/profile_vocab_parallel.py > "$out/profile_vocab_parallel_notrace.log" 2>&1 || status=1
       grep "^== " "$out/profile_vocab_parallel_notrace.log" ;;
     bench_all)
+      ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
       # shellcheck disable=SC2086
@@ -185,6 +198,7 @@ for part in $parts; do
       cp "$out/all/summary.md" "$out/bench_all_summary.md"
       tar czf "$out/bench_all.tgz" -C "$out" all && rm -rf "$out/all" ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
+      ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
       python3 "bench/$part.py" --commit "$commit" --out "$out/$part.md" \
