@@ -1,4 +1,5 @@
-"""scripts/sanitize_cases.sh and scripts/sanitize_py.sh without a GPU.
+"""scripts/sanitize_cases.sh and scripts/sanitize_py.sh (and the runner they
+share, scripts/sanitize_runner.sh) without a GPU.
 sanitize_cases.sh: a stand-in test binary (its case listing) and a stand-in
 compute-sanitizer (an exit status per case) check the order, the batching,
 the totals and the exit status. sanitize_py.sh: a stand-in sanitizer that
@@ -103,8 +104,9 @@ def test_biggest_first_big_cases_alone_small_ones_batched(stand_ins):
     assert "racecheck: 6 cases: 4 clean, 0 in processes with errors reported, 0 in killed processes, " \
            "2 in failed processes, 0 not started (deadline)" in r.stdout
     status = (out / "racecheck.status").read_text().splitlines()
-    assert len(status) == 5 and status[3].startswith("1 ")
-    assert "ERROR SUMMARY: 0 errors" in (out / "racecheck.log").read_text()
+    assert len(status) == 5 and status[3] == "1 2 Cases/Fwd.Match/N100_f32:Ops/WarpReduce.Sum/width1", status
+    log = (out / "racecheck.log").read_text()
+    assert "ERROR SUMMARY: 0 errors" in log and "== Cases/Fwd.Match/N4096_bf16_M8192\n" in log
 
 
 def test_errors_kills_and_clean_runs(stand_ins):
@@ -172,12 +174,15 @@ def test_sanitize_py_chunks_and_totals(tmp_path):
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
     r = run("fine")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "memcheck_py: 5 tests: 5 in clean chunks" in r.stdout
+    assert "memcheck_py: 5 tests: 5 clean, 0 in processes with errors reported" in r.stdout, r.stdout
     status = (out / "memcheck_py.status").read_text().splitlines()
     assert [line.split()[1] for line in status] == ["2", "2", "1"]  # chunks of 2
+    assert status[0].startswith("0 2 the chunk from ") and "test_fine[0]" in status[0], status
+    assert (out / "memcheck_py.log").read_text().count("== the chunk from ") == 3
     r = run("")  # everything: the failing test's chunk is reported
     assert r.returncode == 1
-    assert "6 tests: 4 in clean chunks" in r.stdout and "2 in failed chunks" in r.stdout, r.stdout
+    assert "6 tests: 4 clean" in r.stdout and "2 in failed processes" in r.stdout, r.stdout
+    assert "exit 1: the chunk from t/test_small.py::test_fine[4]" in r.stdout, r.stdout  # with test_broken
     assert "fails on purpose" in (out / "memcheck_py.log").read_text()
     r = run("no_such_test")
     assert r.returncode == 1 and "no test matches" in r.stdout

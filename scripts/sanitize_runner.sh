@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# Sourced by scripts/sanitize_cases.sh and scripts/sanitize_py.sh: runs units
+# of work (batches of C++ cases, chunks of Python tests) under a sanitizer,
+# many at once, each with a time limit, none started past a deadline, and
+# sums up what their exit statuses say.
+#
+#   sanitize_units NAME NOUN LIMIT JOBS UNITS OUTDIR CMD...
+#
+# UNITS is a file with a line a unit, "<count><TAB><label><TAB><argument>":
+# the unit runs CMD with <argument> appended, killed after LIMIT s, JOBS units
+# at once; it holds <count> NOUN (cases, tests) and <label> names it in the
+# report. No unit starts later than $SANITIZE_DEADLINE s (default: no
+# deadline) after this file was sourced. CMD must pass the sanitizer
+# --error-exitcode 3, so that the statuses read: 0 clean, 3 errors reported,
+# 124 killed at the limit, anything else a failed run (a test failure, a
+# crash).
+#
+# Writes OUTDIR/NAME.log (each unit's output under "== <label>", in UNITS
+# order) and OUTDIR/NAME.status (a line a unit: "<exit> <count> <label>", the
+# exit "skipped" past the deadline or "lost" when the unit left no status);
+# prints one line of totals and the units that were not clean. Returns 0 only
+# when every unit ran clean.
+sanitize_deadline=$(($(date +%s) + ${SANITIZE_DEADLINE:-1000000}))
+
+sanitize_units() {
+  local name=$1 noun=$2 limit=$3 jobs=$4 units=$5 out=$6
+  shift 6
+  local work n i
+  work=$(mktemp -d)
+  # xargs appends the unit's line ("index<TAB>count<TAB>label<TAB>argument")
+  # after CMD; the unit's log and status go to $work/<index>.{log,status}.
+  # shellcheck disable=SC2016
+  nl -ba -w1 -s"$(printf '\t')" "$units" |
+    work=$work limit=$limit deadline=$sanitize_deadline xargs -d '\n' -P "$jobs" -n 1 bash -c '
+      IFS=$(printf "\t") read -r i count label arg <<< "${*: -1}"
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        printf "skipped %s %s\n" "$count" "$label" > "$work/$i.status"
+        exit 0
+      fi
+      timeout "$limit" "${@:1:$#-1}" "$arg" > "$work/$i.log" 2>&1
+      e=$?
+      printf "%d %s %s\n" "$e" "$count" "$label" > "$work/$i.status"' _ "$@"
+  : > "$out/$name.log"
+  : > "$out/$name.status"
+  n=$(wc -l < "$units")
+  for ((i = 1; i <= n; i++)); do
+    if [ -f "$work/$i.log" ]; then
+      { sed -n "${i}p" "$units" | cut -f2 | sed 's/^/== /'; cat "$work/$i.log"; } >> "$out/$name.log"
+    fi
+    cat "$work/$i.status" >> "$out/$name.status" 2> /dev/null ||
+      sed -n "${i}p" "$units" | cut -f1,2 | sed 's/^/lost /; s/\t/ /' >> "$out/$name.status"
+  done
+  rm -rf "$work"
+  awk -v name="$name" -v noun="$noun" '
+    { label = $0; sub(/^[^ ]+ [^ ]+ /, "", label); total += $2 }
+    $1 == "0"       { clean += $2; next }
+    $1 == "3"       { err += $2; bad = bad "\n  errors reported: " label; next }
+    $1 == "124"     { killed += $2; bad = bad "\n  killed at the limit: " label; next }
+    $1 == "skipped" { skipped += $2; next }
+    { failed += $2; bad = bad "\n  exit " $1 ": " label }
+    END {
+      printf "%s: %d %s: %d clean, %d in processes with errors reported, %d in killed processes, %d in failed processes, %d not started (deadline)%s\n",
+        name, total, noun, clean, err, killed, failed, skipped, bad
+      exit !(clean == total)
+    }' "$out/$name.status"
+}
