@@ -103,6 +103,17 @@ RowTuning default_row_tuning() {
   // 91.2%) and lose at 2 MB (fp32 N = 256K: 71.1% vs 87.9%).
   t.chunk_min_bytes = 256 << 10;
   t.chunk_min_bytes_bwd = 2 << 20;
+  // Forward rows by element count and cluster (softmax_sweep, commit
+  // f71d42f, H200; softmax-sweep.md run 6): bf16 N = 64K (128 KB, one
+  // 1024-thread register CTA) chunked 88.5% against 84.6% at 4096 rows,
+  // 80.9 / 77.6% against 76.0 / 70.6% at 1093 / 320 rows; N = 70000 (140 KB,
+  // register CTAs clustered by 3) chunked 71.3% against 44.9% at 300 rows,
+  // 65.8% against 38.8% at 1024. No clustered register forward has won a
+  // cell (runs 3 and 5: bf16 128K-256K 55-58% against 75-80% chunked; fp32
+  // 64K-256K 52-63% against 84-89%). fp32 N = 32K (128 KB, one CTA) stays
+  // in registers: 97.1% against 94.2% chunked (run 3).
+  t.chunk_min_cols = 64 << 10;
+  t.chunk_clustered_fwd = 1;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;

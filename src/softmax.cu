@@ -26,7 +26,9 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
 
 // Which kernel serves an aligned row problem, and its configuration:
 // the register-resident kernels where the row fits their tiles (unless the
-// tuning chunks rows this long), otherwise the chunked two-pass kernel.
+// tuning chunks rows this long; forward rows of chunk_min_cols elements or
+// more, or whose tile needs a cluster, are chunked), otherwise the chunked
+// two-pass kernel.
 struct Plan {
   bool reg = false;
   RegRowConfig reg_cfg;
@@ -50,8 +52,10 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   const int tensors = backward ? 2 : 1;
   const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
   const int64_t chunk_min = backward ? tune.chunk_min_bytes_bwd : tune.chunk_min_bytes;
-  plan.reg = row_bytes < chunk_min && choose_reg_row_config(prob, lim, tune, &plan.reg_cfg) &&
-             check_reg_row_config(plan.reg_cfg, prob, lim) == nullptr;
+  plan.reg = row_bytes < chunk_min && (backward || cols < tune.chunk_min_cols) &&
+             choose_reg_row_config(prob, lim, tune, &plan.reg_cfg) &&
+             check_reg_row_config(plan.reg_cfg, prob, lim) == nullptr &&
+             (backward || !tune.chunk_clustered_fwd || plan.reg_cfg.cluster == 1);
   if (!plan.reg) {
     ChunkRowProblem cp;
     cp.rows = rows;

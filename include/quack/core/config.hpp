@@ -97,6 +97,8 @@ struct RowTuning {
   int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
                              // where the register-resident kernels fit
   int64_t chunk_min_bytes_bwd;  // the same for backward rows (bytes of y and dy)
+  int64_t chunk_min_cols;    // forward rows of at least this many elements are chunked
+  int chunk_clustered_fwd;   // 1: forward rows whose register tile needs a cluster are chunked
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
