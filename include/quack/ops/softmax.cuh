@@ -407,6 +407,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
     const T* a = static_cast<const T*>(p.a) + row * p.a_stride + v0 * VEC;
     const T* b = kBackward ? static_cast<const T*>(p.b) + row * p.b_stride + v0 * VEC : nullptr;
     T* o = static_cast<T*>(p.out) + row * p.out_stride + v0 * VEC;
+    // Opaque too: otherwise ptxas rebuilds each load's address from the
+    // parameters (two LDC.64 and ~12 integer instructions a vector, every
+    // trip) instead of keeping three pointers.
+    asm volatile("" : "+l"(a), "+l"(o));
+    if constexpr (kBackward) asm volatile("" : "+l"(b));
 
     // Pass 1.
     float m = -INFINITY, s = 0.0f, acc = 0.0f;
@@ -484,31 +489,39 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
       o.narrow(f);
     };
 
-    // Pass 2, backwards over the chunk.
+    // Pass 2, backwards over the chunk: first the vectors pass 1 left in
+    // global memory (read last, so the likeliest still in L2), then the
+    // staged ones. Two loops, so that no vector branches between shared and
+    // global memory (25 branches a trip in one loop).
+    auto pass2 = [&](auto staged, int lo, int hi) {  // vectors [lo, hi), backwards
+      constexpr bool kStaged = decltype(staged)::value;
 #pragma unroll 1
-    for (int j0 = tid; j0 < nfull_r; j0 += U * nthr) {
-      V va[U], vb[U];
+      for (int j0 = tid; j0 < hi - lo; j0 += U * nthr) {
+        V va[U], vb[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int k = nfull_r - 1 - (j0 + u * nthr);
-        if (k < 0) continue;
-        if (k < nstage_r) {
-          *reinterpret_cast<uint4*>(va[u].w) = stage_a[k];
-          if constexpr (kBackward) *reinterpret_cast<uint4*>(vb[u].w) = stage_b[k];
-        } else {
-          va[u].load(a + int64_t(k) * VEC);
-          if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+        for (int u = 0; u < U; ++u) {
+          const int k = hi - 1 - (j0 + u * nthr);
+          if (k < lo) continue;
+          if constexpr (kStaged) {
+            *reinterpret_cast<uint4*>(va[u].w) = stage_a[k];
+            if constexpr (kBackward) *reinterpret_cast<uint4*>(vb[u].w) = stage_b[k];
+          } else {
+            va[u].load(a + int64_t(k) * VEC);
+            if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int k = hi - 1 - (j0 + u * nthr);
+          if (k < lo) continue;
+          V vo;
+          out(va[u], vb[u], vo);
+          vo.store(o + int64_t(k) * VEC);
         }
       }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int k = nfull_r - 1 - (j0 + u * nthr);
-        if (k < 0) continue;
-        V vo;
-        out(va[u], vb[u], vo);
-        vo.store(o + int64_t(k) * VEC);
-      }
-    }
+    };
+    pass2(std::false_type{}, nstage_r, nfull_r);
+    pass2(std::true_type{}, 0, nstage_r);
     if (tail_r > 0 && tid == 0) {
       V va, vb, vo;
       va.load_partial(tail_ptr(a), tail_r);
