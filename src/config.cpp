@@ -114,6 +114,14 @@ RowTuning default_row_tuning() {
   // in registers: 97.1% against 94.2% chunked (run 3).
   t.chunk_min_cols = 64 << 10;
   t.chunk_clustered_fwd = 1;
+  // Softmax forward rows staged in clusters of 256-thread CTAs, 64 elements
+  // a thread (the RMSNorm rule above: from rows needing a 1024-thread
+  // register team, up to 16 CTAs), ahead of chunking. PROVISIONAL (16-bit
+  // only), from the RMSNorm measurement above and QuACK's softmax in the
+  // same geometry (bench_all at 74cf65f, H200: bf16 N = 64K / 128K / 256K
+  // 97.9 / 97.3 / 92.1% against our chunked 87.0 / 81.8 / 75.3%); to be
+  // replaced by the softmax_sweep A/B of this knob.
+  t.softmax_staged_fwd = 1;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;

@@ -25,10 +25,11 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
 }
 
 // Which kernel serves an aligned row problem, and its configuration:
-// the register-resident kernels where the row fits their tiles (unless the
-// tuning chunks rows this long; forward rows of chunk_min_cols elements or
-// more, or whose tile needs a cluster, are chunked), otherwise the chunked
-// two-pass kernel.
+// the register-resident kernels where the row fits their tiles -- staged in
+// shared memory for long forward rows where softmax_staged_fwd allows --
+// unless the tuning chunks rows this long (forward rows of chunk_min_cols
+// elements or more, or whose register tile needs a cluster, are chunked
+// unless staged), otherwise the chunked two-pass kernel.
 struct Plan {
   bool reg = false;
   RegRowConfig reg_cfg;
@@ -49,13 +50,15 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   // H200: bf16 N = 512..8K 95.6-98.6% of copy against 79.8-95.3% at the
   // default 4; N = 256 93.5% against 95.3%; fp32 lost 1-3 points at N <= 4K).
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = 8;
+  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1))) prob.staged_vpt = ops::softmax_fwd_staged_vpt(es);
   const int tensors = backward ? 2 : 1;
   const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
   const int64_t chunk_min = backward ? tune.chunk_min_bytes_bwd : tune.chunk_min_bytes;
-  plan.reg = row_bytes < chunk_min && (backward || cols < tune.chunk_min_cols) &&
-             choose_reg_row_config(prob, lim, tune, &plan.reg_cfg) &&
-             check_reg_row_config(plan.reg_cfg, prob, lim) == nullptr &&
-             (backward || !tune.chunk_clustered_fwd || plan.reg_cfg.cluster == 1);
+  const bool fits = choose_reg_row_config(prob, lim, tune, &plan.reg_cfg) &&
+                    check_reg_row_config(plan.reg_cfg, prob, lim) == nullptr;
+  plan.reg = fits && (plan.reg_cfg.staged ||
+                      (row_bytes < chunk_min && (backward || cols < tune.chunk_min_cols) &&
+                       (backward || !tune.chunk_clustered_fwd || plan.reg_cfg.cluster == 1)));
   if (!plan.reg) {
     ChunkRowProblem cp;
     cp.rows = rows;
@@ -122,7 +125,8 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
   char buf[128];
   if (plan.reg) {
     const RegRowConfig& c = plan.reg_cfg;
-    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", c.team, c.threads, c.cluster, c.vpt);
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt);
   } else {
     const ChunkRowConfig& c = plan.chunk_cfg;
     std::snprintf(buf, sizeof buf, "chunk thr %4d cl %2d vecs %lld staged %d", c.threads, c.cluster,

@@ -99,6 +99,11 @@ struct RowTuning {
   int64_t chunk_min_bytes_bwd;  // the same for backward rows (bytes of y and dy)
   int64_t chunk_min_cols;    // forward rows of at least this many elements are chunked
   int chunk_clustered_fwd;   // 1: forward rows whose register tile needs a cluster are chunked
+  // Softmax forward rows that stage x in shared memory in clusters of
+  // reg_staged_team-thread CTAs where the register rules allow (reg_staged,
+  // reg_staged_above_team), ahead of the chunking rules above: bit 0 for
+  // 16-bit x, bit 1 for fp32 x.
+  int softmax_staged_fwd;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size

@@ -6,7 +6,9 @@
 //    into registers, the row's online-softmax pair (max, sum of exp) -- or,
 //    backward, its dot product -- is reduced over the team and the cluster in
 //    one round (core/row_tile.cuh), and the outputs are written from the same
-//    registers. x is read from HBM once.
+//    registers. x is read from HBM once. Long forward rows may instead be
+//    staged: the same kernel with x in shared memory (cp.async), 64 elements
+//    a thread in 256-thread CTAs, one cluster a row.
 // 2. Streaming (everything else: misaligned rows or strides, rows beyond the
 //    register tiles): one CTA per row walks the row twice, first for the
 //    reduction, then for the outputs (x read twice; the second pass often
@@ -65,6 +67,9 @@ static_assert(core::RowReduce<core::MaxSumOp, true>::scratch_bytes() <= kSoftmax
 constexpr int softmax_fwd_max_vpt() { return 8; }
 constexpr int softmax_fwd_cluster_vpt() { return 4; }
 constexpr int softmax_bwd_max_vpt() { return 4; }
+// Staged clustered forward rows: 64 elements a thread (x_bytes: 2 or 4), in
+// shared memory, so the tile costs no registers for the data.
+constexpr int softmax_fwd_staged_vpt(int x_bytes) { return 64 / (16 / x_bytes); }
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
@@ -101,28 +106,37 @@ struct SoftmaxRow {
   }
 };
 
-// The max of a thread's vectors (NaN skipped, as fmaxf: the sum of
-// exponentials carries it). 16-bit elements are compared in pairs (HMNMX2:
-// exact, half the instructions, no widening).
-template <typename T, int VEC, int VPT>
-__device__ __forceinline__ float max_of(const core::RawVec<T, VEC> (&v)[VPT]) {
+// The max of a thread's vectors at(0) .. at(VPT - 1) (NaN skipped, as fmaxf:
+// the sum of exponentials carries it). 16-bit elements are compared in pairs
+// (HMNMX2: exact, half the instructions, no widening).
+template <typename T, int VEC, int VPT, int kUnroll = VPT, class At>
+__device__ __forceinline__ float max_of_each(At&& at) {
   constexpr int W = core::RawVec<T, VEC>::kWords;
   if constexpr (sizeof(T) == 4) {
     float m = -INFINITY;
+#pragma unroll kUnroll
+    for (int i = 0; i < VPT; ++i) {
+      const core::RawVec<T, VEC> v = at(i);
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
-#pragma unroll
-      for (int k = 0; k < W; ++k) m = fmaxf(m, __uint_as_float(v[i].w[k]));
+      for (int k = 0; k < W; ++k) m = fmaxf(m, __uint_as_float(v.w[k]));
+    }
     return m;
   } else {
     using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    T2 m2 = *reinterpret_cast<const T2*>(&v[0].w[0]);
+    T2 m2;
+#pragma unroll kUnroll
+    for (int i = 0; i < VPT; ++i) {
+      const core::RawVec<T, VEC> v = at(i);
+      if (i == 0) m2 = *reinterpret_cast<const T2*>(&v.w[0]);
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
-#pragma unroll
-      for (int k = 0; k < W; ++k) m2 = __hmax2(m2, *reinterpret_cast<const T2*>(&v[i].w[k]));
+      for (int k = 0; k < W; ++k) m2 = __hmax2(m2, *reinterpret_cast<const T2*>(&v.w[k]));
+    }
     return fmaxf(core::to_float(m2.x), core::to_float(m2.y));
   }
+}
+template <typename T, int VEC, int VPT>
+__device__ __forceinline__ float max_of(const core::RawVec<T, VEC> (&v)[VPT]) {
+  return max_of_each<T, VEC, VPT>([&](int i) { return v[i]; });
 }
 
 // -inf in T's bits: the fill for padding, which then drops out of the max and
@@ -134,11 +148,22 @@ constexpr uint32_t neg_inf_bits() {
 
 // ---------------------------------------------------------------------------
 // Register-resident forward. kCluster: one row per cluster of p.cluster CTAs,
-// persistent grid (see rmsnorm_fwd_reg_kernel for why).
-template <typename T, int VPT, bool kCluster>
+// persistent grid (see rmsnorm_fwd_reg_kernel for why). kStaged (clustered
+// only): x goes to shared memory with cp.async (after the reduction scratch;
+// a thread's vector i at (i * team + t) * 16 bytes, written and read by that
+// thread alone) instead of registers, so a thread holds VPT = 64 elements in
+// a small, register-light CTA and every byte of the row is in flight at
+// once; many CTAs share an SM, one cluster a row (not persistent).
+template <typename T, int VPT, bool kCluster, bool kStaged = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
+  static_assert(!kStaged || kCluster, "staged rows are clustered");
+  // Staged vectors are read from shared memory as they are used: loops over
+  // more than 8 of them unroll by 4, or the 16 addresses of fp32's tile stay
+  // live through the three passes and spill (ptxas -v, CUDA 13.0). Register
+  // tiles unroll fully (they index registers).
+  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<MaxSumOp, kCluster> red;
   red.start(smem);
@@ -147,25 +172,47 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
-    RawVec<T, VEC> xv[VPT];
+    RawVec<T, VEC> xv[kStaged ? 1 : VPT] = {};
+    const uint32_t slot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
+    // Vector i of x, -inf past the row's end.
+    auto x_at = [&](int i) {
+      if constexpr (kStaged) {
+        RawVec<T, VEC> v;
+        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+        if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
+        return v;
+      } else {
+        return xv[i];
+      }
+    };
     float m = -INFINITY, s = 0.0f;
     if (active) {
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
+      if constexpr (kStaged) {
+#pragma unroll kUnroll
+        for (int i = 0; i < VPT; ++i) {
+          const int n = g.valid(i);
+          cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+      } else {
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
-      if (!g.whole) {
+        for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+        if (!g.whole) {
 #pragma unroll
-        for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+          for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+        }
       }
-      // The thread's max first (the elements are in registers), then one
+      // The thread's max first (the elements are on chip), then one
       // exponential per element against it: no online rescaling.
-      m = max_of(xv);
+      m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
       // A thread with only -inf (or padding) has sum 0: exp2(-inf) = 0.
       const float base = m == -INFINITY ? 0.0f : m;
-#pragma unroll
+#pragma unroll kUnroll
       for (int i = 0; i < VPT; ++i) {
         float f[VEC];
-        xv[i].widen(f);
+        x_at(i).widen(f);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - base) * kLog2e);
       }
@@ -173,11 +220,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     const SoftmaxRow r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank));
     if (!active) return;
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
-#pragma unroll
+#pragma unroll kUnroll
     for (int i = 0; i < VPT; ++i) {
       if (g.valid(i) == 0) continue;
       float f[VEC];
-      xv[i].widen(f);
+      x_at(i).widen(f);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) f[j] = r.out(f[j], p.log);
       RawVec<T, VEC> o;
@@ -546,14 +593,18 @@ Status launch_softmax_kernel(const SoftmaxParams& p, const core::LaunchShape& sh
 }
 
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <= the
-// direction's max; clustered rows at the max).
+// direction's max; clustered rows at the clustered tile, staged forward rows
+// at the staged one).
 template <DType kX>
 Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool backward, int device,
                           cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape = core::launch_shape(cfg);
   if (!backward) {
-    if (cfg.cluster > 1) {
+    constexpr int kSt = softmax_fwd_staged_vpt(sizeof(T));
+    if (cfg.staged) {
+      if (cfg.vpt == kSt) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, kSt, true, true>>(p, shape, device, stream);
+    } else if (cfg.cluster > 1) {
       if (cfg.vpt == softmax_fwd_cluster_vpt())
         return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true>>(p, shape, device,
                                                                                                   stream);
@@ -578,7 +629,8 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
     }
   }
   return {Code::kUnsupported, "softmax: no register-resident kernel with " + std::to_string(cfg.vpt) +
-                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) + ")"};
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) +
+                                  (cfg.staged ? ", staged" : "") + ")"};
 }
 
 // Streaming: one CTA of `threads` per row, `grid` CTAs.

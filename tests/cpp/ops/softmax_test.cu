@@ -9,10 +9,11 @@
 // inputs must come back unchanged and no byte outside the outputs' elements
 // may change.
 //
-// Cases cover both kernel families: register-resident (sub-warp teams,
-// whole-CTA teams, clusters, many rows per persistent cluster) and streaming
-// (misaligned rows, padded strides, rows beyond the register tiles), plus
-// rows of +inf, -inf and NaN checked against torch's rules.
+// Cases cover every kernel family: register-resident (sub-warp teams,
+// whole-CTA teams, clusters, many rows per persistent cluster, forward rows
+// staged in shared memory), chunked (rows beyond the register tiles) and
+// streaming (misaligned rows or strides), plus rows of +inf, -inf and NaN
+// checked against torch's rules.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,6 +75,10 @@ std::vector<SmCase> cases() {
   add({"N70000_bf16_M300", 300, 70000, kBF16});
   add({"N131072_f32", 3, 131072, kF32});
   add({"N262144_bf16_shift1e4", 2, 262144, kBF16, false, 0, 0, 1e4});
+  // Staged forward rows (16-bit, 32K < N <= 256K by default): a partial
+  // last vector in a padded row, and special values across a cluster.
+  add({"N65541_f16_padded", 7, 65541, kF16, false, 0, 3});
+  add({"N131072_bf16_special", 8, 131072, kBF16, false, 0, 0, 0.0, true});
   // Streaming: misaligned rows or strides.
   add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
@@ -315,6 +320,7 @@ class SoftmaxGpuRegister : public testing::TestWithParam<SmCase> {
     t.chunk_min_bytes_bwd = int64_t(1) << 40;
     t.chunk_min_cols = int64_t(1) << 40;
     t.chunk_clustered_fwd = 0;
+    t.softmax_staged_fwd = 0;
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
@@ -329,6 +335,39 @@ TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(clustered_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The aligned cases whose forward rows stage x in shared memory when every
+// dtype may (softmax_staged_fwd = 3; by default 16-bit rows only): fp32
+// rows, 16-bit ones, partial last vectors, special values, clusters of 5 to
+// 16 CTAs with idle threads in the last.
+std::vector<SmCase> staged_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (c.offset == 0 && (c.cols + c.pad) % (c.dtype == kF32 ? 4 : 8) == 0 && c.cols > 32768 && c.cols <= 262144)
+      v.push_back(c);
+  return v;
+}
+
+class SoftmaxGpuStaged : public testing::TestWithParam<SmCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.softmax_staged_fwd = 3;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase& c = GetParam();
+  EXPECT_EQ(softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{}).rfind("stage", 0), 0u)
+      << "the forward is not staged under this tuning";
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 }  // namespace
