@@ -121,7 +121,8 @@ RowTuning default_row_tuning() {
   // same geometry (bench_all at 74cf65f, H200: bf16 N = 64K / 128K / 256K
   // 97.9 / 97.3 / 92.1% against our chunked 87.0 / 81.8 / 75.3%); to be
   // replaced by the softmax_sweep A/B of this knob.
-  t.softmax_staged_fwd = 1;
+  t.softmax_staged_fwd = 3;
+  t.softmax_staged_vpt = 16;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;

@@ -50,7 +50,8 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   // H200: bf16 N = 512..8K 95.6-98.6% of copy against 79.8-95.3% at the
   // default 4; N = 256 93.5% against 95.3%; fp32 lost 1-3 points at N <= 4K).
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = 8;
-  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1))) prob.staged_vpt = ops::softmax_fwd_staged_vpt(es);
+  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt))
+    prob.staged_vpt = tune.softmax_staged_vpt;
   const int tensors = backward ? 2 : 1;
   const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
   const int64_t chunk_min = backward ? tune.chunk_min_bytes_bwd : tune.chunk_min_bytes;

@@ -102,8 +102,10 @@ struct RowTuning {
   // Softmax forward rows that stage x in shared memory in clusters of
   // reg_staged_team-thread CTAs where the register rules allow (reg_staged,
   // reg_staged_above_team), ahead of the chunking rules above: bit 0 for
-  // 16-bit x, bit 1 for fp32 x.
+  // 16-bit x, bit 1 for fp32 x; softmax_staged_vpt 16-byte vectors of x a
+  // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_fwd;
+  int softmax_staged_vpt;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size

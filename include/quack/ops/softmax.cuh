@@ -7,8 +7,8 @@
 //    backward, its dot product -- is reduced over the team and the cluster in
 //    one round (core/row_tile.cuh), and the outputs are written from the same
 //    registers. x is read from HBM once. Long forward rows may instead be
-//    staged: the same kernel with x in shared memory (cp.async), 64 elements
-//    a thread in 256-thread CTAs, one cluster a row.
+//    staged: the same kernel with x in shared memory (cp.async), 8 or 16
+//    vectors a thread in 256-thread CTAs, one cluster a row.
 // 2. Streaming (everything else: misaligned rows or strides, rows beyond the
 //    register tiles): one CTA per row walks the row twice, first for the
 //    reduction, then for the outputs (x read twice; the second pass often
@@ -67,9 +67,10 @@ static_assert(core::RowReduce<core::MaxSumOp, true>::scratch_bytes() <= kSoftmax
 constexpr int softmax_fwd_max_vpt() { return 8; }
 constexpr int softmax_fwd_cluster_vpt() { return 4; }
 constexpr int softmax_bwd_max_vpt() { return 4; }
-// Staged clustered forward rows: 64 elements a thread (x_bytes: 2 or 4), in
-// shared memory, so the tile costs no registers for the data.
-constexpr int softmax_fwd_staged_vpt(int x_bytes) { return 64 / (16 / x_bytes); }
+// Staged clustered forward rows: the tiles (16-byte vectors of x a thread,
+// in shared memory, so they cost no registers for the data) the kernel is
+// built with; RowTuning::softmax_staged_vpt picks one.
+constexpr bool softmax_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
@@ -151,16 +152,16 @@ constexpr uint32_t neg_inf_bits() {
 // persistent grid (see rmsnorm_fwd_reg_kernel for why). kStaged (clustered
 // only): x goes to shared memory with cp.async (after the reduction scratch;
 // a thread's vector i at (i * team + t) * 16 bytes, written and read by that
-// thread alone) instead of registers, so a thread holds VPT = 64 elements in
-// a small, register-light CTA and every byte of the row is in flight at
-// once; many CTAs share an SM, one cluster a row (not persistent).
+// thread alone) instead of registers, so a thread holds VPT = 8 or 16
+// vectors in a small, register-light CTA and every byte of the row is in
+// flight at once; many CTAs share an SM, one cluster a row (not persistent).
 template <typename T, int VPT, bool kCluster, bool kStaged = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   static_assert(!kStaged || kCluster, "staged rows are clustered");
   // Staged vectors are read from shared memory as they are used: loops over
-  // more than 8 of them unroll by 4, or the 16 addresses of fp32's tile stay
+  // more than 8 of them unroll by 4, or the 16 addresses of the tile stay
   // live through the three passes and spill (ptxas -v, CUDA 13.0). Register
   // tiles unroll fully (they index registers).
   constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
@@ -601,9 +602,9 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape = core::launch_shape(cfg);
   if (!backward) {
-    constexpr int kSt = softmax_fwd_staged_vpt(sizeof(T));
     if (cfg.staged) {
-      if (cfg.vpt == kSt) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, kSt, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
     } else if (cfg.cluster > 1) {
       if (cfg.vpt == softmax_fwd_cluster_vpt())
         return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true>>(p, shape, device,

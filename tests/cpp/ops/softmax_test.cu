@@ -75,8 +75,9 @@ std::vector<SmCase> cases() {
   add({"N70000_bf16_M300", 300, 70000, kBF16});
   add({"N131072_f32", 3, 131072, kF32});
   add({"N262144_bf16_shift1e4", 2, 262144, kBF16, false, 0, 0, 1e4});
-  // Staged forward rows (16-bit, 32K < N <= 256K by default): a partial
-  // last vector in a padded row, and special values across a cluster.
+  // Staged forward rows (by default 16-bit 32K < N <= 512K, fp32 16K < N
+  // <= 256K): a partial last vector in a padded row, special values across
+  // a cluster.
   add({"N65541_f16_padded", 7, 65541, kF16, false, 0, 3});
   add({"N131072_bf16_special", 8, 131072, kBF16, false, 0, 0, 0.0, true});
   // Streaming: misaligned rows or strides.
@@ -337,15 +338,18 @@ TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(clustered_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
-// The aligned cases whose forward rows stage x in shared memory when every
-// dtype may (softmax_staged_fwd = 3; by default 16-bit rows only): fp32
-// rows, 16-bit ones, partial last vectors, special values, clusters of 5 to
-// 16 CTAs with idle threads in the last.
+// The aligned cases whose forward rows are staged at the smaller staged
+// tile, 8 vectors a thread (the default, 16, serves the same rows in Cases):
+// fp32 rows and 16-bit ones, partial last vectors, special values, clusters
+// of 3 to 16 CTAs with idle threads in the last.
 std::vector<SmCase> staged_cases() {
   std::vector<SmCase> v;
-  for (const SmCase& c : cases())
-    if (c.offset == 0 && (c.cols + c.pad) % (c.dtype == kF32 ? 4 : 8) == 0 && c.cols > 32768 && c.cols <= 262144)
+  for (const SmCase& c : cases()) {
+    const bool f32 = c.dtype == kF32;
+    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && c.cols > (f32 ? 16384 : 32768) &&
+        c.cols <= (f32 ? 131072 : 262144))
       v.push_back(c);
+  }
   return v;
 }
 
@@ -354,6 +358,7 @@ class SoftmaxGpuStaged : public testing::TestWithParam<SmCase> {
   void SetUp() override {
     RowTuning t = default_row_tuning();
     t.softmax_staged_fwd = 3;
+    t.softmax_staged_vpt = 8;
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
