@@ -114,14 +114,23 @@ RowTuning default_row_tuning() {
   // in registers: 97.1% against 94.2% chunked (run 3).
   t.chunk_min_cols = 64 << 10;
   t.chunk_clustered_fwd = 1;
-  // Softmax forward rows staged in clusters of 256-thread CTAs, 64 elements
-  // a thread (the RMSNorm rule above: from rows needing a 1024-thread
-  // register team, up to 16 CTAs), ahead of chunking. PROVISIONAL (16-bit
-  // only), from the RMSNorm measurement above and QuACK's softmax in the
-  // same geometry (bench_all at 74cf65f, H200: bf16 N = 64K / 128K / 256K
-  // 97.9 / 97.3 / 92.1% against our chunked 87.0 / 81.8 / 75.3%); to be
-  // replaced by the softmax_sweep A/B of this knob.
-  t.softmax_staged_fwd = 3;
+  // Softmax forward rows staged in clusters of 256-thread CTAs (the RMSNorm
+  // rule above: from rows needing a 1024-thread register team, up to 16
+  // CTAs), ahead of chunking: fp32 only, 16 vectors (256 bytes) a thread
+  // (softmax_sweep, H200, M*N = 2^28 unless said; softmax-sweep.md runs 8
+  // and 9, commits 7da9258 / b034322, % of copy):
+  //   fp32 staged at 16 vectors against chunked: N = 64K 95.9 vs 88.6,
+  //   128K 95.2 vs 87.5, 256K 90.2 vs 85.1, 40000 86.4 vs 79.9, 49152 96.1
+  //   vs 89.2, 70000 x 300 rows 77.2 vs 71.7; against one register CTA
+  //   (16K < N <= 32K) even: 20000 74.1 vs 73.6, 24576 83.6 vs 83.9, 32768
+  //   95.4 vs 95.8 (and 93.3 vs 87.3 at 640 rows). At 8 vectors fp32 lost
+  //   5-11 points from 32K to 128K (90.9 / 90.2 / 84.4%).
+  //   16-bit staged lost or tied: bf16 at 16 vectors 64K 87.4 vs 89.1
+  //   chunked, 128K 81.6 vs 82.8, 256K 78.6 vs 77.9, 512K 74.9 vs 77.0,
+  //   and 6-11 points at 300-1120 rows (N = 70000: 63.3 vs 73.9); at 8
+  //   vectors 68-75% at 64K-256K. (16-bit rows carry twice the elements a
+  //   byte; two exponentials an element seem to bound them: docs/KERNELS.md.)
+  t.softmax_staged_fwd = 2;
   t.softmax_staged_vpt = 16;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;

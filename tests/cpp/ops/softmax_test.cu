@@ -75,9 +75,8 @@ std::vector<SmCase> cases() {
   add({"N70000_bf16_M300", 300, 70000, kBF16});
   add({"N131072_f32", 3, 131072, kF32});
   add({"N262144_bf16_shift1e4", 2, 262144, kBF16, false, 0, 0, 1e4});
-  // Staged forward rows (by default 16-bit 32K < N <= 512K, fp32 16K < N
-  // <= 256K): a partial last vector in a padded row, special values across
-  // a cluster.
+  // Rows the forward can stage (StagedCases): a partial last vector in a
+  // padded row, special values across a cluster.
   add({"N65541_f16_padded", 7, 65541, kF16, false, 0, 3});
   add({"N131072_bf16_special", 8, 131072, kBF16, false, 0, 0, 0.0, true});
   // Streaming: misaligned rows or strides.
@@ -338,10 +337,11 @@ TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(clustered_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
-// The aligned cases whose forward rows are staged at the smaller staged
-// tile, 8 vectors a thread (the default, 16, serves the same rows in Cases):
-// fp32 rows and 16-bit ones, partial last vectors, special values, clusters
-// of 3 to 16 CTAs with idle threads in the last.
+// The aligned cases whose forward rows are staged when every dtype may
+// (softmax_staged_fwd = 3; by default fp32 only), at both tiles the kernel
+// is built with (16 vectors a thread, the default, and 8): fp32 and 16-bit
+// rows, partial last vectors, special values, clusters of 2 to 16 CTAs
+// with idle threads in the last.
 std::vector<SmCase> staged_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases()) {
@@ -355,21 +355,24 @@ std::vector<SmCase> staged_cases() {
 
 class SoftmaxGpuStaged : public testing::TestWithParam<SmCase> {
  protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.softmax_staged_fwd = 3;
-    t.softmax_staged_vpt = 8;
-    set_row_tuning(&t);
-  }
   void TearDown() override { set_row_tuning(nullptr); }
 };
 
 TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
   const SmCase& c = GetParam();
-  EXPECT_EQ(softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{}).rfind("stage", 0), 0u)
-      << "the forward is not staged under this tuning";
-  run_case(c);
+  for (int vpt : {16, 8}) {
+    SCOPED_TRACE("staged tile " + std::to_string(vpt) + " vectors a thread");
+    RowTuning t = default_row_tuning();
+    t.softmax_staged_fwd = 3;
+    t.softmax_staged_vpt = vpt;
+    set_row_tuning(&t);
+    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{});
+    EXPECT_EQ(plan.rfind("stage", 0), 0u) << "the forward is not staged under this tuning: " << plan;
+    EXPECT_NE(plan.find("vpt " + std::to_string(vpt)), std::string::npos) << plan;
+    run_case(c);
+    if (HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged_cases()),
