@@ -70,7 +70,8 @@ std::vector<SmCase> cases() {
   add({"N8191_f16", 9, 8191, kF16});
   add({"N32768_bf16", 4, 32768, kBF16});
   // Clusters, many rows per persistent cluster (register-held in the backward;
-  // the forward chunks these rows by default: SoftmaxGpuRegister keeps them).
+  // by default the forward chunks these rows, or stages them (fp32):
+  // SoftmaxGpuRegister keeps them in registers, SoftmaxGpuStaged stages them).
   add({"N65544_bf16", 5, 65544, kBF16});
   add({"N70000_bf16_M300", 300, 70000, kBF16});
   add({"N131072_f32", 3, 131072, kF32});
