@@ -81,6 +81,8 @@ RowTuning default_row_tuning() {
   // everywhere (N = 64K..256K: 61-65% against 86-90%), so fp32 is never
   // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
   t.reg_staged = 1;
+  t.reg_staged_vpt = 8;
+  t.reg_staged_early_w = 0;
   t.reg_staged_team = 256;
   // Staged clusters from rows that need a 1024-thread register team
   // (softmax_sweep / rmsnorm_sweep, commit 1e6f05c, H200, M*N = 2^28, bf16,

@@ -1,6 +1,10 @@
 // RMSNorm and LayerNorm forward host entry points: validation,
 // configuration, and the one run-time -> template dispatch (x's dtype,
 // vector I/O) for both ops; LayerNorm is the kernels' centred mode.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
 #include "quack/core/config.hpp"
 #include "quack/ops/rmsnorm.cuh"
 #include "quack/quack.hpp"
@@ -70,18 +74,61 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, Reg
     else return false;
     res_bytes = dtype_size(r);
   }
+  const RowTuning tune = current_row_tuning();
   RegRowProblem prob;
   prob.rows = a.rows;
   prob.cols = a.cols;
   prob.x_elem_bytes = dtype_size(x);
   prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
   prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
-  // Staged clustered rows: 16-bit x without a residual stream (config.cpp
-  // cites the measurement; fp32 lost staged).
-  prob.staged_vpt = res_bytes == 0 && dtype_size(x) == 2 ? ops::rmsnorm_reg_staged_vpt(dtype_size(x)) : 0;
+  // Staged clustered rows: no residual stream, x's dtype allowed by the
+  // tuning's bit mask, at its tile (config.cpp cites the measurements).
+  if (res_bytes == 0 && (tune.reg_staged & (dtype_size(x) == 4 ? 2 : 1)) &&
+      ops::rmsnorm_fwd_staged_tile(tune.reg_staged_vpt))
+    prob.staged_vpt = tune.reg_staged_vpt;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
-  if (!choose_reg_row_config(prob, lim, cfg)) return false;
+  if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;
+}
+
+// Which kernel a call takes, and its layout.
+struct NormFwdPlan {
+  bool vec_io = false;  // every operand allows 16-byte vectors of x
+  // 1. The register-resident kernel, when the layout and the row allow.
+  bool reg = false;
+  RegRowConfig reg_cfg;
+  ops::RegRes res = ops::RegRes::kNone;
+  bool w_f32 = false;
+  bool staged_early_w = false;  // staged at the 8-vector tile, the weight loaded early (kStagedEarlyW)
+  // 2. Otherwise the general staged kernel: any layout, any N.
+  RowConfig cfg;
+  const char* why = nullptr;  // cfg is not valid (never expected)
+  bool uniform = false;       // every present tensor in x's dtype
+};
+
+NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
+  NormFwdPlan plan;
+  const int vec = 16 / dtype_size(a.x.dtype);
+  plan.vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+                detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
+                detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
+                detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
+                detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
+                detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
+  plan.reg = plan.vec_io && reg_path(a, centre, lim, &plan.reg_cfg, &plan.res, &plan.w_f32);
+  if (plan.reg) {
+    plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == 8 && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
+                          plan.reg_cfg.threads <= ops::kStagedEarlyWThreads && current_row_tuning().reg_staged_early_w;
+    return plan;
+  }
+  const RowProblem prob = rmsnorm_fwd_problem(a);
+  plan.cfg = choose_row_config(prob, lim);
+  plan.why = check_row_config(plan.cfg, prob, lim);
+  auto same = [&](const void* ptr, DType t) { return ptr == nullptr || t == a.x.dtype; };
+  plan.uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&
+                 same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
+                 same(a.residual_out.ptr, a.residual_out.dtype);
+  return plan;
 }
 
 // Both ops: mean is LayerNorm's (kCentre) output, nullptr for RMSNorm.
@@ -117,33 +164,22 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
 
-  const int vec = 16 / dtype_size(a.x.dtype);
-  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
-                      detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
-                      detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
-                      detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
-                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
-                      detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
-
-  // 1. The register-resident kernel, when the layout and the row allow.
-  RegRowConfig rcfg;
-  ops::RegRes res;
-  bool w_f32;
-  if (vec_io && reg_path(a, kCentre, lim, &rcfg, &res, &w_f32)) {
+  const NormFwdPlan plan = plan_norm_fwd(a, kCentre, lim);
+  if (plan.reg) {
+    const RegRowConfig& rcfg = plan.reg_cfg;
     p.team = rcfg.team;  // (the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
     p.row_blocks = rcfg.row_blocks;
+    p.staged_early_w = plan.staged_early_w;
     return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
-      return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, w_f32, res, device, stream);
+      return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, plan.w_f32, plan.res, device, stream);
     });
   }
 
-  // 2. The staged kernel: any layout, any N.
-  const RowProblem prob = rmsnorm_fwd_problem(a);
-  const RowConfig cfg = choose_row_config(prob, lim);
-  if (const char* why = check_row_config(cfg, prob, lim))
+  const RowConfig& cfg = plan.cfg;
+  if (plan.why != nullptr)
     return {Code::kUnsupported, std::string("no launch configuration for rows = ") + std::to_string(a.rows) +
-                                    ", N = " + std::to_string(a.cols) + ": " + why};
+                                    ", N = " + std::to_string(a.cols) + ": " + plan.why};
   p.team = cfg.team;
   p.cluster = cfg.cluster;
   p.vpt = cfg.vpt;
@@ -153,14 +189,8 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   p.seg_vecs = cfg.seg_vecs;
   p.row_blocks = cfg.row_blocks;
   p.stage_bytes = uint32_t(cfg.stage_bytes);
-
-  // Every present tensor in x's dtype: the compile-time-typed kernel.
-  auto same = [&](const void* ptr, DType t) { return ptr == nullptr || t == a.x.dtype; };
-  const bool uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&
-                       same(a.bias.ptr, a.bias.dtype) && same(a.out.ptr, a.out.dtype) &&
-                       same(a.residual_out.ptr, a.residual_out.dtype);
   return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
-    return ops::launch_rmsnorm_fwd<decltype(dt)::value, kCentre>(p, cfg, vec_io, uniform, device, stream);
+    return ops::launch_rmsnorm_fwd<decltype(dt)::value, kCentre>(p, cfg, plan.vec_io, plan.uniform, device, stream);
   });
 }
 
@@ -174,6 +204,24 @@ Status rmsnorm_fwd(const RMSNormFwdArgs& a, cudaStream_t stream) {
 Status layernorm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
   Status st = can_implement(a);
   return st.ok() ? norm_fwd<true>(a, a.mean, stream) : st;
+}
+
+std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, const DeviceLimits& lim) {
+  const NormFwdPlan plan = plan_norm_fwd(a, layernorm, lim);
+  char buf[160];
+  if (plan.reg) {
+    const RegRowConfig& c = plan.reg_cfg;
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %2d smem %6zu grid %lld",
+                  c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
+                  (long long)c.grid);
+    if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
+  } else {
+    const RowConfig& c = plan.cfg;
+    std::snprintf(buf, sizeof buf, "general team %4d thr %4d cl %2d vpt %2d R %d chunks %d buf %d smem %6zu grid %lld%s",
+                  c.team, c.threads, c.cluster, c.vpt, c.rows_per_team, c.chunks, c.buffers, c.smem_bytes,
+                  (long long)c.grid, plan.vec_io ? "" : " (element-wise)");
+  }
+  return buf;
 }
 
 }  // namespace quack

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
   std::vector<int64_t> Ns;
   for (int i = 3; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
-  if (Ns.empty()) Ns = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576};
+  if (Ns.empty())
+    Ns = {256, 512, 1024, 2048, 4096, 8192, 16384, 24576, 32768, 40000, 65536, 98304, 131072, 262144, 524288, 1048576};
   const int es = quack::dtype_size(dt);
 
   // Copy bandwidth in the same run (bytes read + written).
@@ -37,8 +38,8 @@ int main(int argc, char** argv) {
   const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
   std::printf("dtype %s, M*N = %lld, copy %.1f GB/s\n", quack::dtype_name(dt), (long long)total, copy_gbs);
-  std::printf("%9s %8s | %3s %4s %5s %3s %3s %2s %2s %2s %7s %6s | %9s %7s %6s | %s\n", "N", "M", "krn", "team", "thr",
-              "cl", "vpt", "R", "ch", "bf", "smem", "grid", "us", "GB/s", "%copy", "max rel err");
+  std::printf("%9s %8s | %-90s | %9s %7s %6s | %s\n", "N", "M", "plan (src/rmsnorm.cu)", "us", "GB/s", "%copy",
+              "max rel err");
 
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -92,35 +93,11 @@ int main(int argc, char** argv) {
         if (!(err <= max_err)) max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
       }
     }
-    // The configuration the call took (same choice as src/rmsnorm.cu for x
-    // and weight of one dtype, no residual, aligned).
-    quack::RegRowProblem rprob;
-    rprob.rows = M;
-    rprob.cols = N;
-    rprob.x_elem_bytes = es;
-    rprob.max_vpt = 8;
-    rprob.staged_vpt = es == 2 ? 8 : 0;  // as src/rmsnorm.cu: 16-bit x only
-    rprob.scratch_bytes = 512;
-    quack::RegRowConfig rcfg;
-    char shape[96];
-    if (quack::choose_reg_row_config(rprob, lim, &rcfg)) {
-      std::snprintf(shape, sizeof shape, "%s %4d %5d %3d %3d  1  1  0 %7zu %6lld", rcfg.staged ? "smm" : "reg",
-                    rcfg.team, rcfg.threads, rcfg.cluster, rcfg.vpt, rcfg.smem_bytes, (long long)rcfg.grid);
-    } else {
-      quack::RowProblem prob;
-      prob.rows = M;
-      prob.cols = N;
-      prob.x_elem_bytes = es;
-      prob.staged_elem_bytes = es;
-      prob.scratch_bytes = 512;
-      const quack::RowConfig cfg = quack::choose_row_config(prob, lim);
-      std::snprintf(shape, sizeof shape, "stg %4d %5d %3d %3d %2d %2d %2d %7zu %6lld", cfg.team, cfg.threads,
-                    cfg.cluster, cfg.vpt, cfg.rows_per_team, cfg.chunks, cfg.buffers, cfg.smem_bytes,
-                    (long long)cfg.grid);
-    }
+    // The kernel and layout the call took.
+    const std::string shape = quack::norm_fwd_plan_description(args, false, lim);
     const float ms = time_ms([&] { (void)quack::rmsnorm_fwd(args, nullptr); }, 20);
     const double gbs = 2.0 * double(M) * N * es / ms / 1e6;
-    std::printf("%9lld %8lld | %s | %9.1f %7.1f %5.1f%% | %.2e\n", (long long)N, (long long)M, shape, ms * 1e3, gbs,
+    std::printf("%9lld %8lld | %-90s | %9.1f %7.1f %5.1f%% | %.2e\n", (long long)N, (long long)M, shape.c_str(), ms * 1e3, gbs,
                 100.0 * gbs / copy_gbs, max_err);
   }
   CK(cudaGetLastError());

@@ -90,7 +90,14 @@ struct RowTuning {
   int reg_max_team;          // largest team at reg_vpt_target (then the largest tile per thread)
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
-  int reg_staged;            // 1: clustered rows stage x in shared memory where allowed
+  // Clustered rows stage x in shared memory where allowed. RMSNorm and
+  // LayerNorm forward (rows without a residual stream): bit 0 for 16-bit x,
+  // bit 1 for fp32 x, reg_staged_vpt 16-byte vectors of x a thread (8 or
+  // 16: the tiles the kernel is built with). Softmax stages where this is
+  // non-zero and softmax_staged_fwd (below) allows.
+  int reg_staged;
+  int reg_staged_vpt;
+  int reg_staged_early_w;    // 1: at the 8-vector tile, the weight (in x's dtype) loads while x is in flight
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   // Chunked two-pass rows (ChunkRowConfig below).
@@ -240,6 +247,12 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
 // and their records (src/softmax.cu).
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
+// The kernel and configuration rmsnorm_fwd (layernorm: layernorm_fwd) takes
+// for these arguments on a device with these limits, in words: "stage",
+// "reg" (register-resident) or "general" (the general staged kernel),
+// then the layout (src/rmsnorm.cu). Reads no tensor: the pointers only
+// decide alignment.
+std::string norm_fwd_plan_description(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the
 // plain forward (no gradient, softcap or class-weighted smoothing), else the
 // plain options' gradient ("2-pass: <the forward's kernel>" from

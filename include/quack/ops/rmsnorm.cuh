@@ -65,6 +65,10 @@ struct RMSNormFwdParams {
   int team, cluster, vpt, rows_per_team, chunks, buffers;
   int64_t seg_vecs, row_blocks;
   uint32_t stage_bytes;
+  // Host dispatch only (no kernel reads it): staged register rows at the
+  // 8-vector tile with weights in x's dtype take the kernel that loads the
+  // weight early (kStagedEarlyW).
+  bool staged_early_w;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
@@ -380,8 +384,9 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
-// Staged clustered rows (no residual stream): 64 elements a thread.
-constexpr int rmsnorm_reg_staged_vpt(int x_bytes) { return 64 / (16 / x_bytes); }
+// Staged clustered rows (no residual stream): the tiles (16-byte vectors of
+// x a thread) the kernel is built with; RowTuning::reg_staged_vpt picks one.
+constexpr bool rmsnorm_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
 // The clustered kernels also carry their loop and exchange state: for 16-bit
 // x with a residual stream or fp32 weights the largest tile spills there, so
 // they take the next smaller one.
@@ -390,20 +395,29 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
                                                            : rmsnorm_reg_max_vpt(x_bytes, res_bytes, w_bytes);
 }
 
+// The staged kernel that loads the weight early (x's dtype only: fp32
+// weights of 16-bit x take twice the registers) holds it through the
+// reduction: built for CTAs of at most this many threads, three an SM (<= 80
+// registers; under the 64 of 1024-thread CTAs it spills, ptxas -v).
+constexpr int kStagedEarlyWThreads = 256;
+
 // kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
 // VPT the family's clustered tile); the grid is then persistent.
 // kStaged (clustered rows without a residual stream): x goes to shared memory
 // with cp.async instead of registers, so a thread can own a larger share
-// (VPT = 64 elements) in a small, register-light CTA; many CTAs share an SM,
-// and the grid is one cluster per row (not persistent).
+// (VPT = 8 or 16 vectors, RowTuning::reg_staged_vpt) in a small,
+// register-light CTA; many CTAs share an SM, and the grid is one cluster per
+// row (not persistent).
 // kCentre: LayerNorm. The row's mean comes off first and the variance is
 // taken about it from the held values (two passes over registers, no
 // sum(h^2) - mean^2 cancellation): team / CTA reductions of the sum, then of
 // the squared deviations from the CTA's own mean; clustered rows then
 // exchange one (sum, deviations) pair per CTA and combine the moments
 // (core::combine_moments), so a row still costs one cluster round.
-template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false>
-__global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
+template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
+          bool kStagedEarlyW = false>
+__global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRowMaxThreads, kStagedEarlyW ? 3 : 1)
+    rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
   constexpr bool kRes = !std::is_void_v<Tr>;
@@ -413,9 +427,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
   // Short tiles (decode-sized batches) load weight and bias before the
   // reduction, off the critical path; larger ones load each vector's just
   // before its use (holding them all would not fit 64 registers: with a
-  // residual stream even 2 vectors spill).
-  constexpr bool kEarlyW = !kCluster && (kRes ? VPT == 1 : VPT <= 2);
+  // residual stream even 2 vectors spill). kStagedEarlyW: staged rows load
+  // the weight while x is in flight.
+  constexpr bool kEarlyW = kStaged ? kStagedEarlyW : !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
+  static_assert(!kStagedEarlyW || (kStaged && VPT <= 8), "early weights of staged rows: 8 vectors at most");
+  // Staged vectors are read from shared memory as they are used: loops over
+  // more than 8 of them unroll by 4, as softmax's (a full unroll keeps every
+  // vector's address live through the passes). Register tiles unroll fully
+  // (they index registers).
+  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -466,6 +487,33 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         return xv[kRes || kStaged ? 0 : i];
       }
     };
+    // Elements of vector i this thread holds (0 past the row's end).
+    auto valid_at = [&](int i) {
+      const int c = col0 + i * col_step;
+      return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+    };
+    const Tw* w = static_cast<const Tw*>(p.w);
+    const Tw* b = static_cast<const Tw*>(p.b);
+    asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
+    // Vector i of weight (or bias) into v, when given.
+    auto load_wb = [&](const Tw* src, int i, RawVec<Tw, VEC>& v) {
+      const int c = col0 + i * col_step, valid = valid_at(i);
+      if (src != nullptr) {
+        if (valid == VEC) v.load(src + c);
+        else if (valid > 0) v.load_partial(src + c, valid);
+      }
+    };
+    // Early: the weight, and the bias too unless staged (staged rows hold
+    // only the weight through the reduction: with the bias they spill).
+    constexpr bool kEarlyB = kEarlyW && !kStaged;
+    RawVec<Tw, VEC> w_early[kEarlyW ? VPT : 1], b_early[kEarlyB ? VPT : 1];
+    auto load_w_early = [&]() {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        load_wb(w, i, w_early[kEarlyW ? i : 0]);
+        if constexpr (kEarlyB) load_wb(b, i, b_early[i]);
+      }
+    };
     float h[kRes ? VPT : 1][VEC];
     if (active) {
       const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
@@ -493,18 +541,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
           for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[i][j] : fmaf(h[i][j], h[i][j], acc);
       } else {
         if constexpr (kStaged) {
-#pragma unroll
+#pragma unroll kUnroll
           for (int i = 0; i < VPT; ++i) {
             const int c = col0 + i * col_step;
             const int n = c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
             cp_async_zfill<16>(x_slot0 + uint32_t(i * team) * 16, xrow + (n > 0 ? c : 0), n * int(sizeof(Tx)));
           }
           cp_async_commit();
+          if constexpr (kEarlyW) load_w_early();
           cp_async_wait_all();
         } else {
           load_row(xv, xrow);
         }
-#pragma unroll
+#pragma unroll kUnroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           x_at(i).widen(f);
@@ -512,6 +561,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
           for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + f[j] : fmaf(f[j], f[j], acc);
         }
       }
+    }
+    if constexpr (kEarlyW && !kStaged) {
+      if (active) load_w_early();
     }
     // h of vector i (fp32).
     auto h_at = [&](int i, float (&f)[VEC]) {
@@ -522,33 +574,6 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
         x_at(i).widen(f);
       }
     };
-    // Elements of vector i this thread holds (0 past the row's end).
-    auto valid_at = [&](int i) {
-      const int c = col0 + i * col_step;
-      return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
-    };
-    const Tw* w = static_cast<const Tw*>(p.w);
-    const Tw* b = static_cast<const Tw*>(p.b);
-    asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
-    auto load_wb = [&](int i, RawVec<Tw, VEC>& wv, RawVec<Tw, VEC>& bv) {
-      const int c = col0 + i * col_step, valid = valid_at(i);
-      if (w != nullptr) {
-        if (valid == VEC) wv.load(w + c);
-        else if (valid > 0) wv.load_partial(w + c, valid);
-      }
-      if (b != nullptr) {
-        if (valid == VEC) bv.load(b + c);
-        else if (valid > 0) bv.load_partial(b + c, valid);
-      }
-    };
-    RawVec<Tw, VEC> w_early[kEarlyW ? VPT : 1], b_early[kEarlyW ? VPT : 1];
-    if constexpr (kEarlyW) {
-      if (active) {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) load_wb(i, w_early[i], b_early[i]);
-      }
-    }
-
     // Every thread of the CTA (and cluster) takes part.
     float mean = 0.0f;
     if constexpr (kCentre) {
@@ -562,7 +587,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
       const float cta_mean = n > 0 ? sum / float(n) : 0.0f;
       float dev = 0.0f;
       if (active) {
-#pragma unroll
+#pragma unroll kUnroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           h_at(i, f);
@@ -604,14 +629,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_fwd_reg_kernel(c
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
-#pragma unroll
+#pragma unroll kUnroll
     for (int i = 0; i < VPT; ++i) {
       const int c = col0 + i * col_step, valid = valid_at(i);
       if (valid == 0) continue;
       RawVec<Tw, VEC> w_late, b_late;
-      if constexpr (!kEarlyW) load_wb(i, w_late, b_late);
+      if constexpr (!kEarlyW) load_wb(w, i, w_late);
+      if constexpr (!kEarlyB) load_wb(b, i, b_late);
       const RawVec<Tw, VEC>& wv = kEarlyW ? w_early[kEarlyW ? i : 0] : w_late;
-      const RawVec<Tw, VEC>& bv = kEarlyW ? b_early[kEarlyW ? i : 0] : b_late;
+      const RawVec<Tw, VEC>& bv = kEarlyB ? b_early[kEarlyB ? i : 0] : b_late;
       float f[VEC];
       h_at(i, f);
       if constexpr (kRes) {
@@ -687,11 +713,12 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 // Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
-template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false>
+template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
+          bool kStagedEarlyW = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre>, cache, device,
-                                 core::launch_shape(cfg), stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW>,
+                                 cache, device, core::launch_shape(cfg), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre>
@@ -699,10 +726,14 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
   constexpr int kResBytes = std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>));
   constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
   constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
-  if (cfg.staged) {  // clustered, no residual stream, the staged tile (config.cpp)
+  if (cfg.staged) {  // clustered, no residual stream, a staged tile (config.cpp)
     if constexpr (std::is_void_v<Tr>) {
-      constexpr int kSt = rmsnorm_reg_staged_vpt(sizeof(Tx));
-      if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
+      if constexpr (std::is_same_v<Tw, Tx>) {
+        if (cfg.vpt == 8 && p.staged_early_w)
+          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, true, true, true>(p, cfg, device, stream);
+      }
+      if (cfg.vpt == 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, true, true>(p, cfg, device, stream);
+      if (cfg.vpt == 16) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 16, true, true>(p, cfg, device, stream);
     }
   } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
     if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kCl, true>(p, cfg, device, stream);

@@ -347,8 +347,9 @@ TEST_P(RegConfigSweep, ValidWithoutClusters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
-                         testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 4, 8}, RegTile{2, 4, 2, 0},
-                                         RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0}, RegTile{4, 4, 4, 0},
+                         testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 8, 16}, RegTile{2, 8, 4, 8},
+                                         RegTile{2, 4, 2, 0}, RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0},
+                                         RegTile{4, 8, 8, 8}, RegTile{4, 8, 8, 16}, RegTile{4, 4, 4, 0},
                                          RegTile{2, 8, 8, 0}),
                          reg_tile_name);
 

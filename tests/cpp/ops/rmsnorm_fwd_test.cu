@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -159,6 +160,14 @@ std::vector<FwdCase> fwd_cases() {
           .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).with_rstd(),
       FwdCase("N131072_bf16_f32_weight_cluster", 9, 131072, kBF16).with(kW, kF32),
       FwdCase("N100003_f16_f32_res_w_b_cluster", 5, 100003, kF16).with(kRes, kF32).with(kW, kF16).with(kB, kF16).with(kResOut, kF32),
+      // Rows staged in shared memory when the tuning stages every dtype
+      // (smem_staged_cases below): fp32 at both tiles, a partial last
+      // vector, a last CTA with one vector, clusters of 16, a bias and a
+      // weight offset.
+      FwdCase("N65540_f32_w_b_rstd_cluster", 6, 65540, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("N24577_f32_w_padded_partial_vector", 7, 24577, kF32).with(kW, kF32).pad(kX, 3).pad(kOut, 7),
+      FwdCase("N131072_f32_w_b_rstd_cluster16", 3, 131072, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("N262144_f16_w_b_offset_cluster16", 2, 262144, kF16).with(kW, kF16).with(kB, kF16).with_weight_offset(1.0f),
       // Misaligned pointers and row strides > N.
       FwdCase("N200_bf16_all_misaligned", 37, 200, kBF16)
           .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd().misaligned(),
@@ -215,7 +224,14 @@ Layout layout_of(const FwdCase& c, Operand o) {
 // Runs one case end to end, as RMSNorm or (centre) LayerNorm, which also
 // writes the mean wherever the case asks for rstd; reports every kind of
 // mismatch.
-void run_case(const FwdCase& case_, bool centre) {
+// What the plan of the call (norm_fwd_plan_description) must say, when given:
+// its start, and words it must and must not contain.
+struct PlanCheck {
+  std::string prefix;
+  std::vector<std::string> with, without;
+};
+
+void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = {}) {
   FwdCase c = case_;
   if (centre && c.op[kRstd].present) c.op[kMean] = c.op[kRstd];
   const Inputs in = make_inputs(c, centre);
@@ -252,6 +268,12 @@ void run_case(const FwdCase& case_, bool centre) {
   {
     const Status st = centre ? can_implement(a) : can_implement(static_cast<const RMSNormFwdArgs&>(a));
     ASSERT_TRUE(st.ok()) << st.message;
+  }
+  if (!expect_plan.prefix.empty()) {
+    const std::string plan = norm_fwd_plan_description(a, centre, DeviceLimits{});
+    ASSERT_EQ(plan.rfind(expect_plan.prefix, 0), 0u) << "the call does not take the kernel under test: " << plan;
+    for (const std::string& w : expect_plan.with) ASSERT_NE(plan.find(w), std::string::npos) << plan;
+    for (const std::string& w : expect_plan.without) ASSERT_EQ(plan.find(w), std::string::npos) << plan;
   }
 
   // Float64 reference.
@@ -397,6 +419,74 @@ TEST_P(RMSNormFwdGpuRegClusters, LayerNormMatchesFloat64ReferenceAndStaysInBound
 }
 
 INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The cases whose rows every dtype stages in shared memory when the tuning
+// allows (reg_staged = 3): no residual stream, 16-byte-aligned operands, out
+// in x's dtype, weight and bias in x's dtype or fp32, and a row that needs a
+// 1024-thread register team yet fits a cluster of at most 16 256-thread CTAs
+// at both tiles. Each runs at every staged kernel: the 16- and 8-vector
+// tiles, the latter with the weight loaded late and early; the test checks
+// that the call takes the staged kernel at that tile.
+std::vector<FwdCase> smem_staged_cases() {
+  std::vector<FwdCase> v;
+  for (const FwdCase& c : fwd_cases()) {
+    const DType x = c.op[kX].dtype;
+    const int vec = 16 / dtype_size(x);
+    bool ok = !c.op[kRes].present && !c.op[kResOut].present && c.op[kOut].dtype == x;
+    for (const Operand o : {kW, kB})
+      ok = ok && (!c.op[o].present || c.op[o].dtype == x || c.op[o].dtype == kF32);
+    if (c.op[kW].present && c.op[kB].present) ok = ok && c.op[kW].dtype == c.op[kB].dtype;
+    for (const auto& o : c.op) ok = ok && o.offset == 0;
+    ok = ok && (c.cols + c.op[kX].pad) % vec == 0 && (c.cols + c.op[kOut].pad) % vec == 0;
+    const int64_t nvec = (c.cols + vec - 1) / vec;
+    ok = ok && nvec > 512 * 8 && (nvec + 256 * 16 - 1) / (256 * 16) >= 2 && (nvec + 256 * 8 - 1) / (256 * 8) <= 16;
+    if (ok) v.push_back(c);
+  }
+  return v;
+}
+
+struct StagedKernel {
+  int vpt, early_w;
+};
+
+class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+  void run_all(bool centre) {
+    const FwdCase& c = GetParam();
+    const bool w_f32 = (c.op[kW].present && c.op[kW].dtype == kF32 && c.op[kX].dtype != kF32) ||
+                       (c.op[kB].present && c.op[kB].dtype == kF32 && c.op[kX].dtype != kF32);
+    for (const StagedKernel k : {StagedKernel{16, 0}, StagedKernel{8, 0}, StagedKernel{8, 1}}) {
+      SCOPED_TRACE("staged tile " + std::to_string(k.vpt) + " vectors a thread, early weights " +
+                   std::to_string(k.early_w));
+      RowTuning t = default_row_tuning();
+      t.reg_staged = 3;
+      t.reg_staged_vpt = k.vpt;
+      t.reg_staged_early_w = k.early_w;
+      set_row_tuning(&t);
+      char tile[16];
+      std::snprintf(tile, sizeof tile, "vpt %2d", k.vpt);
+      // fp32 weights of 16-bit x are never loaded early.
+      PlanCheck check{"stage", {tile}, {}};
+      (k.early_w && !w_f32 ? check.with : check.without).push_back("early w");
+      run_case(c, centre, check);
+      if (HasFatalFailure()) return;
+    }
+  }
+};
+
+TEST_P(RMSNormFwdGpuSmemStaged, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(false);
+}
+
+TEST_P(RMSNormFwdGpuSmemStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::ValuesIn(smem_staged_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // A row that starts past 2^31 elements (and 2^32 bytes): offsets must be
