@@ -77,12 +77,22 @@ RowTuning default_row_tuning() {
   // memory, 64 elements a thread, in CTAs of 256 threads only (commit
   // 1426b3e): bf16 N = 256K 87.8% of copy (register-held 1024-thread CTAs:
   // 81.9%; staged 512-thread CTAs 85.8%), 128K 88.7% (88.8%); staged
-  // 1024-thread CTAs lost at 1M (56.8% against 68.5%), and staged fp32 lost
-  // everywhere (N = 64K..256K: 61-65% against 86-90%), so fp32 is never
-  // staged (rmsnorm.cu) and no CTA other than reg_staged_team is tried.
-  t.reg_staged = 1;
-  t.reg_staged_vpt = 8;
-  t.reg_staged_early_w = 0;
+  // 1024-thread CTAs lost at 1M (56.8% against 68.5%), so no CTA other than
+  // reg_staged_team is tried.
+  // fp32 rows staged too, loading the weight while x is in flight
+  // (rmsnorm_sweep at 8881e2b, H200, M*N = 2^28, % of copy; fifteenth
+  // session, bench/results/2026-11-30-rmsnorm-fwd-reg.md): N = 24576 /
+  // 32768 / 40000 / 64K / 96K / 128K 97.1 / 97.0 / 90.6 / 95.8 / 92.2 / 92.3
+  // against register-held 1024-thread CTAs 92.1 / 90.2 / 79.1 / 91.2 / 89.1
+  // / 88.6, and against staged with the weight loaded after the reduction
+  // 93.1 / 85.0 / 84.5 / 82.5 / 81.1 / 77.4. (The 61-65% of 1426b3e was
+  // fp32 at 16 vectors a thread, the weight late: 60.8-73.3% again at
+  // 8881e2b, and bf16 at 16 vectors 59.7-68.8%: kRMSNormStagedVpt.)
+  // 16-bit rows keep the late weight: early, bf16 N = 40000 / 64K /
+  // 96K / 128K / 256K ran 82.3 / 91.7 / 90.9 / 88.9 / 83.5 against 89.3 /
+  // 90.8 / 90.4 / 89.9 / 87.7 (68 registers: three CTAs an SM, not six).
+  t.reg_staged = 3;
+  t.reg_staged_early_w = 2;
   t.reg_staged_team = 256;
   // Staged clusters from rows that need a 1024-thread register team
   // (softmax_sweep / rmsnorm_sweep, commit 1e6f05c, H200, M*N = 2^28, bf16,

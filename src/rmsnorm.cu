@@ -38,6 +38,9 @@ Status can_implement(const LayerNormFwdArgs& a) {
 
 namespace {
 
+// The tuning's per-dtype bits: bit 0 16-bit x, bit 1 fp32 x.
+int dtype_bit(DType x) { return x == DType::kFloat32 ? 2 : 1; }
+
 RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
   RowProblem prob;
   prob.rows = a.rows;
@@ -82,10 +85,8 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, Reg
   prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
   prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
   // Staged clustered rows: no residual stream, x's dtype allowed by the
-  // tuning's bit mask, at its tile (config.cpp cites the measurements).
-  if (res_bytes == 0 && (tune.reg_staged & (dtype_size(x) == 4 ? 2 : 1)) &&
-      ops::rmsnorm_fwd_staged_tile(tune.reg_staged_vpt))
-    prob.staged_vpt = tune.reg_staged_vpt;
+  // tuning's bit mask (config.cpp cites the measurements).
+  if (res_bytes == 0 && (tune.reg_staged & dtype_bit(x))) prob.staged_vpt = ops::kRMSNormStagedVpt;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;
@@ -99,7 +100,7 @@ struct NormFwdPlan {
   RegRowConfig reg_cfg;
   ops::RegRes res = ops::RegRes::kNone;
   bool w_f32 = false;
-  bool staged_early_w = false;  // staged at the 8-vector tile, the weight loaded early (kStagedEarlyW)
+  bool staged_early_w = false;  // staged, the weight loaded early (kStagedEarlyW)
   // 2. Otherwise the general staged kernel: any layout, any N.
   RowConfig cfg;
   const char* why = nullptr;  // cfg is not valid (never expected)
@@ -117,8 +118,9 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                 detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, &plan.reg_cfg, &plan.res, &plan.w_f32);
   if (plan.reg) {
-    plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == 8 && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
-                          plan.reg_cfg.threads <= ops::kStagedEarlyWThreads && current_row_tuning().reg_staged_early_w;
+    plan.staged_early_w = plan.reg_cfg.staged && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
+                          plan.reg_cfg.threads <= ops::kStagedEarlyWThreads &&
+                          (current_row_tuning().reg_staged_early_w & dtype_bit(a.x.dtype));
     return plan;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);

@@ -92,12 +92,12 @@ struct RowTuning {
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Clustered rows stage x in shared memory where allowed. RMSNorm and
   // LayerNorm forward (rows without a residual stream): bit 0 for 16-bit x,
-  // bit 1 for fp32 x, reg_staged_vpt 16-byte vectors of x a thread (8 or
-  // 16: the tiles the kernel is built with). Softmax stages where this is
-  // non-zero and softmax_staged_fwd (below) allows.
+  // bit 1 for fp32 x; reg_staged_early_w, the same bits, for rows that load
+  // the weight (in x's dtype) while x is in flight rather than after the
+  // reduction. Softmax stages where reg_staged is non-zero and
+  // softmax_staged_fwd (below) allows.
   int reg_staged;
-  int reg_staged_vpt;
-  int reg_staged_early_w;    // 1: at the 8-vector tile, the weight (in x's dtype) loads while x is in flight
+  int reg_staged_early_w;
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   // Chunked two-pass rows (ChunkRowConfig below).

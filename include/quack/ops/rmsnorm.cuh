@@ -65,9 +65,9 @@ struct RMSNormFwdParams {
   int team, cluster, vpt, rows_per_team, chunks, buffers;
   int64_t seg_vecs, row_blocks;
   uint32_t stage_bytes;
-  // Host dispatch only (no kernel reads it): staged register rows at the
-  // 8-vector tile with weights in x's dtype take the kernel that loads the
-  // weight early (kStagedEarlyW).
+  // Host dispatch only (no kernel reads it): staged register rows with
+  // weights in x's dtype take the kernel that loads the weight early
+  // (kStagedEarlyW).
   bool staged_early_w;
 };
 
@@ -384,9 +384,12 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
-// Staged clustered rows (no residual stream): the tiles (16-byte vectors of
-// x a thread) the kernel is built with; RowTuning::reg_staged_vpt picks one.
-constexpr bool rmsnorm_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+// Staged clustered rows (no residual stream): 8 vectors (16 B of x) a
+// thread. 16 lost 20-30 points in both dtypes (rmsnorm_sweep at 8881e2b,
+// H200; bench/results/2026-11-30-rmsnorm-fwd-reg.md, fifteenth session): its
+// weight loads, one L2 round trip a group of 4 vectors after the reduction,
+// and three CTAs an SM.
+constexpr int kRMSNormStagedVpt = 8;
 // The clustered kernels also carry their loop and exchange state: for 16-bit
 // x with a residual stream or fp32 weights the largest tile spills there, so
 // they take the next smaller one.
@@ -405,9 +408,8 @@ constexpr int kStagedEarlyWThreads = 256;
 // VPT the family's clustered tile); the grid is then persistent.
 // kStaged (clustered rows without a residual stream): x goes to shared memory
 // with cp.async instead of registers, so a thread can own a larger share
-// (VPT = 8 or 16 vectors, RowTuning::reg_staged_vpt) in a small,
-// register-light CTA; many CTAs share an SM, and the grid is one cluster per
-// row (not persistent).
+// (VPT = kRMSNormStagedVpt) in a small, register-light CTA; many CTAs share
+// an SM, and the grid is one cluster per row (not persistent).
 // kCentre: LayerNorm. The row's mean comes off first and the variance is
 // taken about it from the held values (two passes over registers, no
 // sum(h^2) - mean^2 cancellation): team / CTA reductions of the sum, then of
@@ -431,12 +433,7 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
   // the weight while x is in flight.
   constexpr bool kEarlyW = kStaged ? kStagedEarlyW : !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
-  static_assert(!kStagedEarlyW || (kStaged && VPT <= 8), "early weights of staged rows: 8 vectors at most");
-  // Staged vectors are read from shared memory as they are used: loops over
-  // more than 8 of them unroll by 4, as softmax's (a full unroll keeps every
-  // vector's address live through the passes). Register tiles unroll fully
-  // (they index registers).
-  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
+  static_assert(!kStagedEarlyW || kStaged, "early weights: staged rows only");
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -541,7 +538,7 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
           for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[i][j] : fmaf(h[i][j], h[i][j], acc);
       } else {
         if constexpr (kStaged) {
-#pragma unroll kUnroll
+#pragma unroll
           for (int i = 0; i < VPT; ++i) {
             const int c = col0 + i * col_step;
             const int n = c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
@@ -553,7 +550,7 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
         } else {
           load_row(xv, xrow);
         }
-#pragma unroll kUnroll
+#pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           x_at(i).widen(f);
@@ -587,7 +584,7 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
       const float cta_mean = n > 0 ? sum / float(n) : 0.0f;
       float dev = 0.0f;
       if (active) {
-#pragma unroll kUnroll
+#pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           h_at(i, f);
@@ -629,7 +626,7 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
-#pragma unroll kUnroll
+#pragma unroll
     for (int i = 0; i < VPT; ++i) {
       const int c = col0 + i * col_step, valid = valid_at(i);
       if (valid == 0) continue;
@@ -728,12 +725,12 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
   constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
   if (cfg.staged) {  // clustered, no residual stream, a staged tile (config.cpp)
     if constexpr (std::is_void_v<Tr>) {
+      constexpr int kSt = kRMSNormStagedVpt;
       if constexpr (std::is_same_v<Tw, Tx>) {
-        if (cfg.vpt == 8 && p.staged_early_w)
-          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, true, true, true>(p, cfg, device, stream);
+        if (cfg.vpt == kSt && p.staged_early_w)
+          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, true>(p, cfg, device, stream);
       }
-      if (cfg.vpt == 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, true, true>(p, cfg, device, stream);
-      if (cfg.vpt == 16) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 16, true, true>(p, cfg, device, stream);
+      if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
     }
   } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
     if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kCl, true>(p, cfg, device, stream);

@@ -2,8 +2,8 @@
 // serves a call on an H200 (DeviceLimits{}), read back through
 // norm_fwd_plan_description (the string rmsnorm_sweep prints). The cells
 // pinned at the default tuning are the ones src/config.cpp cites; the others
-// check that the tuning knobs the sweeps turn (reg_staged's dtype bits,
-// reg_staged_vpt, reg_staged_early_w) select what they say and nothing else.
+// check that the tuning knobs the sweeps turn (the dtype bits of reg_staged
+// and reg_staged_early_w) select what they say and nothing else.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -70,10 +70,9 @@ Kernel plan(const Call& c, bool layernorm = false) {
 class NormFwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
-  void tune(int staged, int vpt, int early_w) {
+  void tune(int staged, int early_w) {
     RowTuning t = default_row_tuning();
     t.reg_staged = staged;
-    t.reg_staged_vpt = vpt;
     t.reg_staged_early_w = early_w;
     set_row_tuning(&t);
   }
@@ -85,16 +84,32 @@ TEST_F(NormFwdPlan, DefaultCells) {
     // Register-held, one CTA, up to 512 threads at 8 vectors.
     EXPECT_EQ(plan({16384, 16384, kBF16, kBF16}, ln).kind, "reg");
     EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}, ln).kind, "reg");
-    // 16-bit rows that need a 1024-thread team: staged clusters of
-    // 256-thread CTAs at the default tile.
-    const int vpt = default_row_tuning().reg_staged_vpt;
-    for (DType dt : {kBF16, kF16}) {
-      const Kernel k = plan({4096, 65536, dt, dt}, ln);
+    EXPECT_EQ(plan({16384, 16384, kF32, kF32}, ln).kind, "reg");
+    // Rows that need a 1024-thread team: staged clusters of 256-thread CTAs,
+    // 8 vectors a thread; fp32 rows load the weight early, 16-bit ones late.
+    struct Cell {
+      int64_t rows, cols;
+      DType dt;
+      int cluster;
+      bool early;
+    };
+    for (const Cell& c : {Cell{4096, 65536, kBF16, 4, false}, Cell{4096, 65536, kF16, 4, false},
+                          Cell{1024, 262144, kBF16, 16, false}, Cell{6710, 40000, kBF16, 3, false},
+                          Cell{10922, 24576, kF32, 3, true}, Cell{4096, 65536, kF32, 8, true},
+                          Cell{2048, 131072, kF32, 16, true}}) {
+      const Kernel k = plan({c.rows, c.cols, c.dt, c.dt}, ln);
       EXPECT_EQ(k.kind, "stage") << k.text;
       EXPECT_EQ(k.threads, 256) << k.text;
-      EXPECT_EQ(k.vpt, vpt) << k.text;
-      EXPECT_EQ(k.cluster, 65536 / (256 * vpt * 8)) << k.text;
+      EXPECT_EQ(k.vpt, 8) << k.text;
+      EXPECT_EQ(k.cluster, c.cluster) << k.text;
+      EXPECT_EQ(k.early_w, c.early) << k.text;
     }
+    // fp32 weights of 16-bit x: staged, late.
+    const Kernel w32 = plan({4096, 65536, kBF16, kF32}, ln);
+    EXPECT_TRUE(w32.kind == "stage" && !w32.early_w) << w32.text;
+    // Beyond a 16-CTA staged cluster: register-held clusters of 1024-thread CTAs.
+    EXPECT_EQ(plan({1024, 262144, kF32, kF32}, ln).kind, "reg");
+    EXPECT_EQ(plan({512, 524288, kBF16, kBF16}, ln).kind, "reg");
     // A residual stream is never staged.
     EXPECT_EQ(plan({4096, 65536, kBF16, kBF16, true}, ln).kind, "reg");
     // Misaligned x: the general kernel, element-wise.
@@ -108,80 +123,56 @@ TEST_F(NormFwdPlan, DefaultCells) {
 
 TEST_F(NormFwdPlan, DtypeBitsSelectWhatIsStaged) {
   const Call bf16{4096, 65536, kBF16, kBF16}, f32{4096, 65536, kF32, kF32};
-  tune(0, 8, 0);
+  tune(0, 3);
   EXPECT_EQ(plan(bf16).kind, "reg");
   EXPECT_EQ(plan(f32).kind, "reg");
-  tune(1, 8, 0);
+  tune(1, 3);
   EXPECT_EQ(plan(bf16).kind, "stage");
   EXPECT_EQ(plan(f32).kind, "reg");
-  tune(2, 8, 0);
+  tune(2, 3);
   EXPECT_EQ(plan(bf16).kind, "reg");
   EXPECT_EQ(plan(f32).kind, "stage");
-  tune(3, 8, 0);
+  tune(3, 3);
   EXPECT_EQ(plan(bf16).kind, "stage");
   EXPECT_EQ(plan(f32).kind, "stage");
   EXPECT_EQ(plan({4096, 65536, kF16, kF16}).kind, "stage");
 }
 
-TEST_F(NormFwdPlan, TileKnob) {
-  for (int vpt : {8, 16}) {
-    tune(3, vpt, 0);
-    // bf16 256K: 32768 vectors over 256-thread CTAs at vpt vectors each.
-    const Kernel b = plan({1024, 262144, kBF16, kBF16});
-    EXPECT_EQ(b.kind, "stage") << b.text;
-    EXPECT_EQ(b.vpt, vpt) << b.text;
-    EXPECT_EQ(b.cluster, 32768 / (256 * vpt)) << b.text;
-    // fp32 64K: 16384 vectors.
-    const Kernel f = plan({4096, 65536, kF32, kF32});
-    EXPECT_EQ(f.kind, "stage") << f.text;
-    EXPECT_EQ(f.cluster, 16384 / (256 * vpt)) << f.text;
-    // A row a cluster of 16 cannot hold at this tile is not staged.
-    const int64_t too_long = int64_t(16) * 256 * vpt * 8 + 8;
-    EXPECT_NE(plan({64, too_long, kBF16, kBF16}).kind, "stage") << "N = " << too_long;
+TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
+  for (int bits = 0; bits < 4; ++bits) {
+    tune(3, bits);
+    for (DType dt : {kBF16, kF16, kF32}) {
+      const Kernel k = plan({4096, 65536, dt, dt});
+      EXPECT_EQ(k.kind, "stage") << k.text;
+      EXPECT_EQ(k.early_w, bool(bits & (dt == kF32 ? 2 : 1))) << "bits " << bits << ": " << k.text;
+    }
+    // fp32 weights of 16-bit x would take twice the registers: never early.
+    EXPECT_FALSE(plan({4096, 65536, kBF16, kF32}).early_w);
+    // Register-held rows: never.
+    EXPECT_FALSE(plan({16384, 16384, kBF16, kBF16}).early_w);
   }
-  // A tile the kernel is not built with: nothing is staged.
-  tune(3, 12, 0);
-  EXPECT_EQ(plan({4096, 65536, kBF16, kBF16}).kind, "reg");
-  EXPECT_EQ(plan({4096, 65536, kF32, kF32}).kind, "reg");
 }
 
-TEST_F(NormFwdPlan, EarlyWeightsOnlyAtTheEightVectorTileInXsDtype) {
-  tune(3, 8, 1);
-  for (DType dt : {kBF16, kF16, kF32}) {
-    const Kernel k = plan({4096, 65536, dt, dt});
-    EXPECT_TRUE(k.kind == "stage" && k.early_w) << k.text;
-  }
-  // fp32 weights of 16-bit x would take twice the registers: late.
-  const Kernel w32 = plan({4096, 65536, kBF16, kF32});
-  EXPECT_TRUE(w32.kind == "stage" && !w32.early_w) << w32.text;
-  // Register-held rows and the 16-vector tile: never.
-  EXPECT_FALSE(plan({16384, 16384, kBF16, kBF16}).early_w);
-  tune(3, 16, 1);
-  const Kernel k16 = plan({4096, 65536, kBF16, kBF16});
-  EXPECT_TRUE(k16.kind == "stage" && !k16.early_w) << k16.text;
-  tune(3, 8, 0);
-  EXPECT_FALSE(plan({4096, 65536, kBF16, kBF16}).early_w);
-}
-
-// Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every tuning the
-// sweeps use: a plan exists, and a staged one is a cluster of 2-16 CTAs of
-// 256 threads whose tiles cover the row with no idle CTA.
+// Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every dtype mask:
+// a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
+// threads at 8 vectors a thread whose tiles cover the row with no idle CTA,
+// and every row a 16-CTA staged cluster holds that needs a 1024-thread
+// register team is staged.
 TEST_F(NormFwdPlan, ScanOfStagedRows) {
   for (int staged : {1, 2, 3}) {
-    for (int vpt : {8, 16}) {
-      tune(staged, vpt, 1);
-      for (DType dt : {kBF16, kF32}) {
-        const int vec = 16 / dtype_size(dt);
-        for (int64_t n = 1; n <= (int64_t(1) << 21); n += n < 16384 ? 1 : 97) {
-          const Kernel k = plan({64, n, dt, dt});
-          if (k.kind != "stage") continue;
-          const bool bit = staged & (dt == kF32 ? 2 : 1);
-          ASSERT_TRUE(bit) << "staged against the dtype bits: " << k.text;
-          ASSERT_TRUE(k.threads == 256 && k.vpt == vpt && k.cluster >= 2 && k.cluster <= 16) << "N = " << n << ": " << k.text;
-          const int64_t per_cta = int64_t(256) * vpt * vec;
-          ASSERT_GE(k.cluster * per_cta, n) << k.text;
-          ASSERT_LT((k.cluster - 1) * per_cta, n) << "idle CTA: " << k.text;
-        }
+    tune(staged, 3);
+    for (DType dt : {kBF16, kF32}) {
+      const int vec = 16 / dtype_size(dt);
+      const bool bit = staged & (dt == kF32 ? 2 : 1);
+      const int64_t per_cta = int64_t(256) * 8 * vec;
+      for (int64_t n = vec; n <= (int64_t(1) << 21); n += n < 16384 ? vec : 97 * vec) {
+        const Kernel k = plan({64, n, dt, dt});
+        const bool want = bit && n > int64_t(512) * 8 * vec && n <= 16 * per_cta;
+        ASSERT_EQ(k.kind == "stage", want) << "N = " << n << ": " << k.text;
+        if (!want) continue;
+        ASSERT_TRUE(k.threads == 256 && k.vpt == 8 && k.cluster >= 2 && k.cluster <= 16) << "N = " << n << ": " << k.text;
+        ASSERT_GE(k.cluster * per_cta, n) << k.text;
+        ASSERT_LT((k.cluster - 1) * per_cta, n) << "idle CTA: " << k.text;
       }
     }
   }
