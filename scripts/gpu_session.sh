@@ -20,7 +20,7 @@
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
-#              also rmsnorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
+#              also layernorm, rmsnorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32")
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
@@ -126,6 +126,11 @@ for part in $parts; do
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm "* ]]; then
             echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
             QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" >> "$out/sweep.log" 2>&1 || status=1
+          fi
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm "* ]]; then
+            echo "== layernorm $dt ${tune:-defaults}" >> "$out/layernorm_sweep.log"
+            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" >> "$out/layernorm_sweep.log" 2>&1 \
+              || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"

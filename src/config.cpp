@@ -101,6 +101,12 @@ RowTuning default_row_tuning() {
   // against 90.8% / 91.3% (284.8 / 285.0 us) staged in 4 x 256 threads; N =
   // 32K stays in registers (512 x 8: 94.9% against 90.4% staged in 2 x 256).
   t.reg_staged_above_team = 512;
+  // RMSNorm / LayerNorm fp32 rows (the weight loaded early) from rows that
+  // need a 512-thread team: N = 16K 96.7% staged in 2 x 256 threads against
+  // 95.1% in one 512-thread register CTA (rmsnorm_sweep at 3af80af, H200;
+  // run 10 of bench/results/2026-11-30-rmsnorm-fwd-reg.md). bf16 lost there
+  // (N = 24576 / 32768: 87.1 / 90.3% against 93.4 / 93.7%).
+  t.reg_staged_above_team_f32 = 256;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -327,7 +333,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     //    that a cluster of wide_team CTAs, or of 1024-thread CTAs when 16
     //    of those do not cover the row.
     team = pow2_ceil(ceil_div(nvec, max_vpt));
-    if (team > std::min<int64_t>(wide_team, tune.reg_staged_above_team) && try_staged()) return true;
+    const int above = prob.staged_above_team > 0 ? prob.staged_above_team : tune.reg_staged_above_team;
+    if (team > std::min<int64_t>(wide_team, above) && try_staged()) return true;
     if (team > wide_team) {
       const int64_t cl_wide = ceil_div(nvec, wide_team * cl_vpt);      // >= 2 here
       const int64_t cl_full = ceil_div(nvec, int64_t(kRegRowMaxThreads) * cl_vpt);

@@ -87,6 +87,7 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, Reg
   // Staged clustered rows: no residual stream, x's dtype allowed by the
   // tuning's bit mask (config.cpp cites the measurements).
   if (res_bytes == 0 && (tune.reg_staged & dtype_bit(x))) prob.staged_vpt = ops::kRMSNormStagedVpt;
+  if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;

@@ -100,6 +100,7 @@ struct RowTuning {
   int reg_staged_early_w;
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
+  int reg_staged_above_team_f32;  // the same for RMSNorm / LayerNorm forward rows of fp32 x
   // Chunked two-pass rows (ChunkRowConfig below).
   int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
                              // where the register-resident kernels fit
@@ -173,6 +174,7 @@ struct RegRowProblem {
   int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
+  int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
   int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };

@@ -652,10 +652,19 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
       if (w != nullptr) {
         float wf[VEC];
         wv.widen(wf);
+        // Without an offset (the common case) one multiply an element fewer,
+        // bit for bit the same: fmaf(hr, w, 0) rounds once, as hr * w.
+        // RMSNorm only: LayerNorm's bf16 rows with fp32 weights spill with
+        // the second path (ptxas -v, 64 registers).
+        if (!kCentre && p.weight_offset == 0.0f) {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float hr = f[j] * rstd;
-          f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
+          for (int j = 0; j < VEC; ++j) f[j] = f[j] * rstd * wf[j];
+        } else {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float hr = f[j] * rstd;
+            f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
+          }
         }
       } else {
 #pragma unroll

@@ -163,6 +163,7 @@ std::vector<FwdCase> fwd_cases() {
       // 16-bit: a partial last vector, a last CTA with one vector, clusters
       // of 16, a bias and a weight offset.
       FwdCase("N65540_f32_w_b_rstd_cluster", 6, 65540, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("N12288_f32_w_rstd_half_cluster", 5, 12288, kF32).with(kW, kF32).with_rstd(),
       FwdCase("N24577_f32_w_padded_partial_vector", 7, 24577, kF32).with(kW, kF32).pad(kX, 3).pad(kOut, 7),
       FwdCase("N131072_f32_w_b_rstd_cluster16", 3, 131072, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
       FwdCase("N262144_f16_w_b_offset_cluster16", 2, 262144, kF16).with(kW, kF16).with(kB, kF16).with_weight_offset(1.0f),

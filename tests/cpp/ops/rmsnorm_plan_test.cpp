@@ -84,9 +84,10 @@ TEST_F(NormFwdPlan, DefaultCells) {
     // Register-held, one CTA, up to 512 threads at 8 vectors.
     EXPECT_EQ(plan({16384, 16384, kBF16, kBF16}, ln).kind, "reg");
     EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}, ln).kind, "reg");
-    EXPECT_EQ(plan({16384, 16384, kF32, kF32}, ln).kind, "reg");
-    // Rows that need a 1024-thread team: staged clusters of 256-thread CTAs,
-    // 8 vectors a thread; fp32 rows load the weight early, 16-bit ones late.
+    EXPECT_EQ(plan({32768, 8192, kF32, kF32}, ln).kind, "reg");
+    // 16-bit rows that need a 1024-thread team, fp32 rows from those that
+    // need 512: staged clusters of 256-thread CTAs, 8 vectors a thread; fp32
+    // rows load the weight early, 16-bit ones late.
     struct Cell {
       int64_t rows, cols;
       DType dt;
@@ -95,7 +96,8 @@ TEST_F(NormFwdPlan, DefaultCells) {
     };
     for (const Cell& c : {Cell{4096, 65536, kBF16, 4, false}, Cell{4096, 65536, kF16, 4, false},
                           Cell{1024, 262144, kBF16, 16, false}, Cell{6710, 40000, kBF16, 3, false},
-                          Cell{10922, 24576, kF32, 3, true}, Cell{4096, 65536, kF32, 8, true},
+                          Cell{16384, 16384, kF32, 2, true}, Cell{10922, 24576, kF32, 3, true},
+                          Cell{4096, 65536, kF32, 8, true},
                           Cell{2048, 131072, kF32, 16, true}}) {
       const Kernel k = plan({c.rows, c.cols, c.dt, c.dt}, ln);
       EXPECT_EQ(k.kind, "stage") << k.text;
@@ -157,7 +159,7 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
 // a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
 // threads at 8 vectors a thread whose tiles cover the row with no idle CTA,
 // and every row a 16-CTA staged cluster holds that needs a 1024-thread
-// register team is staged.
+// register team (fp32: 512) is staged.
 TEST_F(NormFwdPlan, ScanOfStagedRows) {
   for (int staged : {1, 2, 3}) {
     tune(staged, 3);
@@ -167,7 +169,8 @@ TEST_F(NormFwdPlan, ScanOfStagedRows) {
       const int64_t per_cta = int64_t(256) * 8 * vec;
       for (int64_t n = vec; n <= (int64_t(1) << 21); n += n < 16384 ? vec : 97 * vec) {
         const Kernel k = plan({64, n, dt, dt});
-        const bool want = bit && n > int64_t(512) * 8 * vec && n <= 16 * per_cta;
+        const int64_t above = dt == kF32 ? 256 : 512;
+        const bool want = bit && n > above * 8 * vec && n <= 16 * per_cta;
         ASSERT_EQ(k.kind == "stage", want) << "N = " << n << ": " << k.text;
         if (!want) continue;
         ASSERT_TRUE(k.threads == 256 && k.vpt == 8 && k.cluster >= 2 && k.cluster <= 16) << "N = " << n << ": " << k.text;
