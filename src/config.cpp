@@ -93,6 +93,14 @@ RowTuning default_row_tuning() {
   // 90.8 / 90.4 / 89.9 / 87.7 (68 registers: three CTAs an SM, not six).
   t.reg_staged = 3;
   t.reg_staged_early_w = 2;
+  // LayerNorm (fp32 weight and bias, rmsnorm_sweep with
+  // QUACK_SWEEP_LAYERNORM=1 at 47e8481, H200; run 11 of
+  // 2026-11-30-rmsnorm-fwd-reg.md): fp32 rows staged (weight early, bias
+  // late) lost to register-held ones at N = 16K / 32K / 64K / 96K / 128K
+  // (83.6 / 76.6 / 71.5 / 63.9 / 61.3% against 91.7 / 78.9 / 79.0 / 73.2 /
+  // 70.4%) and won only at 24576 / 40000 (77.7 / 69.7 against 75.9 /
+  // 58.3): fp32 LayerNorm rows stay in registers.
+  t.ln_staged = 1;
   t.reg_staged_team = 256;
   // Staged clusters from rows that need a 1024-thread register team
   // (softmax_sweep / rmsnorm_sweep, commit 1e6f05c, H200, M*N = 2^28, bf16,

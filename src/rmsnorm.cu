@@ -86,7 +86,8 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, Reg
   prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
   // Staged clustered rows: no residual stream, x's dtype allowed by the
   // tuning's bit mask (config.cpp cites the measurements).
-  if (res_bytes == 0 && (tune.reg_staged & dtype_bit(x))) prob.staged_vpt = ops::kRMSNormStagedVpt;
+  const int staged_bits = centre ? tune.reg_staged & tune.ln_staged : tune.reg_staged;
+  if (res_bytes == 0 && (staged_bits & dtype_bit(x))) prob.staged_vpt = ops::kRMSNormStagedVpt;
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;

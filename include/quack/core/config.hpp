@@ -94,10 +94,12 @@ struct RowTuning {
   // LayerNorm forward (rows without a residual stream): bit 0 for 16-bit x,
   // bit 1 for fp32 x; reg_staged_early_w, the same bits, for rows that load
   // the weight (in x's dtype) while x is in flight rather than after the
-  // reduction. Softmax stages where reg_staged is non-zero and
-  // softmax_staged_fwd (below) allows.
+  // reduction; LayerNorm only where ln_staged's bits allow too. Softmax
+  // stages where reg_staged is non-zero and softmax_staged_fwd (below)
+  // allows.
   int reg_staged;
   int reg_staged_early_w;
+  int ln_staged;             // LayerNorm's own dtype bits (staged where reg_staged allows too)
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   int reg_staged_above_team_f32;  // the same for RMSNorm / LayerNorm forward rows of fp32 x

@@ -3,10 +3,11 @@
 // 1. The register-resident kernel (rmsnorm_fwd_reg_kernel, below the general
 //    one) serves the common layouts: a thread loads its share of the row
 //    straight into registers, reduces, and writes from the same registers;
-//    long 16-bit rows without a residual stage x in shared memory instead,
-//    and rows longer than a CTA are split over a cluster. Measured at
-//    93-99% of copy bandwidth for N <= 16K, 86-91% at 64K-256K
-//    (bench/results/2026-11-30-rmsnorm-fwd-reg.md).
+//    long rows without a residual (16-bit, and RMSNorm's fp32 ones, which
+//    load the weight while x is in flight) stage x in shared memory
+//    instead, and rows longer than a CTA are split over a cluster. Measured
+//    at 93-99% of copy bandwidth for N <= 16K; at 64K-256K bf16 85-91%,
+//    fp32 86-96% (bench/results/2026-11-30-rmsnorm-fwd-reg.md).
 // 2. The general staged kernel (rmsnorm_fwd_kernel) serves every layout and
 //    any N: misaligned operands, any mix of dtypes, rows beyond the register
 //    kernels' capacity.
@@ -652,19 +653,10 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
       if (w != nullptr) {
         float wf[VEC];
         wv.widen(wf);
-        // Without an offset (the common case) one multiply an element fewer,
-        // bit for bit the same: fmaf(hr, w, 0) rounds once, as hr * w.
-        // RMSNorm only: LayerNorm's bf16 rows with fp32 weights spill with
-        // the second path (ptxas -v, 64 registers).
-        if (!kCentre && p.weight_offset == 0.0f) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) f[j] = f[j] * rstd * wf[j];
-        } else {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            const float hr = f[j] * rstd;
-            f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
-          }
+        for (int j = 0; j < VEC; ++j) {
+          const float hr = f[j] * rstd;
+          f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
         }
       } else {
 #pragma unroll

@@ -421,7 +421,7 @@ INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::Val
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // The cases whose rows every dtype stages in shared memory when the tuning
-// allows (reg_staged = 3): no residual stream, 16-byte-aligned operands, out
+// allows (reg_staged = ln_staged = 3): no residual stream, 16-byte-aligned operands, out
 // in x's dtype, weight and bias in x's dtype or fp32, and a row that needs a
 // 1024-thread register team yet fits a cluster of at most 16 256-thread CTAs.
 // Each runs at both staged kernels, the weight loaded after the reduction
@@ -455,6 +455,7 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       SCOPED_TRACE(early ? "weight loaded early" : "weight loaded after the reduction");
       RowTuning t = default_row_tuning();
       t.reg_staged = 3;
+      t.ln_staged = 3;
       t.reg_staged_early_w = early ? 3 : 0;
       set_row_tuning(&t);
       // fp32 weights of 16-bit x are never loaded early.

@@ -85,9 +85,10 @@ TEST_F(NormFwdPlan, DefaultCells) {
     EXPECT_EQ(plan({16384, 16384, kBF16, kBF16}, ln).kind, "reg");
     EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}, ln).kind, "reg");
     EXPECT_EQ(plan({32768, 8192, kF32, kF32}, ln).kind, "reg");
-    // 16-bit rows that need a 1024-thread team, fp32 rows from those that
-    // need 512: staged clusters of 256-thread CTAs, 8 vectors a thread; fp32
-    // rows load the weight early, 16-bit ones late.
+    // 16-bit rows that need a 1024-thread team, RMSNorm's fp32 rows from
+    // those that need 512: staged clusters of 256-thread CTAs, 8 vectors a
+    // thread; fp32 rows load the weight early, 16-bit ones late. LayerNorm's
+    // fp32 rows stay in registers.
     struct Cell {
       int64_t rows, cols;
       DType dt;
@@ -100,6 +101,10 @@ TEST_F(NormFwdPlan, DefaultCells) {
                           Cell{4096, 65536, kF32, 8, true},
                           Cell{2048, 131072, kF32, 16, true}}) {
       const Kernel k = plan({c.rows, c.cols, c.dt, c.dt}, ln);
+      if (ln && c.dt == kF32) {
+        EXPECT_EQ(k.kind, "reg") << k.text;
+        continue;
+      }
       EXPECT_EQ(k.kind, "stage") << k.text;
       EXPECT_EQ(k.threads, 256) << k.text;
       EXPECT_EQ(k.vpt, 8) << k.text;
@@ -138,6 +143,27 @@ TEST_F(NormFwdPlan, DtypeBitsSelectWhatIsStaged) {
   EXPECT_EQ(plan(bf16).kind, "stage");
   EXPECT_EQ(plan(f32).kind, "stage");
   EXPECT_EQ(plan({4096, 65536, kF16, kF16}).kind, "stage");
+}
+
+TEST_F(NormFwdPlan, LayerNormHasItsOwnDtypeBits) {
+  const Call bf16{4096, 65536, kBF16, kBF16}, f32{4096, 65536, kF32, kF32};
+  for (int ln_bits = 0; ln_bits < 4; ++ln_bits) {
+    RowTuning t = default_row_tuning();
+    t.reg_staged = 3;
+    t.ln_staged = ln_bits;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan(bf16, true).kind, ln_bits & 1 ? "stage" : "reg") << ln_bits;
+    EXPECT_EQ(plan(f32, true).kind, ln_bits & 2 ? "stage" : "reg") << ln_bits;
+    // RMSNorm ignores them.
+    EXPECT_EQ(plan(bf16).kind, "stage");
+    EXPECT_EQ(plan(f32).kind, "stage");
+  }
+  // ... and LayerNorm stages only what reg_staged allows as well.
+  RowTuning t = default_row_tuning();
+  t.reg_staged = 1;
+  t.ln_staged = 3;
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(f32, true).kind, "reg");
 }
 
 TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
