@@ -101,8 +101,6 @@ RowTuning default_row_tuning() {
   // 70.4%) and won only at 24576 / 40000 (77.7 / 69.7 against 75.9 /
   // 58.3): fp32 LayerNorm rows stay in registers.
   t.ln_staged = 1;
-  // The no-offset variant of 16-bit staged RMSNorm rows: off until measured.
-  t.reg_staged_no_offset = 0;
   t.reg_staged_team = 256;
   // Staged clusters from rows that need a 1024-thread register team
   // (softmax_sweep / rmsnorm_sweep, commit 1e6f05c, H200, M*N = 2^28, bf16,

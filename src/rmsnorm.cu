@@ -103,7 +103,6 @@ struct NormFwdPlan {
   ops::RegRes res = ops::RegRes::kNone;
   bool w_f32 = false;
   bool staged_early_w = false;  // staged, the weight loaded early (kStagedEarlyW)
-  bool staged_no_offset = false;  // staged 16-bit RMSNorm rows, weight late, weight_offset 0 (kNoOffset)
   // 2. Otherwise the general staged kernel: any layout, any N.
   RowConfig cfg;
   const char* why = nullptr;  // cfg is not valid (never expected)
@@ -124,8 +123,6 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     plan.staged_early_w = plan.reg_cfg.staged && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
                           plan.reg_cfg.threads <= ops::kStagedEarlyWThreads &&
                           (current_row_tuning().reg_staged_early_w & dtype_bit(a.x.dtype));
-    plan.staged_no_offset = plan.reg_cfg.staged && !plan.staged_early_w && !centre && a.x.dtype != DType::kFloat32 &&
-                            a.weight_offset == 0.0f && current_row_tuning().reg_staged_no_offset;
     return plan;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);
@@ -178,7 +175,6 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     p.cluster = rcfg.cluster;
     p.row_blocks = rcfg.row_blocks;
     p.staged_early_w = plan.staged_early_w;
-    p.staged_no_offset = plan.staged_no_offset;
     return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
       return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, plan.w_f32, plan.res, device, stream);
     });
@@ -223,7 +219,6 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
                   (long long)c.grid);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
-    if (plan.staged_no_offset) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no offset");
   } else {
     const RowConfig& c = plan.cfg;
     std::snprintf(buf, sizeof buf, "general team %4d thr %4d cl %2d vpt %2d R %d chunks %d buf %d smem %6zu grid %lld%s",

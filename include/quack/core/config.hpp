@@ -100,7 +100,6 @@ struct RowTuning {
   int reg_staged;
   int reg_staged_early_w;
   int ln_staged;             // LayerNorm's own dtype bits (staged where reg_staged allows too)
-  int reg_staged_no_offset;  // 1: RMSNorm's 16-bit staged rows, weight_offset 0, take the kNoOffset kernel
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   int reg_staged_above_team_f32;  // the same for RMSNorm / LayerNorm forward rows of fp32 x

@@ -70,9 +70,6 @@ struct RMSNormFwdParams {
   // weights in x's dtype take the kernel that loads the weight early
   // (kStagedEarlyW).
   bool staged_early_w;
-  // Host dispatch only: 16-bit staged RMSNorm rows with the weight late take
-  // the no-offset kernel (kNoOffset) when weight_offset is 0.
-  bool staged_no_offset;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
@@ -421,7 +418,7 @@ constexpr int kStagedEarlyWThreads = 256;
 // exchange one (sum, deviations) pair per CTA and combine the moments
 // (core::combine_moments), so a row still costs one cluster round.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
-          bool kStagedEarlyW = false, bool kNoOffset = false>
+          bool kStagedEarlyW = false>
 __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRowMaxThreads, kStagedEarlyW ? 3 : 1)
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
@@ -438,11 +435,6 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
   constexpr bool kEarlyW = kStaged ? kStagedEarlyW : !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
   static_assert(!kStagedEarlyW || kStaged, "early weights: staged rows only");
-  // kNoOffset (a launch with weight_offset == 0; RMSNorm's staged rows,
-  // RowTuning::reg_staged_no_offset): out = h * rstd * w, one multiply an
-  // element fewer than fmaf(h * rstd, w, h * rstd * offset), bit for bit
-  // the same (fmaf(a, b, 0) rounds once, as a * b).
-  static_assert(!kNoOffset || (kStaged && !kCentre), "the no-offset variant: RMSNorm's staged rows");
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -661,15 +653,10 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
       if (w != nullptr) {
         float wf[VEC];
         wv.widen(wf);
-        if constexpr (kNoOffset) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) f[j] = f[j] * rstd * wf[j];
-        } else {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            const float hr = f[j] * rstd;
-            f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
-          }
+        for (int j = 0; j < VEC; ++j) {
+          const float hr = f[j] * rstd;
+          f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
         }
       } else {
 #pragma unroll
@@ -725,12 +712,11 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
-          bool kStagedEarlyW = false, bool kNoOffset = false>
+          bool kStagedEarlyW = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(
-      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kNoOffset>, cache, device,
-      core::launch_shape(cfg), stream, p);
+  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW>,
+                                 cache, device, core::launch_shape(cfg), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre>
@@ -744,10 +730,6 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
       if constexpr (std::is_same_v<Tw, Tx>) {
         if (cfg.vpt == kSt && p.staged_early_w)
           return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, true>(p, cfg, device, stream);
-      }
-      if constexpr (!kCentre && sizeof(Tx) == 2) {
-        if (cfg.vpt == kSt && p.staged_no_offset && p.weight_offset == 0.0f)
-          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, false, true>(p, cfg, device, stream);
       }
       if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
     }

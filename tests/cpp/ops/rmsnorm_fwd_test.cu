@@ -424,9 +424,8 @@ INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::Val
 // allows (reg_staged = ln_staged = 3): no residual stream, 16-byte-aligned operands, out
 // in x's dtype, weight and bias in x's dtype or fp32, and a row that needs a
 // 1024-thread register team yet fits a cluster of at most 16 256-thread CTAs.
-// Each runs at every staged kernel -- the weight loaded after the
-// reduction, while x is in flight, and late without the offset multiply
-// (reg_staged_no_offset) -- and the test checks that the call takes it.
+// Each runs at both staged kernels, the weight loaded after the reduction
+// and while x is in flight; the test checks that the call takes it.
 std::vector<FwdCase> smem_staged_cases() {
   std::vector<FwdCase> v;
   for (const FwdCase& c : fwd_cases()) {
@@ -452,23 +451,16 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
     const FwdCase& c = GetParam();
     const bool w_f32 = (c.op[kW].present && c.op[kW].dtype == kF32 && c.op[kX].dtype != kF32) ||
                        (c.op[kB].present && c.op[kB].dtype == kF32 && c.op[kX].dtype != kF32);
-    const bool x16 = c.op[kX].dtype != kF32;
-    for (const int variant : {0, 1, 2}) {  // weight late, early, late without the offset multiply
-      const bool early = variant == 1, no_offset = variant == 2;
-      SCOPED_TRACE(early ? "weight loaded early"
-                         : no_offset ? "weight loaded late, the no-offset kernel where it applies"
-                                     : "weight loaded after the reduction");
+    for (const bool early : {false, true}) {
+      SCOPED_TRACE(early ? "weight loaded early" : "weight loaded after the reduction");
       RowTuning t = default_row_tuning();
       t.reg_staged = 3;
       t.ln_staged = 3;
       t.reg_staged_early_w = early ? 3 : 0;
-      t.reg_staged_no_offset = no_offset ? 1 : 0;
       set_row_tuning(&t);
-      // fp32 weights of 16-bit x are never loaded early; the no-offset
-      // kernel serves RMSNorm's 16-bit rows without a weight offset.
+      // fp32 weights of 16-bit x are never loaded early.
       PlanCheck check{"stage", {}, {}};
       (early && !w_f32 ? check.with : check.without).push_back("early w");
-      (no_offset && x16 && !centre && c.weight_offset == 0.0f ? check.with : check.without).push_back("no offset");
       run_case(c, centre, check);
       if (HasFatalFailure()) return;
     }

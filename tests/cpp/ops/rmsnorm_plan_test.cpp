@@ -181,24 +181,6 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
   }
 }
 
-TEST_F(NormFwdPlan, NoOffsetVariantOnlyWhereItApplies) {
-  RowTuning t = default_row_tuning();
-  t.reg_staged_no_offset = 1;
-  set_row_tuning(&t);
-  auto has = [](const Kernel& k) { return k.text.find("no offset") != std::string::npos; };
-  RMSNormFwdArgs a = args_of({4096, 65536, kBF16, kBF16});
-  EXPECT_TRUE(has(plan({4096, 65536, kBF16, kBF16}))) << "16-bit staged RMSNorm rows, weight late";
-  EXPECT_TRUE(has(plan({4096, 65536, kF16, kF32}))) << "... fp32 weights too";
-  a.weight_offset = 1.0f;
-  EXPECT_EQ(norm_fwd_plan_description(a, false, DeviceLimits{}).find("no offset"), std::string::npos)
-      << "a weight offset takes the general output";
-  EXPECT_FALSE(has(plan({4096, 65536, kBF16, kBF16}, true))) << "LayerNorm";
-  EXPECT_FALSE(has(plan({4096, 65536, kF32, kF32}))) << "fp32 rows load the weight early";
-  EXPECT_FALSE(has(plan({16384, 16384, kBF16, kBF16}))) << "register-held rows";
-  set_row_tuning(nullptr);
-  EXPECT_FALSE(has(plan({4096, 65536, kBF16, kBF16}))) << "off by default";
-}
-
 // Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every dtype mask:
 // a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
 // threads at 8 vectors a thread whose tiles cover the row with no idle CTA,
