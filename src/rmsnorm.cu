@@ -55,8 +55,8 @@ RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
 // dtype, weight and bias in one dtype (x's or fp32), residual and
 // residual_out in one dtype (x's or fp32), and a row that fits the tiles.
 // The caller has checked 16-byte vector alignment.
-bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, RegRowConfig* cfg, ops::RegRes* res,
-              bool* w_f32) {
+bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, const RowTuning& tune, RegRowConfig* cfg,
+              ops::RegRes* res, bool* w_f32) {
   const DType x = a.x.dtype;
   if (a.out.dtype != x) return false;
   DType w = x;
@@ -77,7 +77,6 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, Reg
     else return false;
     res_bytes = dtype_size(r);
   }
-  const RowTuning tune = current_row_tuning();
   RegRowProblem prob;
   prob.rows = a.rows;
   prob.cols = a.cols;
@@ -111,6 +110,7 @@ struct NormFwdPlan {
 
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
+  const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
   const int vec = 16 / dtype_size(a.x.dtype);
   plan.vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
                 detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
@@ -118,15 +118,15 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                 detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
                 detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
                 detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
-  plan.reg = plan.vec_io && reg_path(a, centre, lim, &plan.reg_cfg, &plan.res, &plan.w_f32);
+  plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
                           plan.reg_cfg.threads <= ops::kStagedEarlyWThreads &&
-                          (current_row_tuning().reg_staged_early_w & dtype_bit(a.x.dtype));
+                          (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
     return plan;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);
-  plan.cfg = choose_row_config(prob, lim);
+  plan.cfg = choose_row_config(prob, lim, tune);
   plan.why = check_row_config(plan.cfg, prob, lim);
   auto same = [&](const void* ptr, DType t) { return ptr == nullptr || t == a.x.dtype; };
   plan.uniform = same(a.residual.ptr, a.residual.dtype) && same(a.weight.ptr, a.weight.dtype) &&

@@ -130,18 +130,11 @@ TEST_F(NormFwdPlan, DefaultCells) {
 
 TEST_F(NormFwdPlan, DtypeBitsSelectWhatIsStaged) {
   const Call bf16{4096, 65536, kBF16, kBF16}, f32{4096, 65536, kF32, kF32};
-  tune(0, 3);
-  EXPECT_EQ(plan(bf16).kind, "reg");
-  EXPECT_EQ(plan(f32).kind, "reg");
-  tune(1, 3);
-  EXPECT_EQ(plan(bf16).kind, "stage");
-  EXPECT_EQ(plan(f32).kind, "reg");
-  tune(2, 3);
-  EXPECT_EQ(plan(bf16).kind, "reg");
-  EXPECT_EQ(plan(f32).kind, "stage");
-  tune(3, 3);
-  EXPECT_EQ(plan(bf16).kind, "stage");
-  EXPECT_EQ(plan(f32).kind, "stage");
+  for (int bits = 0; bits < 4; ++bits) {
+    tune(bits, 3);
+    EXPECT_EQ(plan(bf16).kind, bits & 1 ? "stage" : "reg") << bits;
+    EXPECT_EQ(plan(f32).kind, bits & 2 ? "stage" : "reg") << bits;
+  }
   EXPECT_EQ(plan({4096, 65536, kF16, kF16}).kind, "stage");
 }
 
