@@ -115,6 +115,8 @@ RowTuning default_row_tuning() {
   // run 10 of bench/results/2026-11-30-rmsnorm-fwd-reg.md). bf16 lost there
   // (N = 24576 / 32768: 87.1 / 90.3% against 93.4 / 93.7%).
   t.reg_staged_above_team_f32 = 256;
+  t.reg_w_batch = 0;       // (experiment, sixteenth session)
+  t.cluster_end_sync = 1;  // (experiment, sixteenth session)
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

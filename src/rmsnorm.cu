@@ -86,7 +86,9 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   // Staged clustered rows: no residual stream, x's dtype allowed by the
   // tuning's bit mask (config.cpp cites the measurements).
   const int staged_bits = centre ? tune.reg_staged & tune.ln_staged : tune.reg_staged;
-  if (res_bytes == 0 && (staged_bits & dtype_bit(x))) prob.staged_vpt = ops::kRMSNormStagedVpt;
+  // The staged kernels are built for CTAs of at most ops::kStagedThreads.
+  if (res_bytes == 0 && (staged_bits & dtype_bit(x)) && tune.reg_staged_team <= ops::kStagedThreads)
+    prob.staged_vpt = ops::kRMSNormStagedVpt;
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
@@ -102,6 +104,7 @@ struct NormFwdPlan {
   ops::RegRes res = ops::RegRes::kNone;
   bool w_f32 = false;
   bool staged_early_w = false;  // staged, the weight loaded early (kStagedEarlyW)
+  int w_batch = 0, end_sync = 1;  // RowTuning::reg_w_batch, cluster_end_sync
   // 2. Otherwise the general staged kernel: any layout, any N.
   RowConfig cfg;
   const char* why = nullptr;  // cfg is not valid (never expected)
@@ -121,8 +124,9 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
-                          plan.reg_cfg.threads <= ops::kStagedEarlyWThreads &&
                           (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
+    plan.w_batch = tune.reg_w_batch;
+    plan.end_sync = tune.cluster_end_sync;
     return plan;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);
@@ -175,6 +179,8 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     p.cluster = rcfg.cluster;
     p.row_blocks = rcfg.row_blocks;
     p.staged_early_w = plan.staged_early_w;
+    p.w_batch = plan.w_batch;
+    p.end_sync = plan.end_sync;
     return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
       return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, plan.w_f32, plan.res, device, stream);
     });
@@ -219,6 +225,9 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
                   (long long)c.grid);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
+    else if (c.staged && plan.w_batch) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " w batch");
+    if (c.cluster > 1 && !plan.end_sync)
+      std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");
   } else {
     const RowConfig& c = plan.cfg;
     std::snprintf(buf, sizeof buf, "general team %4d thr %4d cl %2d vpt %2d R %d chunks %d buf %d smem %6zu grid %lld%s",

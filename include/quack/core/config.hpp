@@ -103,6 +103,14 @@ struct RowTuning {
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
   int reg_staged_above_team_f32;  // the same for RMSNorm / LayerNorm forward rows of fp32 x
+  // RMSNorm / LayerNorm forward, staged rows whose weight is loaded after the
+  // reduction: 1 issues a thread's weight (and bias) vectors together, 0 one
+  // before each use.
+  int reg_w_batch;
+  // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
+  // CTA took part in no exchange (a CTA's last exchange already waited for
+  // every peer's write into its shared memory).
+  int cluster_end_sync;
   // Chunked two-pass rows (ChunkRowConfig below).
   int64_t chunk_min_bytes;   // forward rows of at least this many bytes are chunked even
                              // where the register-resident kernels fit

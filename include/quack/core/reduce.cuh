@@ -319,8 +319,13 @@ struct ClusterExchange {
     return p;
   }
 
-  __device__ __forceinline__ void finish() {
+  // Before the CTA exits. `sync` false: no barrier where this CTA took part
+  // in an exchange -- every CTA waits in every exchange for every peer's
+  // value, so after its last one no peer writes into its shared memory, and
+  // each of its own writes went to a peer that waits for it.
+  __device__ __forceinline__ void finish(bool sync = true) {
     if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    if (!sync && count > 0) return;
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
   }

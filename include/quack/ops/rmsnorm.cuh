@@ -70,6 +70,10 @@ struct RMSNormFwdParams {
   // weights in x's dtype take the kernel that loads the weight early
   // (kStagedEarlyW).
   bool staged_early_w;
+  // Staged rows, weight late: the thread's weight (and bias) vectors issued
+  // together (RowTuning::reg_w_batch). Clustered rows: end with a cluster
+  // barrier even after an exchange (RowTuning::cluster_end_sync).
+  int w_batch, end_sync;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
@@ -399,11 +403,12 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
                                                            : rmsnorm_reg_max_vpt(x_bytes, res_bytes, w_bytes);
 }
 
-// The staged kernel that loads the weight early (x's dtype only: fp32
-// weights of 16-bit x take twice the registers) holds it through the
-// reduction: built for CTAs of at most this many threads, three an SM (<= 80
-// registers; under the 64 of 1024-thread CTAs it spills, ptxas -v).
-constexpr int kStagedEarlyWThreads = 256;
+// The staged kernels are built for CTAs of at most this many threads: six
+// an SM (<= 40 registers) with the weight loaded after the reduction; three
+// (<= 80 registers; under the 64 of 1024-thread CTAs it spills, ptxas -v)
+// for the one that loads the weight early (x's dtype only: fp32 weights of
+// 16-bit x take twice the registers) and holds it through the reduction.
+constexpr int kStagedThreads = 256;
 
 // kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
 // VPT the family's clustered tile); the grid is then persistent.
@@ -419,7 +424,7 @@ constexpr int kStagedEarlyWThreads = 256;
 // (core::combine_moments), so a row still costs one cluster round.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
           bool kStagedEarlyW = false>
-__global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRowMaxThreads, kStagedEarlyW ? 3 : 1)
+__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, kStagedEarlyW ? 3 : (kStaged ? 6 : 1))
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -627,15 +632,9 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      const int c = col0 + i * col_step, valid = valid_at(i);
-      if (valid == 0) continue;
-      RawVec<Tw, VEC> w_late, b_late;
-      if constexpr (!kEarlyW) load_wb(w, i, w_late);
-      if constexpr (!kEarlyB) load_wb(b, i, b_late);
-      const RawVec<Tw, VEC>& wv = kEarlyW ? w_early[kEarlyW ? i : 0] : w_late;
-      const RawVec<Tw, VEC>& bv = kEarlyB ? b_early[kEarlyB ? i : 0] : b_late;
+    // Writes vector i (its first `valid` elements) from its weight and bias.
+    auto write_vec = [&](int i, int valid, const RawVec<Tw, VEC>& wv, const RawVec<Tw, VEC>& bv) {
+      const int c = col0 + i * col_step;
       float f[VEC];
       h_at(i, f);
       if constexpr (kRes) {
@@ -672,6 +671,44 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
       o.narrow(f);
       if (valid == VEC) o.store(orow + c);
       else o.store_partial(orow + c, valid);
+    };
+    if constexpr (kStaged && !kEarlyW) {
+      // Staged rows hold x in shared memory, so the registers are free here:
+      // a thread whose vectors all lie inside the row issues its weight and
+      // bias vectors together, one L2 round trip instead of one a vector.
+      if (whole && p.w_batch) {
+        // 32 registers of weight: 8 vectors in x's dtype, 4 in fp32 for
+        // 16-bit x; half as many vectors when there is a bias as well.
+        constexpr int kBatchW = sizeof(Tw) > sizeof(Tx) ? (VPT < 2 ? VPT : 2) : (VPT < 4 ? VPT : 4);
+        auto batched = [&](auto batch, auto with_b) {
+          constexpr int kB = decltype(batch)::value;
+          constexpr bool kWithB = decltype(with_b)::value;
+#pragma unroll
+          for (int i0 = 0; i0 < VPT; i0 += kB) {
+            RawVec<Tw, VEC> wv[kB], bv[kWithB ? kB : 1];
+#pragma unroll
+            for (int g = 0; g < kB; ++g) {
+              const int c = col0 + (i0 + g) * col_step;
+              if (w != nullptr) wv[g].load(w + c);
+              if constexpr (kWithB) bv[g].load(b + c);
+            }
+#pragma unroll
+            for (int g = 0; g < kB; ++g) write_vec(i0 + g, VEC, wv[g], bv[kWithB ? g : 0]);
+          }
+        };
+        if (b == nullptr) batched(std::integral_constant<int, kBatchW>{}, std::false_type{});
+        else batched(std::integral_constant<int, (kBatchW > 1 ? kBatchW / 2 : 1)>{}, std::true_type{});
+        return;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int valid = valid_at(i);
+      if (valid == 0) continue;
+      RawVec<Tw, VEC> w_late, b_late;
+      if constexpr (!kEarlyW) load_wb(w, i, w_late);
+      if constexpr (!kEarlyB) load_wb(b, i, b_late);
+      write_vec(i, valid, kEarlyW ? w_early[kEarlyW ? i : 0] : w_late, kEarlyB ? b_early[kEarlyB ? i : 0] : b_late);
     }
   };
 
@@ -683,10 +720,10 @@ __global__ void __launch_bounds__(kStagedEarlyW ? kStagedEarlyWThreads : kRegRow
     // bench/results/2026-11-30-rmsnorm-fwd-reg.md).
     const int64_t grid_blocks = gridDim.x / unsigned(p.cluster);
     for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
-    cl.finish();
+    cl.finish(p.end_sync);
   } else {
     do_rows(blockIdx.x / unsigned(p.cluster));
-    if constexpr (kCluster) cl.finish();
+    if constexpr (kCluster) cl.finish(p.end_sync);
   }
 }
 
