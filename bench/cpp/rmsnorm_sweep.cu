@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   const int es = quack::dtype_size(dt);
   const char* ln_env = std::getenv("QUACK_SWEEP_LAYERNORM");
   const bool ln = ln_env != nullptr && std::atoi(ln_env) != 0;
+  // QUACK_SWEEP_NO_WEIGHT=1: no weight (nor bias): what the weight's reads cost.
+  const char* nw_env = std::getenv("QUACK_SWEEP_NO_WEIGHT");
+  const bool no_weight = nw_env != nullptr && std::atoi(nw_env) != 0;
   // Weight (and LayerNorm's bias): x's dtype, or fp32 for LayerNorm.
   const quack::DType wdt = ln ? quack::DType::kFloat32 : dt;
   const int wes = quack::dtype_size(wdt);
@@ -45,8 +48,8 @@ int main(int argc, char** argv) {
   auto time_ms = [&](auto&& fn, int iters) { return timer.median_ms(fn, iters); };
   const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
-  std::printf("%sdtype %s, M*N = %lld, copy %.1f GB/s\n", ln ? "LayerNorm, fp32 weight and bias, " : "",
-              quack::dtype_name(dt), (long long)total, copy_gbs);
+  std::printf("%s%sdtype %s, M*N = %lld, copy %.1f GB/s\n", ln ? "LayerNorm, fp32 weight and bias, " : "",
+              no_weight ? "no weight or bias, " : "", quack::dtype_name(dt), (long long)total, copy_gbs);
   std::printf("%9s %8s | %-90s | %9s %7s %6s | %s\n", "N", "M", "plan (src/rmsnorm.cu)", "us", "GB/s", "%copy",
               "max rel err");
 
@@ -74,8 +77,8 @@ int main(int argc, char** argv) {
     args.rows = M;
     args.cols = N;
     args.x = {a, dt, N};
-    args.weight = {w, wdt};
-    if (ln) args.bias = {bias, wdt};
+    if (!no_weight) args.weight = {w, wdt};
+    if (ln && !no_weight) args.bias = {bias, wdt};
     args.out = {b, dt, N};
     args.rstd = M <= (1 << 20) ? rstd : nullptr;
     if (ln) args.eps = 1e-5f;
@@ -107,8 +110,9 @@ int main(int argc, char** argv) {
       }
       const double rs = 1.0 / std::sqrt(ss / N + double(args.eps));
       for (int64_t c = 0; c < N; ++c) {
-        const double ref = (bits_to_float(hx.data() + c * es, dt) - mean) * rs * bits_to_float(hw.data() + c * wes, wdt) +
-                           (ln ? bits_to_float(hb.data() + c * wes, wdt) : 0.0);
+        const double ref = (bits_to_float(hx.data() + c * es, dt) - mean) * rs *
+                               (no_weight ? 1.0 : bits_to_float(hw.data() + c * wes, wdt)) +
+                           (ln && !no_weight ? bits_to_float(hb.data() + c * wes, wdt) : 0.0);
         const double got = bits_to_float(hy.data() + c * es, dt);
         const double err = std::fabs(got - ref) / (std::fabs(ref) + 1e-2);
         if (!(err <= max_err)) max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);

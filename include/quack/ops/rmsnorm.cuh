@@ -675,11 +675,12 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
     if constexpr (kStaged && !kEarlyW) {
       // Staged rows hold x in shared memory, so the registers are free here:
       // a thread whose vectors all lie inside the row issues its weight and
-      // bias vectors together, one L2 round trip instead of one a vector.
+      // bias vectors a batch at a time (16 registers: 4 vectors in x's dtype,
+      // 2 in fp32 for 16-bit x; half as many with a bias), one L2 round trip
+      // a batch instead of one a vector. (Register-held rows spill with it.)
       if (whole && p.w_batch) {
-        // 32 registers of weight: 8 vectors in x's dtype, 4 in fp32 for
-        // 16-bit x; half as many vectors when there is a bias as well.
-        constexpr int kBatchW = sizeof(Tw) > sizeof(Tx) ? (VPT < 2 ? VPT : 2) : (VPT < 4 ? VPT : 4);
+        constexpr int kVecRegs = int(sizeof(Tw) * VEC) / 4;
+        constexpr int kBatchW = VPT < 16 / kVecRegs ? VPT : 16 / kVecRegs;
         auto batched = [&](auto batch, auto with_b) {
           constexpr int kB = decltype(batch)::value;
           constexpr bool kWithB = decltype(with_b)::value;
