@@ -115,8 +115,22 @@ RowTuning default_row_tuning() {
   // run 10 of bench/results/2026-11-30-rmsnorm-fwd-reg.md). bf16 lost there
   // (N = 24576 / 32768: 87.1 / 90.3% against 93.4 / 93.7%).
   t.reg_staged_above_team_f32 = 256;
-  t.reg_w_batch = 0;       // (experiment, sixteenth session)
-  t.cluster_end_sync = 1;  // (experiment, sixteenth session)
+  // Staged rows whose weight comes after the reduction issue it a batch of
+  // vectors at a time (rmsnorm_sweep bf16 at 7e82df0, H200, M*N = 2^28, us,
+  // A B A B in one call; run 14 of bench/results/2026-11-30-rmsnorm-fwd-reg.md):
+  // N = 40000 / 64K / 96K / 128K / 256K 278.0 / 276.3 / 275.1 / 275.5 / 283.3
+  // against one load before each vector's use 293.7 / 291.1 / 290.6 / 291.4
+  // / 299.1 (and 294.1 / 289.2 / 290.5 / 290.8 / 301.6); LayerNorm bf16
+  // (fp32 weight and bias) 371.3 / 343.9 / 352.3 / 358.6 / 408.4 against
+  // 395.2 / 348.8 / 354.3 / 363.3 / 405.0. Without any weight the same rows
+  // take 270-272 us: the batched weight costs 1.5-5%, the serial one 7-11%.
+  t.reg_w_batch = 1;
+  // Clustered rows keep the end-of-kernel cluster barrier: without it the
+  // same call measured within noise (bf16 staged 40000 / 64K / 256K 282.7 /
+  // 275.9 / 280.8 us against 278.0 / 276.3 / 283.3; LayerNorm bf16 1-2%
+  // faster; fp32 N = 40000 535.6 against 562.2 us in run 14's first call,
+  // 512K 731.9 against 713.4): not taken on that evidence.
+  t.cluster_end_sync = 1;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
