@@ -131,6 +131,7 @@ RowTuning default_row_tuning() {
   // faster; fp32 N = 40000 535.6 against 562.2 us in run 14's first call,
   // 512K 731.9 against 713.4): not taken on that evidence.
   t.cluster_end_sync = 1;
+  t.reg_staged_vpt_max = 8;  // (experiment, sixteenth session)
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -313,19 +314,21 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
 
   // Clustered rows without a residual stream, staged in shared memory: CTAs
   // of reg_staged_team threads, if a cluster of <= max_cluster of them covers
-  // the row at staged_vpt vectors a thread within the shared memory limit.
-  // Returns false when not.
+  // the row at staged_vpt vectors a thread (else at 2x, 4x .. up to
+  // staged_vpt_max) within the shared memory limit. Returns false when not.
   auto try_staged = [&]() {
     if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
     const int64_t staged_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
     const int64_t t = staged_team;
-    const int64_t cl = ceil_div(nvec, t * prob.staged_vpt);
-    const size_t smem = prob.scratch_bytes + size_t(t) * prob.staged_vpt * 16;
+    int vpt = prob.staged_vpt;
+    while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= prob.staged_vpt_max) vpt *= 2;
+    const int64_t cl = ceil_div(nvec, t * vpt);
+    const size_t smem = prob.scratch_bytes + size_t(t) * vpt * 16;
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
     c.team = c.threads = int(t);
     c.cluster = int(cl);
-    c.vpt = prob.staged_vpt;
+    c.vpt = vpt;
     c.staged = true;
     c.smem_bytes = smem;
     c.row_blocks = prob.rows;
@@ -405,7 +408,12 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
   if (c.staged) {
     if (c.cluster < 2) return "a staged row is not clustered";
-    if (c.vpt != prob.staged_vpt) return "a staged row does not use the staged tile";
+    bool tile = false;
+    for (int v = prob.staged_vpt; v > 0 && v <= std::max(prob.staged_vpt, prob.staged_vpt_max); v *= 2) tile |= c.vpt == v;
+    if (!tile) return "a staged row does not use a staged tile";
+    // A wider tile only where the narrower one needs more than max_cluster CTAs.
+    if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
+      return "a staged row takes a wider tile than it needs";
     if (c.smem_bytes != prob.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
       return "staging does not fit the shared memory";
   } else {

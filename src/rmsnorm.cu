@@ -87,8 +87,10 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   // tuning's bit mask (config.cpp cites the measurements).
   const int staged_bits = centre ? tune.reg_staged & tune.ln_staged : tune.reg_staged;
   // The staged kernels are built for CTAs of at most ops::kStagedThreads.
-  if (res_bytes == 0 && (staged_bits & dtype_bit(x)) && tune.reg_staged_team <= ops::kStagedThreads)
+  if (res_bytes == 0 && (staged_bits & dtype_bit(x)) && tune.reg_staged_team <= ops::kStagedThreads) {
     prob.staged_vpt = ops::kRMSNormStagedVpt;
+    prob.staged_vpt_max = std::min(tune.reg_staged_vpt_max, ops::kRMSNormStagedVptMax);
+  }
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
@@ -123,7 +125,8 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                 detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   if (plan.reg) {
-    plan.staged_early_w = plan.reg_cfg.staged && !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
+    plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
+                          !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
                           (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;

@@ -395,6 +395,9 @@ constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
 // weight loads, one L2 round trip a group of 4 vectors after the reduction,
 // and three CTAs an SM.
 constexpr int kRMSNormStagedVpt = 8;
+// Rows longer than a 16-CTA cluster holds at 8 take 16 or 32 (64 / 128 KB a
+// CTA), the weight loaded after the reduction only.
+constexpr int kRMSNormStagedVptMax = 32;
 // The clustered kernels also carry their loop and exchange state: for 16-bit
 // x with a residual stream or fp32 weights the largest tile spills there, so
 // they take the next smaller one.
@@ -424,7 +427,7 @@ constexpr int kStagedThreads = 256;
 // (core::combine_moments), so a row still costs one cluster round.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
           bool kStagedEarlyW = false>
-__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, kStagedEarlyW ? 3 : (kStaged ? 6 : 1))
+__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, kStagedEarlyW || (kStaged && VPT > 8) ? 3 : (kStaged ? 6 : 1))
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -440,6 +443,10 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
   constexpr bool kEarlyW = kStaged ? kStagedEarlyW : !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
   static_assert(!kStagedEarlyW || kStaged, "early weights: staged rows only");
+  // Loops over a thread's vectors unroll fully where they index registers;
+  // staged rows index shared memory, and their wide tiles (16, 32 vectors)
+  // unrolled whole hoist every address out of the loop and spill (ptxas -v).
+  constexpr int kUnrollVec = kStaged && VPT > 8 ? 8 : VPT;
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -544,7 +551,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
           for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[i][j] : fmaf(h[i][j], h[i][j], acc);
       } else {
         if constexpr (kStaged) {
-#pragma unroll
+#pragma unroll kUnrollVec
           for (int i = 0; i < VPT; ++i) {
             const int c = col0 + i * col_step;
             const int n = c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
@@ -556,7 +563,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
         } else {
           load_row(xv, xrow);
         }
-#pragma unroll
+#pragma unroll kUnrollVec
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           x_at(i).widen(f);
@@ -590,7 +597,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
       const float cta_mean = n > 0 ? sum / float(n) : 0.0f;
       float dev = 0.0f;
       if (active) {
-#pragma unroll
+#pragma unroll kUnrollVec
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           h_at(i, f);
@@ -684,7 +691,8 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
         auto batched = [&](auto batch, auto with_b) {
           constexpr int kB = decltype(batch)::value;
           constexpr bool kWithB = decltype(with_b)::value;
-#pragma unroll
+          constexpr int kUnrollB = kUnrollVec / kB > 0 ? kUnrollVec / kB : 1;
+#pragma unroll kUnrollB
           for (int i0 = 0; i0 < VPT; i0 += kB) {
             RawVec<Tw, VEC> wv[kB], bv[kWithB ? kB : 1];
 #pragma unroll
@@ -702,7 +710,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, 
         return;
       }
     }
-#pragma unroll
+#pragma unroll kUnrollVec
     for (int i = 0; i < VPT; ++i) {
       const int valid = valid_at(i);
       if (valid == 0) continue;
@@ -770,6 +778,11 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
           return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, true>(p, cfg, device, stream);
       }
       if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
+      if (cfg.vpt == 2 * kSt)
+        return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 2 * kSt, true, true>(p, cfg, device, stream);
+      if (cfg.vpt == 4 * kSt)
+        return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 4 * kSt, true, true>(p, cfg, device, stream);
+      static_assert(4 * kSt == kRMSNormStagedVptMax, "the staged tiles dispatched");
     }
   } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
     if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kCl, true>(p, cfg, device, stream);
