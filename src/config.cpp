@@ -131,7 +131,18 @@ RowTuning default_row_tuning() {
   // faster; fp32 N = 40000 535.6 against 562.2 us in run 14's first call,
   // 512K 731.9 against 713.4): not taken on that evidence.
   t.cluster_end_sync = 1;
-  t.reg_staged_vpt_max = 8;  // (experiment, sixteenth session)
+  // Staged rows past a 16-CTA cluster at 8 vectors a thread (rmsnorm_sweep at
+  // c4bee5f, H200, M*N = 2^28, us; run 15 of
+  // bench/results/2026-11-30-rmsnorm-fwd-reg.md): at 16 vectors (64 KB a CTA,
+  // three an SM) bf16 N = 512K 307.7 / 309.4 against 342.1 in register-held
+  // 1024-thread clusters of 8, LayerNorm bf16 586.7 / 586.4 against 634.9,
+  // LayerNorm fp32 256K 779.6 / 785.5 against 810.0, RMSNorm fp32 256K 590.8
+  // / 585.6 against 585.1 (even). At 32 (128 KB, one an SM) bf16 1M lost to
+  // the register clusters (481.6 against 377.8) but beat the general kernel
+  // where no register tile holds the row (LayerNorm bf16 1M: 1083.5 against
+  // 1485.8).
+  t.reg_staged_vpt_max = 16;
+  t.reg_staged_vpt_max_beyond = 32;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -316,12 +327,13 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   // of reg_staged_team threads, if a cluster of <= max_cluster of them covers
   // the row at staged_vpt vectors a thread (else at 2x, 4x .. up to
   // staged_vpt_max) within the shared memory limit. Returns false when not.
-  auto try_staged = [&]() {
+  auto try_staged = [&](int vpt_max) {
     if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
     const int64_t staged_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
     const int64_t t = staged_team;
     int vpt = prob.staged_vpt;
-    while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= prob.staged_vpt_max) vpt *= 2;
+    vpt_max = std::min(vpt_max, prob.staged_vpt_max);
+    while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
     const int64_t cl = ceil_div(nvec, t * vpt);
     const size_t smem = prob.scratch_bytes + size_t(t) * vpt * 16;
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
@@ -337,7 +349,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     return true;
   };
   if (nvec > std::max(int64_t(kRegRowMaxThreads) * max_vpt, int64_t(kRegRowMaxThreads) * cl_vpt * max_cluster))
-    return try_staged();  // beyond the register tiles: staged, or not at all
+    return try_staged(tune.reg_staged_vpt_max_beyond);  // beyond the register tiles: staged, or not at all
   const int64_t max_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_max_team, 1)), kRegRowMaxThreads);
   const int64_t wide_team = std::min<int64_t>(pow2_ceil(std::max<int64_t>(tune.reg_wide_team, max_team)), kRegRowMaxThreads);
 
@@ -361,7 +373,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     //    of those do not cover the row.
     team = pow2_ceil(ceil_div(nvec, max_vpt));
     const int above = prob.staged_above_team > 0 ? prob.staged_above_team : tune.reg_staged_above_team;
-    if (team > std::min<int64_t>(wide_team, above) && try_staged()) return true;
+    if (team > std::min<int64_t>(wide_team, above) && try_staged(tune.reg_staged_vpt_max)) return true;
     if (team > wide_team) {
       const int64_t cl_wide = ceil_div(nvec, wide_team * cl_vpt);      // >= 2 here
       const int64_t cl_full = ceil_div(nvec, int64_t(kRegRowMaxThreads) * cl_vpt);

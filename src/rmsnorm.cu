@@ -89,7 +89,7 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   // The staged kernels are built for CTAs of at most ops::kStagedThreads.
   if (res_bytes == 0 && (staged_bits & dtype_bit(x)) && tune.reg_staged_team <= ops::kStagedThreads) {
     prob.staged_vpt = ops::kRMSNormStagedVpt;
-    prob.staged_vpt_max = std::min(tune.reg_staged_vpt_max, ops::kRMSNormStagedVptMax);
+    prob.staged_vpt_max = ops::kRMSNormStagedVptMax;
   }
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);

@@ -107,9 +107,12 @@ struct RowTuning {
   // reduction: 1 issues a thread's weight (and bias) vectors together, 0 one
   // before each use.
   int reg_w_batch;
-  // RMSNorm / LayerNorm forward: staged rows too long for a 16-CTA cluster
-  // at 8 vectors a thread take 16 or 32 (up to this many), else registers.
+  // Staged rows too long for a 16-CTA cluster at the family's staged tile
+  // take 2x, 4x .. that tile up to RegRowProblem::staged_vpt_max and up to
+  // reg_staged_vpt_max where a register tile holds the row too (else the
+  // register kernels), reg_staged_vpt_max_beyond where none does.
   int reg_staged_vpt_max;
+  int reg_staged_vpt_max_beyond;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
   // every peer's write into its shared memory).
@@ -186,7 +189,7 @@ struct RegRowProblem {
   int max_vpt = 8;       // largest bucket the kernel family is built with
   int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
-  int staged_vpt_max = 0;  // > staged_vpt: also at 2x, 4x .. this tile, for rows that need it
+  int staged_vpt_max = 0;  // > staged_vpt: the kernels also take 2x, 4x .. this tile
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging

@@ -390,13 +390,13 @@ constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
 // Staged clustered rows (no residual stream): 8 vectors (16 B of x) a
-// thread. 16 lost 20-30 points in both dtypes (rmsnorm_sweep at 8881e2b,
-// H200; bench/results/2026-11-30-rmsnorm-fwd-reg.md, fifteenth session): its
-// weight loads, one L2 round trip a group of 4 vectors after the reduction,
-// and three CTAs an SM.
+// thread. 16 lost 20-30 points in both dtypes where 8 fit too (rmsnorm_sweep
+// at 8881e2b, H200; bench/results/2026-11-30-rmsnorm-fwd-reg.md, fifteenth
+// session; three CTAs an SM instead of six, and then one L2 round trip a
+// weight vector after the reduction).
 constexpr int kRMSNormStagedVpt = 8;
 // Rows longer than a 16-CTA cluster holds at 8 take 16 or 32 (64 / 128 KB a
-// CTA), the weight loaded after the reduction only.
+// CTA; config.cpp cites where each wins), the weight after the reduction.
 constexpr int kRMSNormStagedVptMax = 32;
 // The clustered kernels also carry their loop and exchange state: for 16-bit
 // x with a residual stream or fp32 weights the largest tile spills there, so
@@ -417,8 +417,11 @@ constexpr int kStagedThreads = 256;
 // VPT the family's clustered tile); the grid is then persistent.
 // kStaged (clustered rows without a residual stream): x goes to shared memory
 // with cp.async instead of registers, so a thread can own a larger share
-// (VPT = kRMSNormStagedVpt) in a small, register-light CTA; many CTAs share
-// an SM, and the grid is one cluster per row (not persistent).
+// (VPT = kRMSNormStagedVpt, or 2x / 4x it for longer rows) in a small,
+// register-light CTA; several CTAs share an SM, and the grid is one cluster
+// per row (not persistent). The weight comes after the reduction, a batch of
+// vectors at a time (p.w_batch), or for the 8-vector tile in x's dtype while
+// x is in flight (kStagedEarlyW).
 // kCentre: LayerNorm. The row's mean comes off first and the variance is
 // taken about it from the held values (two passes over registers, no
 // sum(h^2) - mean^2 cancellation): team / CTA reductions of the sum, then of

@@ -262,10 +262,12 @@ struct RegTile {
   int max_vpt;
   int cluster_vpt;
   int staged_vpt;
+  int staged_vpt_max = 0;  // the kernels' widest staged tile (0: staged_vpt only)
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
-         std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt);
+         std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt) +
+         (i.param.staged_vpt_max > 0 ? "_to" + std::to_string(i.param.staged_vpt_max) : "");
 }
 
 std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
@@ -289,7 +291,14 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   if (!c.staged && c.vpt != 1 && c.vpt != 2 && c.vpt != 4 && c.vpt != 8) return "vpt not a bucket";
   if (!c.staged && c.vpt > p.max_vpt) return "vpt above the kernel family's tile";
   if (c.staged) {
-    if (c.cluster < 2 || c.vpt != p.staged_vpt) return "a staged row not clustered at the staged tile";
+    if (c.cluster < 2) return "a staged row not clustered";
+    // The staged tile, or a power-of-two multiple of it up to the widest, and
+    // wider only when the half-width tile would need more than 16 CTAs.
+    const int widest = std::max(p.staged_vpt, p.staged_vpt_max);
+    if (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt))
+      return "a staged row not at a staged tile";
+    if (c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
+      return "a staged row at a wider tile than it needs";
     if (c.team != 256) return "a staged row not in 256-thread CTAs";
     if (c.smem_bytes != p.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
       return "staged shared memory";
@@ -310,9 +319,12 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   // cluster of as many 1024-thread CTAs as the device allows at its
   // clustered tile.
   int64_t cap_vecs = std::max(int64_t(1024) * tile.max_vpt, int64_t(lim.max_cluster) * 1024 * tile.cluster_vpt);
-  // ... or, staged, a cluster of 256-thread CTAs (the only staged CTA).
-  if (tile.staged_vpt > 0 && lim.max_cluster > 1 && kScratch + size_t(256) * tile.staged_vpt * 16 <= lim.max_smem_per_block)
-    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * tile.staged_vpt);
+  // ... or, staged, a cluster of 256-thread CTAs (the only staged CTA) at
+  // the widest staged tile the default tuning allows rows no register tile
+  // holds.
+  const int widest = std::max(tile.staged_vpt, std::min(tile.staged_vpt_max, default_row_tuning().reg_staged_vpt_max_beyond));
+  if (tile.staged_vpt > 0 && lim.max_cluster > 1 && kScratch + size_t(256) * widest * 16 <= lim.max_smem_per_block)
+    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * widest);
   const int64_t capacity = cap_vecs * vec;
   for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
     RegRowProblem p;
@@ -322,6 +334,7 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.max_vpt = tile.max_vpt;
     p.cluster_vpt = tile.cluster_vpt;
     p.staged_vpt = tile.staged_vpt;
+    p.staged_vpt_max = tile.staged_vpt_max;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
     const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
@@ -350,7 +363,8 @@ INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                          testing::Values(RegTile{2, 8, 8, 8}, RegTile{2, 8, 8, 16}, RegTile{2, 8, 4, 8},
                                          RegTile{2, 4, 2, 0}, RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0},
                                          RegTile{4, 8, 8, 8}, RegTile{4, 8, 8, 16}, RegTile{4, 4, 4, 0},
-                                         RegTile{2, 8, 8, 0}),
+                                         RegTile{2, 8, 8, 0}, RegTile{2, 8, 8, 8, 32}, RegTile{2, 8, 4, 8, 32},
+                                         RegTile{2, 2, 2, 8, 32}, RegTile{4, 8, 8, 8, 32}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {

@@ -167,6 +167,12 @@ std::vector<FwdCase> fwd_cases() {
       FwdCase("N24577_f32_w_padded_partial_vector", 7, 24577, kF32).with(kW, kF32).pad(kX, 3).pad(kOut, 7),
       FwdCase("N131072_f32_w_b_rstd_cluster16", 3, 131072, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
       FwdCase("N262144_f16_w_b_offset_cluster16", 2, 262144, kF16).with(kW, kF16).with(kB, kF16).with_weight_offset(1.0f),
+      // ... and past a 16-CTA cluster at 8 vectors a thread: 16 or 32.
+      FwdCase("N524288_bf16_w_rstd_staged16", 2, 524288, kBF16).with(kW, kBF16).with_rstd(),
+      FwdCase("N300001_bf16_w_b_padded_partial_staged16", 3, 300001, kBF16)
+          .with(kW, kBF16).with(kB, kBF16).pad(kX, 7).pad(kOut, 15),
+      FwdCase("N200000_f32_w_rstd_staged16", 3, 200000, kF32).with(kW, kF32).with_rstd(),
+      FwdCase("N1048576_bf16_w_b_f32_staged32", 2, 1 << 20, kBF16).with(kW, kF32).with(kB, kF32).with_rstd(),
       // Misaligned pointers and row strides > N.
       FwdCase("N200_bf16_all_misaligned", 37, 200, kBF16)
           .with(kRes, kBF16).with(kW, kBF16).with(kB, kBF16).with(kResOut, kBF16).with_rstd().misaligned(),
@@ -438,7 +444,7 @@ std::vector<FwdCase> smem_staged_cases() {
     for (const auto& o : c.op) ok = ok && o.offset == 0;
     ok = ok && (c.cols + c.op[kX].pad) % vec == 0 && (c.cols + c.op[kOut].pad) % vec == 0;
     const int64_t nvec = (c.cols + vec - 1) / vec;
-    ok = ok && nvec > 512 * 8 && (nvec + 256 * 8 - 1) / (256 * 8) <= 16;
+    ok = ok && nvec > 512 * 8 && (nvec + 256 * 32 - 1) / (256 * 32) <= 16;
     if (ok) v.push_back(c);
   }
   return v;
@@ -451,16 +457,25 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
     const FwdCase& c = GetParam();
     const bool w_f32 = (c.op[kW].present && c.op[kW].dtype == kF32 && c.op[kX].dtype != kF32) ||
                        (c.op[kB].present && c.op[kB].dtype == kF32 && c.op[kX].dtype != kF32);
-    for (const bool early : {false, true}) {
-      SCOPED_TRACE(early ? "weight loaded early" : "weight loaded after the reduction");
+    const int vec = 16 / dtype_size(c.op[kX].dtype);
+    const bool tile8 = (c.cols + vec - 1) / vec <= 16 * 256 * 8;  // the 8-vector tile holds it
+    const char* mode_name[] = {"weight after the reduction, a vector at a time",
+                               "weight after the reduction, in batches", "weight loaded early"};
+    for (const int mode : {0, 1, 2}) {
+      SCOPED_TRACE(mode_name[mode]);
       RowTuning t = default_row_tuning();
       t.reg_staged = 3;
       t.ln_staged = 3;
-      t.reg_staged_early_w = early ? 3 : 0;
+      t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
+      t.reg_w_batch = mode >= 1;
+      t.reg_staged_early_w = mode == 2 ? 3 : 0;
       set_row_tuning(&t);
-      // fp32 weights of 16-bit x are never loaded early.
+      // fp32 weights of 16-bit x, and the 16- and 32-vector tiles, never
+      // load the weight early.
+      const bool early = mode == 2 && !w_f32 && tile8;
       PlanCheck check{"stage", {}, {}};
-      (early && !w_f32 ? check.with : check.without).push_back("early w");
+      (early ? check.with : check.without).push_back("early w");
+      (mode >= 1 && !early ? check.with : check.without).push_back("w batch");
       run_case(c, centre, check);
       if (HasFatalFailure()) return;
     }

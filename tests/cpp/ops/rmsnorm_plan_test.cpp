@@ -114,9 +114,23 @@ TEST_F(NormFwdPlan, DefaultCells) {
     // fp32 weights of 16-bit x: staged, late.
     const Kernel w32 = plan({4096, 65536, kBF16, kF32}, ln);
     EXPECT_TRUE(w32.kind == "stage" && !w32.early_w) << w32.text;
-    // Beyond a 16-CTA staged cluster: register-held clusters of 1024-thread CTAs.
-    EXPECT_EQ(plan({1024, 262144, kF32, kF32}, ln).kind, "reg");
-    EXPECT_EQ(plan({512, 524288, kBF16, kBF16}, ln).kind, "reg");
+    // Beyond a 16-CTA staged cluster at 8 vectors: 16 vectors a thread
+    // (LayerNorm's fp32 rows stay in registers) ...
+    for (const Cell& c : {Cell{1024, 262144, kF32, 16, false}, Cell{512, 524288, kBF16, 16, false}}) {
+      const Kernel k = plan({c.rows, c.cols, c.dt, c.dt}, ln);
+      if (ln && c.dt == kF32) {
+        EXPECT_EQ(k.kind, "reg") << k.text;
+        continue;
+      }
+      EXPECT_TRUE(k.kind == "stage" && k.threads == 256 && k.vpt == 16 && k.cluster == 16 && !k.early_w) << k.text;
+    }
+    // ... beyond that register-held clusters of 1024-thread CTAs, and 32
+    // vectors only where no register tile holds the row (16-bit x with fp32
+    // weights cluster at 4 vectors: 512K elements).
+    EXPECT_EQ(plan({512, 524288, kF32, kF32}, ln).kind, "reg");
+    EXPECT_EQ(plan({256, 1 << 20, kBF16, kBF16}, ln).kind, "reg");
+    const Kernel m = plan({256, 1 << 20, kBF16, kF32}, ln);
+    EXPECT_TRUE(m.kind == "stage" && m.vpt == 32 && m.cluster == 16 && !m.early_w) << m.text;
     // A residual stream is never staged.
     EXPECT_EQ(plan({4096, 65536, kBF16, kBF16, true}, ln).kind, "reg");
     // Misaligned x: the general kernel, element-wise.
@@ -159,6 +173,32 @@ TEST_F(NormFwdPlan, LayerNormHasItsOwnDtypeBits) {
   EXPECT_EQ(plan(f32, true).kind, "reg");
 }
 
+TEST_F(NormFwdPlan, WideStagedTilesFollowTheirKnobs) {
+  const Call bf16_512k{512, 524288, kBF16, kBF16}, bf16_1m{256, 1 << 20, kBF16, kBF16},
+      bf16_1m_w32{256, 1 << 20, kBF16, kF32};  // (no register tile holds it)
+  RowTuning t = default_row_tuning();
+  t.reg_staged_vpt_max = 8;  // rows a register tile holds: 8 vectors only
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(bf16_512k).kind, "reg");
+  EXPECT_EQ(plan(bf16_1m_w32, true).vpt, 32);
+  EXPECT_EQ(plan(bf16_1m).kind, "reg");
+  t.reg_staged_vpt_max = 32;
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(bf16_512k).vpt, 16);  // the narrowest tile that fits
+  EXPECT_EQ(plan(bf16_1m).vpt, 32);
+  t.reg_staged_vpt_max_beyond = 16;  // no staged tile holds it
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(bf16_1m_w32, true).kind, "general");
+  EXPECT_EQ(plan(bf16_1m_w32).kind, "general");
+  // The early weight is for the 8-vector tile only.
+  t = default_row_tuning();
+  t.reg_staged_early_w = 3;
+  set_row_tuning(&t);
+  EXPECT_FALSE(plan(bf16_512k).early_w);
+  EXPECT_FALSE(plan({1024, 262144, kF32, kF32}).early_w);
+  EXPECT_TRUE(plan({2048, 131072, kF32, kF32}).early_w);
+}
+
 TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
   for (int bits = 0; bits < 4; ++bits) {
     tune(3, bits);
@@ -176,9 +216,9 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
 
 // Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every dtype mask:
 // a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
-// threads at 8 vectors a thread whose tiles cover the row with no idle CTA,
-// and every row a 16-CTA staged cluster holds that needs a 1024-thread
-// register team (fp32: 512) is staged.
+// threads at 8 vectors a thread (16 past a 16-CTA cluster at 8) whose tiles
+// cover the row with no idle CTA, and every row a 16-CTA staged cluster
+// holds at 16 that needs a 1024-thread register team (fp32: 512) is staged.
 TEST_F(NormFwdPlan, ScanOfStagedRows) {
   for (int staged : {1, 2, 3}) {
     tune(staged, 3);
@@ -189,12 +229,14 @@ TEST_F(NormFwdPlan, ScanOfStagedRows) {
       for (int64_t n = vec; n <= (int64_t(1) << 21); n += n < 16384 ? vec : 97 * vec) {
         const Kernel k = plan({64, n, dt, dt});
         const int64_t above = dt == kF32 ? 256 : 512;
-        const bool want = bit && n > above * 8 * vec && n <= 16 * per_cta;
+        const bool want = bit && n > above * 8 * vec && n <= 32 * per_cta;
         ASSERT_EQ(k.kind == "stage", want) << "N = " << n << ": " << k.text;
         if (!want) continue;
-        ASSERT_TRUE(k.threads == 256 && k.vpt == 8 && k.cluster >= 2 && k.cluster <= 16) << "N = " << n << ": " << k.text;
-        ASSERT_GE(k.cluster * per_cta, n) << k.text;
-        ASSERT_LT((k.cluster - 1) * per_cta, n) << "idle CTA: " << k.text;
+        const int vpt = n <= 16 * per_cta ? 8 : 16;
+        const int64_t cta = per_cta / 8 * vpt;
+        ASSERT_TRUE(k.threads == 256 && k.vpt == vpt && k.cluster >= 2 && k.cluster <= 16) << "N = " << n << ": " << k.text;
+        ASSERT_GE(k.cluster * cta, n) << k.text;
+        ASSERT_LT((k.cluster - 1) * cta, n) << "idle CTA: " << k.text;
       }
     }
   }
