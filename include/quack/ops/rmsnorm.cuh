@@ -407,11 +407,14 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 }
 
 // The staged kernels are built for CTAs of at most this many threads: six
-// an SM (<= 40 registers) with the weight loaded after the reduction; three
-// (<= 80 registers; under the 64 of 1024-thread CTAs it spills, ptxas -v)
-// for the one that loads the weight early (x's dtype only: fp32 weights of
-// 16-bit x take twice the registers) and holds it through the reduction.
+// an SM (<= 40 registers) at the 8-vector tile with the weight loaded after
+// the reduction; three (<= 80 registers) for the 16- and 32-vector tiles
+// (whose shared memory allows no more) and for the kernel that loads the
+// weight early (x's dtype only: fp32 weights of 16-bit x take twice the
+// registers) and holds it through the reduction (under the 64 registers of
+// 1024-thread CTAs it spills, ptxas -v).
 constexpr int kStagedThreads = 256;
+constexpr int staged_min_blocks(bool early_w, int vpt) { return early_w || vpt > 8 ? 3 : 6; }
 
 // kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
 // VPT the family's clustered tile); the grid is then persistent.
@@ -430,7 +433,8 @@ constexpr int kStagedThreads = 256;
 // (core::combine_moments), so a row still costs one cluster round.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
           bool kStagedEarlyW = false>
-__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads, kStagedEarlyW || (kStaged && VPT > 8) ? 3 : (kStaged ? 6 : 1))
+__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
+                                  kStaged ? staged_min_blocks(kStagedEarlyW, VPT) : 1)
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
