@@ -136,10 +136,10 @@ RowTuning default_row_tuning() {
   // bench/results/2026-11-30-rmsnorm-fwd-reg.md): at 16 vectors (64 KB a CTA,
   // three an SM) bf16 N = 512K 307.7 / 309.4 against 342.1 in register-held
   // 1024-thread clusters of 8, LayerNorm bf16 586.7 / 586.4 against 634.9,
-  // RMSNorm fp32 256K 590.8 / 585.6 against 585.1 (even). At 32 (128 KB, one an SM) bf16 1M lost to
-  // the register clusters (481.6 against 377.8) but beat the general kernel
-  // where no register tile holds the row (LayerNorm bf16 1M: 1083.5 against
-  // 1485.8).
+  // RMSNorm fp32 256K 590.8 / 585.6 against 585.1 (even). At 32 (128 KB, one
+  // an SM) bf16 1M lost to the register clusters (481.6 against 377.8) but
+  // beat the general kernel where no register tile holds the row (LayerNorm
+  // bf16 1M with fp32 weights: 1083.5 against 1485.8).
   t.reg_staged_vpt_max = 16;
   t.reg_staged_vpt_max_beyond = 32;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
