@@ -20,7 +20,7 @@
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
-#              also layernorm, rmsnorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
+#              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32")
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
@@ -143,6 +143,11 @@ for part in $parts; do
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
             echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
             QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
+          fi
+          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm_bwd "* ]]; then
+            echo "== layernorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
+            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" >> "$out/rmsnorm_bwd_sweep.log" 2>&1 \
+              || status=1
           fi
         done
       done ;;

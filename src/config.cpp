@@ -218,6 +218,18 @@ RowTuning default_row_tuning() {
   t.ce_fwd_bulk_min_bytes2 = 8 << 10;
   t.ce_fwd_bulk_min_bytes4 = 4 << 10;
   t.ce_fwd_bulk_max_bytes = 128 << 10;
+  // Pipelined norm backward: NOT yet measured (seventeenth session: the
+  // register kernel it replaces ran bf16 N = 1K-4K at 72-73% of copy with
+  // weight gradients, 83-85% without, one row in flight a team; 
+  // bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 2). Provisional: both
+  // dtypes, 16 bytes x 2 vectors a thread (16 bf16 / 8 fp32 elements: the
+  // sums of 16 fp32 elements' dw and db fill half a 64-register budget),
+  // up to 4 stages, 256-thread CTAs for small teams.
+  t.bwd_pipe = 3;
+  t.bwd_pipe_vpt16 = 2;
+  t.bwd_pipe_vpt32 = 2;
+  t.bwd_pipe_stages = 4;
+  t.bwd_pipe_threads = 256;
   return t;
 }
 
@@ -498,6 +510,84 @@ const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& pr
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
   if (c.grid > int64_t(lim.num_sms) * 32) return "grid beyond the resident CTAs";
+  return nullptr;
+}
+
+size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages) {
+  const int vec = 16 / std::max(prob.x_elem_bytes, 1);
+  const size_t stage = size_t(prob.tensors * vpt * 16 + 8) * size_t(threads);
+  const size_t weight = size_t(vpt) * size_t(threads) * size_t(vec * prob.w_elem_bytes);
+  const size_t db_sums = prob.db ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
+  return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
+}
+
+bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                                 RegRowConfig* out) {
+  if (prob.x_elem_bytes <= 0 || 16 % prob.x_elem_bytes || prob.tensors < 2 || prob.tensors > 3) return false;
+  const int bit = prob.x_elem_bytes == 4 ? 2 : 1;
+  if (!(tune.bwd_pipe & bit)) return false;
+  RegRowConfig c;
+  c.vec = 16 / prob.x_elem_bytes;
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  const int max_vpt = prob.max_vpt >= 2 ? 2 : 1;
+  int vpt = (prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16) >= 2 ? max_vpt : 1;
+  while (pow2_ceil(ceil_div(nvec, vpt)) > kRegRowMaxThreads && vpt < max_vpt) vpt *= 2;
+  // The smallest bucket that still covers the row with the same team (short rows).
+  const int64_t team = pow2_ceil(ceil_div(nvec, vpt));
+  if (team > kRegRowMaxThreads) return false;
+  while (vpt > 1 && int64_t(vpt / 2) * team >= nvec) vpt /= 2;
+  const int64_t small = std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads);
+  c.team = int(team);
+  c.threads = int(std::max(team, small));
+  c.vpt = vpt;
+  c.cluster = 1;
+  // The stage count with the most bytes in flight an SM ((stages - 1) stages
+  // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
+  // ties to fewer stages.
+  const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
+  int64_t best = 0;
+  for (int s = 2; s <= max_stages; ++s) {
+    const size_t smem = norm_bwd_pipe_smem_bytes(prob, vpt, c.threads, s);
+    if (smem > lim.max_smem_per_block) break;
+    const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
+    if (per_sm < 1) break;
+    if ((s - 1) * per_sm > best) {
+      best = (s - 1) * per_sm;
+      c.stages = s;
+      c.smem_bytes = smem;
+    }
+  }
+  if (best == 0) return false;
+  const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads,
+                                           int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024));
+  c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
+  c.grid = std::min(c.row_blocks, per_sm * lim.num_sms);
+  *out = c;
+  return true;
+}
+
+const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeProblem& prob,
+                                       const DeviceLimits& lim) {
+  const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
+  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
+    return "threads is not a whole number of warps and teams in [team, 1024]";
+  if (c.cluster != 1) return "a pipelined row is not clustered";
+  if (c.vpt != 1 && (c.vpt != 2 || prob.max_vpt < 2)) return "vpt is not a tile the kernel is built with";
+  if (int64_t(c.team) * c.vpt < nvec) return "the tiles do not cover the row";
+  if (c.stages < 2 || c.stages > 4) return "stages outside [2, 4]";
+  if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages) || c.smem_bytes > lim.max_smem_per_block)
+    return "shared memory is not scratch + stages + weight within the per-CTA limit";
+  // The end-of-kernel combine of the teams' sums reuses the stages:
+  // vpt * vec (dw, db) pairs a thread.
+  if (size_t(c.stages) * size_t(prob.tensors * c.vpt * 16 + 8) < size_t(c.vpt) * c.vec * 8)
+    return "the stages cannot hold the teams' weight-gradient sums";
+  if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
+  if (c.grid > c.row_blocks) return "more CTAs than row blocks";
+  if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
+  const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads, int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024));
+  if (c.grid > per_sm * lim.num_sms) return "grid beyond the resident CTAs";
   return nullptr;
 }
 

@@ -1,6 +1,6 @@
 // RMSNorm and LayerNorm backward host entry points: validation, the plan
-// (register-resident or general kernel, and the partial rows of the weight
-// gradients), and the launches (ops/rmsnorm_bwd.cuh; LayerNorm is the
+// (pipelined, register-resident or general kernel, and the partial rows of
+// the weight gradients), and the launches (ops/rmsnorm_bwd.cuh; LayerNorm is the
 // kernels' centred mode).
 #include <algorithm>
 #include <string>
@@ -58,7 +58,8 @@ Status validate(const RMSNormBwdArgs& a, bool workspace, bool centre, const floa
 constexpr int64_t kGeneralMaxWorkspace = int64_t(256) << 20;
 
 struct Plan {
-  bool reg = false;
+  bool pipe = false;  // the pipelined kernel (cfg.stages > 0)
+  bool reg = false;   // the register kernel with shared-memory accumulators
   bool w_f32 = false;
   RegRowConfig cfg;
   int64_t general_grid = 0;
@@ -86,6 +87,20 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
                  detail::vec_ok(a.dresidual.ptr, t, a.dresidual.row_stride, vec) &&
                  (a.weight.ptr == nullptr || uintptr_t(a.weight.ptr) % 16 == 0);
   if (uniform && aligned) {
+    plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
+    NormBwdPipeProblem pp;
+    pp.rows = a.rows;
+    pp.cols = a.cols;
+    pp.x_elem_bytes = dtype_size(t);
+    pp.w_elem_bytes = a.weight.ptr == nullptr ? 0 : plan.w_f32 ? 4 : dtype_size(t);
+    pp.tensors = a.dresidual_out.ptr != nullptr ? 3 : 2;
+    pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(dtype_size(t), plan.w_f32, centre);
+    pp.db = a.dbias.ptr != nullptr;
+    pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
+    plan.pipe = choose_norm_bwd_pipe_config(pp, lim, current_row_tuning(), &plan.cfg) &&
+                check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;
+  }
+  if (uniform && aligned && !plan.pipe) {
     RegRowProblem prob;
     prob.rows = a.rows;
     prob.cols = a.cols;
@@ -98,9 +113,10 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     // 58.6; bench/results/2026-11-30-layernorm.md).
     if (centre && t == DType::kFloat32) prob.vpt_target = 2;
     plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
-    plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
   }
-  if (plan.reg) {
+  if (plan.pipe) {
+    plan.parts = plan.cfg.grid;
+  } else if (plan.reg) {
     plan.parts = plan.cfg.grid / plan.cfg.cluster;
   } else if (a.cols > ops::kRMSNormBwdSplitMinCols) {
     // Enough (split, group) CTAs to fill the GPU once (4 of 256 threads an
@@ -190,6 +206,17 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   int64_t launched = 0;
   auto run_rows = [&]() -> Status {
     if (a.rows == 0) return Status::success();
+    if (plan.pipe) {
+      p.team = plan.cfg.team;
+      p.cluster = 1;
+      p.row_blocks = plan.cfg.row_blocks;
+      p.stages = plan.cfg.stages;
+      p.db_sums = a.dbias.ptr != nullptr;
+      return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
+        return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, device, stream,
+                                                                          &launched);
+      });
+    }
     if (plan.reg) {
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
@@ -219,7 +246,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;
-  const int64_t parts = launched / (plan.reg ? plan.cfg.cluster : 1);
+  const int64_t parts = launched / (plan.reg ? plan.cfg.cluster : 1);  // (the pipelined kernel's cluster is 1)
   // The weight gradients: a fixed-order sum of the partial rows.
   const int64_t blocks = (a.cols + 31) / 32;
   ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
@@ -232,6 +259,20 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
 
 Status can_implement(const RMSNormBwdArgs& a) { return validate(a, true, false, nullptr); }
 Status can_implement(const LayerNormBwdArgs& a) { return validate(a, true, true, a.mean); }
+
+std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, const DeviceLimits& lim) {
+  const Plan plan = make_plan(a, layernorm, lim);
+  const RegRowConfig& c = plan.cfg;
+  auto num = [](int64_t v) { return std::to_string(v); };
+  if (plan.pipe)
+    return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " vpt=" + num(c.vpt) + " stages=" +
+           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes));
+  if (plan.reg)
+    return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +
+           num(c.vpt) + " grid=" + num(c.grid);
+  if (plan.split) return "split splits=" + num(plan.splits) + " groups=" + num(plan.groups);
+  return "general grid=" + num(plan.general_grid);
+}
 
 size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& a, const DeviceLimits& lim) {
   return workspace_bytes(a, false, lim);

@@ -150,6 +150,20 @@ struct RowTuning {
   int64_t ce_fwd_bulk_min_bytes2;
   int64_t ce_fwd_bulk_min_bytes4;
   int64_t ce_fwd_bulk_max_bytes;
+  // RMSNorm / LayerNorm backward rows that one CTA holds take the pipelined
+  // kernel (rmsnorm_bwd_pipe_kernel: weight gradients in registers, the next
+  // rows' h and dy copied into shared memory while this row is reduced):
+  // bit 0 for 16-bit rows, bit 1 for fp32 rows (0: the register kernel with
+  // shared-memory accumulators). bwd_pipe_vpt16 / bwd_pipe_vpt32: 16-byte
+  // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
+// kernel has that tile);
+  // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
+  // the CTA that teams of up to that many threads share.
+  int bwd_pipe;
+  int bwd_pipe_vpt16;
+  int bwd_pipe_vpt32;
+  int bwd_pipe_stages;
+  int bwd_pipe_threads;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -205,6 +219,7 @@ struct RegRowConfig {
   int64_t row_blocks = 0;  // groups of threads/team rows (one row per cluster when clustered)
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
   bool staged = false;     // x staged in shared memory (clustered rows only)
+  int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }
@@ -230,6 +245,37 @@ const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& p
 // 1024-thread CTAs at the largest tile.
 bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out);
 const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
+
+// Pipelined norm backward (rmsnorm_bwd_pipe_kernel): rows that one CTA of up
+// to 1024 threads holds at `vpt` vectors a thread (no cluster). Teams of up
+// to tune.bwd_pipe_threads threads share a CTA of that many; a thread keeps
+// its columns' weight-gradient sums in registers over all the rows its CTA
+// walks (persistent grid: as many CTAs as are resident, one partial row
+// each). Shared memory: scratch, then `stages` stages of
+//   [tensors][vpt][threads] 16-byte vectors + [threads] (rstd, mean) pairs,
+// then the weight: [vpt][threads] vectors of vec * w_elem_bytes bytes, then,
+// with db, the db sums: vpt * vec floats a thread.
+// Stages are chosen for the most bytes in flight an SM: (stages - 1) stages
+// of every resident CTA.
+struct NormBwdPipeProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int x_elem_bytes = 2;      // h, dy, dx (and dresidual_out, dresidual)
+  int w_elem_bytes = 0;      // the weight's element bytes (0: no weight)
+  int tensors = 2;           // staged per row: h, dy (3: and dresidual_out)
+  int max_vpt = 2;           // the largest tile the kernel is built with (1 or 2)
+  bool db = true;            // dbias asked for (its sums take shared memory)
+  size_t scratch_bytes = 0;
+};
+size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages);
+bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                                 RegRowConfig* out);
+const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPipeProblem& prob,
+                                       const DeviceLimits& lim);
+// The kernel and configuration rmsnorm_bwd (layernorm: layernorm_bwd) takes
+// for these arguments, in words: "pipe", "reg", "general" or "split", then
+// the layout (src/rmsnorm_bwd.cu). Reads no tensor.
+std::string norm_bwd_plan_description(const RMSNormBwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // rmsnorm_bwd_workspace_bytes for given device limits (src/rmsnorm_bwd.cu).
 size_t rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, const DeviceLimits& lim);
 size_t layernorm_bwd_workspace_bytes(const LayerNormBwdArgs& args, const DeviceLimits& lim);

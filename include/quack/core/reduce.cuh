@@ -156,6 +156,24 @@ __device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typenam
   return warp_reduce<Op>(v);
 }
 
+// Reduction over one team of a CTA that holds several: a sub-warp team
+// (team <= 32: a butterfly over aligned groups of `team` lanes, no shared
+// memory), or a team of whole warps (team a multiple of 32 dividing
+// blockDim.x: warp partials through `scratch`, 32 values, then every warp
+// reads its own team's partials in warp order). block_reduce is the case
+// team == blockDim.x. Every thread of the CTA must call it; consecutive calls
+// ping-pong between two scratch buffers, as for block_reduce.
+template <class Op>
+__device__ __forceinline__ typename Op::T team_reduce(typename Op::T v, int team, typename Op::T* scratch) {
+  v = warp_reduce<Op>(v, team < 32 ? team : 32);
+  if (team <= 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpt = team >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < wpt ? scratch[warp - warp % wpt + lane] : Op::identity();
+  return warp_reduce<Op>(v);
+}
+
 // Cluster barrier halves (all threads of every CTA of the cluster).
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");

@@ -61,6 +61,8 @@ struct RMSNormBwdParams {
   DType h_dtype, dy_dtype, dres_out_dtype, w_dtype, dx_dtype, dres_dtype;
   // Layout (RegRowConfig for the register kernel; team = CTA for the general one).
   int team, cluster;
+  int stages;  // the pipelined kernel's shared-memory stages
+  int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   int64_t row_blocks;
 };
 
@@ -309,6 +311,248 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
           if (2 * q + 1 < n) out[g.col(i) + 2 * q + 1] = make_float2(s.z, s.w);
         }
       }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 1'. Pipelined rows (RegRowConfig with stages > 0, core/config.hpp
+// choose_norm_bwd_pipe_config): rows that one CTA holds. A thread owns the
+// same VPT vectors of every row its team handles, so it keeps their weight
+// gradients (sum dy * xhat, sum dy) in registers across all the rows its
+// persistent CTA walks, and it copies the next stages - 1 row blocks' h and
+// dy (and dresidual_out, rstd, mean) into shared memory with cp.async while
+// it reduces and writes the current one: a thread reads back only what it
+// copied, so the copies need no barrier, only its own cp.async.wait_group.
+// Shared memory (norm_bwd_pipe_smem_bytes): scratch (the team reduction),
+// then stages of [tensors][VPT][threads] 16-byte vectors + [threads]
+// (rstd, mean), then the weight, [VPT][threads] vectors (copied once), then
+// with db_sums, the db sums, [E / 4][threads] float4s private to their
+// thread (in registers with the dw sums, the 16-bit tiles spilled under the
+// kernel's 64-register budget). dw's sums stay in registers.
+// At the end the teams of a CTA add their sums in team order (through the
+// stages) and the CTA writes one partial row.
+template <typename T, typename Tw, int VPT, bool kCentre>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(const RMSNormBwdParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int E = VPT * VEC;
+  constexpr bool kWeight = !std::is_void_v<Tw>;
+  using TwOrT = std::conditional_t<kWeight, Tw, T>;
+  constexpr int WB = VEC * int(sizeof(TwOrT));  // bytes of a weight vector: 16 or 32
+  using Dots = NormBwdDots<kCentre>;
+  using DT = typename Dots::T;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // The geometry is rebuilt (from opaque values) wherever it is used: held
+  // across the row loop, its per-vector columns and predicates spilled.
+  auto geom = [&]() { return RowGeom<VEC, VPT>::make(p.team, 1, p.cols, false); };
+  const uint32_t nthr = blockDim.x;
+  const int ntens = p.dres_out != nullptr ? 3 : 2;
+  const int stages = p.stages;
+  // This thread's slots: vector i of tensor k in the stage at offset `so`
+  // is my0 + so + (k * VPT + i) * vstride; its (rstd, mean) at my_stat() + so.
+  uint32_t my0 = smem_addr(smem) + kRMSNormBwdScratchBytes + threadIdx.x * 16, vstride = nthr * 16;
+  asm volatile("" : "+r"(my0), "+r"(vstride));
+  const uint32_t stage_bytes = uint32_t(ntens * VPT * 16 + 8) * nthr;
+  // (Computed where used: held across the row loop they spilled.)
+  auto my_stat = [&]() { return my0 - threadIdx.x * 8 + uint32_t(ntens * VPT) * vstride; };
+  auto my_w = [&]() { return my0 - threadIdx.x * 16 + uint32_t(stages) * stage_bytes + threadIdx.x * WB; };
+  // Float4 q of this thread's db sums.
+  auto my_db = [&](int q) {
+    return my0 + uint32_t(stages) * stage_bytes + uint32_t(VPT * WB) * nthr + uint32_t(q) * vstride;
+  };
+  const bool grads = p.partial != nullptr, db = grads && p.db_sums;
+
+  const T* hbase = static_cast<const T*>(p.h);
+  const T* dybase = static_cast<const T*>(p.dy);
+  const T* drobase = static_cast<const T*>(p.dres_out);
+  // Copies row block `blk`'s rows (this thread's vectors) into the stage at
+  // offset so; then commits a group (an empty one past the last block, so
+  // that every iteration waits for the same count).
+  auto issue = [&](int64_t blk, uint32_t so) {
+    const auto g = geom();
+    const int64_t row = blk * g.teams + g.team_id;
+    if (blk < p.row_blocks && row < p.rows) {
+      const T* hr = hbase + row * p.h_stride;
+      const T* dr = dybase + row * p.dy_stride;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const int n = g.valid(i);
+        const int off = n > 0 ? g.col(i) : 0;
+        cp_async_zfill<16>(my0 + so + uint32_t(i) * vstride, hr + off, n * int(sizeof(T)));
+        cp_async_zfill<16>(my0 + so + uint32_t(VPT + i) * vstride, dr + off, n * int(sizeof(T)));
+        if (ntens == 3)
+          cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, drobase + row * p.dres_out_stride + off,
+                             n * int(sizeof(T)));
+      }
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
+      if constexpr (kCentre)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so + 4), "l"(p.mean + row) : "memory");
+    }
+    cp_async_commit();
+  };
+  auto wait = [&]() {  // the oldest of the stages - 1 groups in flight has landed
+    if (stages == 2) cp_async_wait_group<1>();
+    else if (stages == 3) cp_async_wait_group<2>();
+    else cp_async_wait_group<3>();
+  };
+
+  // The weight, once (it joins the first stage's group).
+  if constexpr (kWeight) {
+    const auto g = geom();
+    const TwOrT* w = static_cast<const TwOrT*>(p.w);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int n = g.valid(i);
+      cp_async_zfill<WB>(my_w() + uint32_t(i) * nthr * WB, w + (n > 0 ? g.col(i) : 0), n * int(sizeof(TwOrT)));
+    }
+  }
+  const int64_t step = gridDim.x;
+  for (int s = 0; s < stages - 1; ++s) issue(int64_t(blockIdx.x) + s * step, uint32_t(s) * stage_bytes);
+
+  float aw[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) aw[e] = 0.0f;
+  static_assert(E % 4 == 0, "db sums in float4s");
+  if (db) {
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) sts_f4(my_db(q), make_float4(0.f, 0.f, 0.f, 0.f));
+  }
+  DT* scratch = reinterpret_cast<DT*>(smem);
+  int parity = 0;
+  uint32_t cur = 0;  // this row block's stage offset
+  const uint32_t wrap = uint32_t(stages) * stage_bytes;
+  // g = dy * (w + weight_offset) of vector i, in place.
+  auto scale = [&](int i, float (&gf)[VEC]) {
+    if constexpr (kWeight) {
+      float wf[VEC];
+      lds_vec<TwOrT, VEC>(my_w() + uint32_t(i) * nthr * WB, wf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) gf[j] *= wf[j] + p.weight_offset;
+    }
+  };
+  for (int64_t blk = blockIdx.x; blk < p.row_blocks; blk += step) {
+    // The stage this thread read in the last iteration takes the block
+    // stages - 1 ahead.
+    issue(blk + int64_t(stages - 1) * step, cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
+    wait();
+    const auto g = geom();
+    const int64_t row = blk * g.teams + g.team_id;
+    const bool active = row < p.rows;
+    float rstd = 0.0f, mean = 0.0f, dot = 0.0f, gsum = 0.0f;
+    if (active) {
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
+      if constexpr (kCentre) asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(mean) : "r"(my_stat() + cur + 4));
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float hf[VEC], gf[VEC];
+        lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
+        lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, gf);
+        scale(i, gf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          dot = fmaf(gf[j], hf[j] - mean, dot);  // (times rstd after the reduction)
+          if constexpr (kCentre) gsum += gf[j];
+        }
+      }
+    }
+    // Padding (zero-filled h and dy) adds nothing to the sums.
+    const DT dots = team_reduce<typename Dots::Op>(Dots::make(dot, gsum), g.team, scratch + 32 * parity);
+    parity ^= 1;
+    if (active) {
+      const float c = Dots::gh(dots) * rstd / float(p.cols), gm = Dots::g_mean(dots, float(p.cols));
+      T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
+      T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        if (g.valid(i) == 0) continue;
+        float hf[VEC], df[VEC], gf[VEC], out[VEC];
+        lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
+        lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, df);
+        if (ntens == 3) {
+          lds_vec<T, VEC>(my0 + cur + uint32_t(2 * VPT + i) * vstride, out);
+        } else {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) out[j] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) gf[j] = df[j];
+        scale(i, gf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float xh = (hf[j] - mean) * rstd;
+          out[j] = fmaf(rstd, fmaf(-xh, c, gf[j] - gm), out[j]);
+          aw[i * VEC + j] = fmaf(df[j], xh, aw[i * VEC + j]);
+        }
+        if (db) {
+#pragma unroll
+          for (int q = 0; q < VEC / 4; ++q) {
+            float4 b = lds_f4(my_db(i * (VEC / 4) + q));
+            b.x += df[4 * q];
+            b.y += df[4 * q + 1];
+            b.z += df[4 * q + 2];
+            b.w += df[4 * q + 3];
+            sts_f4(my_db(i * (VEC / 4) + q), b);
+          }
+        }
+        RawVec<T, VEC> o;
+        o.narrow(out);
+        g.store(o, dxrow, i);
+        if (dresrow != nullptr) g.store(o, dresrow, i);
+      }
+    }
+    cur = cur + stage_bytes == wrap ? 0 : cur + stage_bytes;
+  }
+  cp_async_wait_all();
+  if (!grads) return;
+  const auto g = geom();
+  float2* out = p.partial + int64_t(blockIdx.x) * p.cols;
+  // dw and db of this thread's element e.
+  auto sums = [&](int e, float& w, float& b) {
+    const float4 v = db ? lds_f4(my_db(e / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    w = aw[e];
+    b = e % 4 == 0 ? v.x : e % 4 == 1 ? v.y : e % 4 == 2 ? v.z : v.w;
+  };
+  if (g.teams == 1) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      const int n = g.valid(i);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float w, b;
+        sums(i * VEC + j, w, b);
+        if (j < n) out[g.col(i) + j] = make_float2(w, b);
+      }
+    }
+    return;
+  }
+  // Several teams own the same columns: their sums, through the stages
+  // ([E][threads] pairs), added in team order by team 0.
+  __syncthreads();  // every thread is past its last stage read
+  const uint32_t acc0 = smem_addr(smem) + kRMSNormBwdScratchBytes;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    float w, b;
+    sums(e, w, b);
+    const uint32_t a = acc0 + (uint32_t(e) * nthr + threadIdx.x) * 8;
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(w), "f"(b) : "memory");
+  }
+  __syncthreads();
+  if (g.team_id != 0) return;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int n = g.valid(i);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if (j >= n) continue;
+      float2 sum = make_float2(0.0f, 0.0f);
+      for (int k = 0; k < g.teams; ++k) {
+        float v[2];
+        lds<8>(acc0 + (uint32_t(i * VEC + j) * nthr + uint32_t(k * g.team + g.t)) * 8, v);
+        sum.x += v[0];
+        sum.y += v[1];
+      }
+      out[g.col(i) + j] = sum;
     }
   }
 }
@@ -569,9 +813,49 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
   return run(TypeTag<T>{});
 }
 
+// The pipelined kernel's largest tile (vectors a thread) that compiles
+// without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2,
+// but 1 for 16-bit rows with fp32 weights (12-20 bytes spilled at 2) and for
+// LayerNorm's 16-bit rows (8-20 bytes); 4 spilled everywhere (24-160 bytes).
+constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool w_f32, bool centre) {
+  return elem_bytes == 4 ? 2 : (w_f32 || centre) ? 1 : 2;
+}
+
+// The pipelined kernel (cfg.stages > 0): one CTA a row block, a persistent
+// grid of cfg.grid CTAs (the resident ones).
+template <DType kX, bool kCentre>
+Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
+                               cudaStream_t stream, int64_t* launched) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, 1, false, launched};
+  auto run = [&](auto tw) -> Status {
+    using Tw = typename decltype(tw)::type;
+    switch (cfg.vpt) {
+      case 1: {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre>, cache, device, shape, stream, p);
+      }
+      case 2:
+        if constexpr (rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), std::is_same_v<Tw, float> && !std::is_same_v<T, float>,
+                                               kCentre) >= 2) {
+          static core::KernelAttrCache cache;
+          return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre>, cache, device, shape, stream, p);
+        }
+        break;
+    }
+    return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with " + std::to_string(cfg.vpt) +
+                                    " vectors per thread"};
+  };
+  if (p.w == nullptr) return run(TypeTag<void>{});
+  if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});
+  return run(TypeTag<T>{});
+}
+
 #define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                        \
   EXTERN template Status launch_rmsnorm_bwd_reg<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
-                                                            cudaStream_t, int64_t*);
+                                                            cudaStream_t, int64_t*);                              \
+  EXTERN template Status launch_rmsnorm_bwd_pipe<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
+                                                             cudaStream_t, int64_t*);
 #ifndef QUACK_RMSNORM_BWD_TU
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32, false)
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16, false)

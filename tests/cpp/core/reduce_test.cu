@@ -1,6 +1,7 @@
 // GPU tests of the reduction stack (quack/core/reduce.cuh): warp_reduce over
 // every team width, block_reduce over CTA sizes that are and are not powers of
-// two, cluster_reduce and RowReducer over every cluster size 1..16, for SumOp,
+// two, team_reduce over teams of 1..1024 threads sharing a CTA,
+// cluster_reduce and RowReducer over every cluster size 1..16, for SumOp,
 // MaxOp and MaxSumOp, against a float64 reference on the host.
 //
 // Every kernel runs three reductions back to back, so the ping-pong scratch
@@ -83,6 +84,15 @@ __global__ void cluster_reduce_kernel(const typename Op::T* in, typename Op::T* 
     out[r * n + i] = core::cluster_reduce<Op>(in[r * gridDim.x + blockIdx.x], &slots[r & 1], cluster);
   core::cluster_arrive();
   core::cluster_wait();
+}
+
+template <class Op>
+__global__ void team_reduce_kernel(const typename Op::T* in, typename Op::T* out, int team) {
+  using T = typename Op::T;
+  __shared__ T scratch[2][32];
+  const int64_t n = int64_t(gridDim.x) * blockDim.x;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int r = 0; r < kRounds; ++r) out[r * n + i] = core::team_reduce<Op>(in[r * n + i], team, scratch[r & 1]);
 }
 
 // Launches with a cluster dimension when cluster >= 1 (none when 0).
@@ -340,6 +350,32 @@ TEST_P(RowReducerTeams, EveryThreadOfATeamGetsTheTeamResult) {
 INSTANTIATE_TEST_SUITE_P(Ops, RowReducerTeams,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Values(1, 2, 4, 8, 16, 32)),
+                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
+                           return std::string(op_name(std::get<0>(i.param))) + "_team" +
+                                  std::to_string(std::get<1>(i.param));
+                         });
+
+// team_reduce: teams of 1..1024 threads sharing CTAs of 256, 512 and 1024
+// threads (sub-warp teams, teams of whole warps, the whole CTA).
+class TeamReduce : public testing::TestWithParam<std::tuple<OpKind, int>> {};
+
+TEST_P(TeamReduce, EveryThreadOfATeamGetsTheTeamResult) {
+  QUACK_REQUIRE_SM90();
+  const OpKind k = std::get<0>(GetParam());
+  const int team = std::get<1>(GetParam());
+  with_op(k, [&](auto op) {
+    using Op = decltype(op);
+    for (const int block : {256, 512, 1024}) {
+      if (team > block) continue;
+      SCOPED_TRACE("CTA of " + std::to_string(block) + " threads");
+      run_and_check<Op, int>(team_reduce_kernel<Op>, k, Shape{3, block, 0, team, team}, team);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, TeamReduce,
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                                          testing::Values(1, 4, 32, 64, 128, 256, 512, 1024)),
                          [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
                            return std::string(op_name(std::get<0>(i.param))) + "_team" +
                                   std::to_string(std::get<1>(i.param));

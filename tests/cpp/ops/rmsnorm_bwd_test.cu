@@ -9,8 +9,10 @@
 // dx, dresidual, dweight and dbias are poisoned before each call; the call
 // runs twice and must give bit-identical results (the weight gradients are
 // deterministic by construction: per-CTA partial rows and a fixed-order sum).
-// Cases cover the register-resident kernel (sub-warp teams sharing a CTA,
-// whole-CTA teams, clusters up to 16 CTAs at N = 256K), the general kernel
+// Cases cover the pipelined kernel (sub-warp and multi-warp teams sharing a
+// CTA, whole-CTA teams, 2-4 stages, many row blocks a CTA), the
+// register-resident kernel (the same rows with the pipelined kernel off,
+// clusters up to 16 CTAs at N = 256K), the general kernel
 // (misaligned pointers, odd strides, mixed dtypes, rows beyond the register
 // tiles), every optional operand, weight_offset, fp32 weights for 16-bit
 // rows, and rows = 0 (weight gradients of zero).
@@ -68,6 +70,15 @@ std::vector<BwdCase> cases() {
   add({"N65544_bf16_M5_cluster", 5, 65544, kBF16, kBF16});
   add({"N262144_f32_M3_cluster16", 3, 262144, kF32, kF32, true, true, true, true, true});
   add({"N262144_bf16_M2_cluster16_dres_out", 2, 262144, kBF16, kF32, true, true, false, true, false});
+  // The pipelined kernel over many row blocks a CTA (the stages wrap many
+  // times): sub-warp teams with dresidual_out (three staged tensors), one
+  // thread a row at four stages, fp32 rows with a partial last row block,
+  // 1024-thread teams at two stages, fp32 weights of 16-bit rows.
+  add({"N96_bf16_M200000_dres", 200000, 96, kBF16, kBF16, true, true, true, true, true});
+  add({"N8_f16_M1000000_noweight_dbias", 1000000, 8, kF16, kF16, false, false, true});
+  add({"N2000_f32_M3001_dres_out_offset", 3001, 2000, kF32, kF32, true, true, true, true, false, 1.0f});
+  add({"N16384_bf16_M600", 600, 16384, kBF16, kBF16});
+  add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
   // General kernel.
   add({"N999_bf16_M17_misaligned", 17, 999, kBF16, kBF16, true, true, true, true, true, 0.0f, 1});
   add({"N1000_f16_M11_odd_stride", 11, 1000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
@@ -277,6 +288,12 @@ void run_case(const BwdCase& c, bool centre) {
 
 class RMSNormBwdGpu : public testing::TestWithParam<BwdCase> {};
 
+// Installs a tuning for one test (the kernels that serve a call follow it).
+struct TuningScope {
+  explicit TuningScope(const RowTuning& t) { set_row_tuning(&t); }
+  ~TuningScope() { set_row_tuning(nullptr); }
+};
+
 TEST_P(RMSNormBwdGpu, MatchesFloat64AndIsDeterministic) {
   QUACK_REQUIRE_SM90();
   run_case(GetParam(), false);
@@ -284,6 +301,27 @@ TEST_P(RMSNormBwdGpu, MatchesFloat64AndIsDeterministic) {
 
 TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
   QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
+}
+
+// The same cases with the pipelined kernel off (rows it would serve take
+// the register kernel with shared-memory accumulators) and at two stages.
+TEST_P(RMSNormBwdGpu, RegisterKernelMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe = 0;
+  TuningScope scope(t);
+  run_case(GetParam(), false);
+  run_case(GetParam(), true);
+}
+
+TEST_P(RMSNormBwdGpu, TwoStagePipelineMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_stages = 2;
+  t.bwd_pipe_vpt16 = t.bwd_pipe_vpt32 = 1;
+  TuningScope scope(t);
+  run_case(GetParam(), false);
   run_case(GetParam(), true);
 }
 

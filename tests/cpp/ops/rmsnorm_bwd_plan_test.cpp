@@ -1,0 +1,202 @@
+// Host tests of RMSNorm / LayerNorm backward's dispatch table: which kernel
+// serves a call on an H200 (DeviceLimits{}), read back through
+// norm_bwd_plan_description, and the pipelined kernel's configuration
+// invariants for every row length it serves.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "quack/core/config.hpp"
+#include "quack/quack.hpp"
+
+namespace quack {
+namespace {
+
+constexpr DType kF32 = DType::kFloat32;
+constexpr DType kBF16 = DType::kBFloat16;
+constexpr DType kF16 = DType::kFloat16;
+
+struct Call {
+  int64_t rows, cols;
+  DType x;
+  DType w;                // kind of weight (ignored without one)
+  bool weight = true;
+  bool dres_out = false;
+  int64_t x_offset = 0;   // elements past a 256-byte boundary (1: misaligned)
+  int bias = -1;          // dbias asked for (-1: for LayerNorm only, as the benchmarks do)
+};
+
+// Arguments with fake device pointers (the plan reads none: only their
+// alignment), rows of exactly N elements, dweight (and dbias) asked for.
+RMSNormBwdArgs args_of(const Call& c, bool layernorm) {
+  auto at = [](uintptr_t slot, int64_t off, DType t) {  // never dereferenced
+    return reinterpret_cast<void*>((uintptr_t(1) << 40) + (slot << 36) + uintptr_t(off * dtype_size(t)));
+  };
+  RMSNormBwdArgs a;
+  a.rows = c.rows;
+  a.cols = c.cols;
+  a.h = {at(1, c.x_offset, c.x), c.x, c.cols};
+  a.dy = {at(2, 0, c.x), c.x, c.cols};
+  a.dx = {at(3, 0, c.x), c.x, c.cols};
+  if (c.weight) {
+    a.weight = {at(4, 0, c.w), c.w};
+    a.dweight = {at(5, 0, c.w), c.w};
+  }
+  if (c.bias > 0 || (c.bias < 0 && layernorm)) a.dbias = {at(6, 0, c.w), c.w};
+  if (c.dres_out) a.dresidual_out = {at(7, 0, c.x), c.x, c.cols};
+  a.rstd = static_cast<const float*>(at(8, 0, kF32));
+  return a;
+}
+
+struct Kernel {
+  std::string kind;  // "pipe", "reg", "general" or "split"
+  int team = 0, threads = 0, vpt = 0, stages = 0;
+  int64_t grid = 0, smem = 0;
+  std::string text;
+};
+
+Kernel plan(const Call& c, bool layernorm = false) {
+  Kernel k;
+  k.text = norm_bwd_plan_description(args_of(c, layernorm), layernorm, DeviceLimits{});
+  char kind[16] = {};
+  long long grid = 0, smem = 0;
+  std::sscanf(k.text.c_str(), "%15s", kind);
+  k.kind = kind;
+  if (k.kind == "pipe" &&
+      std::sscanf(k.text.c_str(), "pipe team=%d threads=%d vpt=%d stages=%d grid=%lld smem=%lld", &k.team, &k.threads,
+                  &k.vpt, &k.stages, &grid, &smem) != 6)
+    ADD_FAILURE() << "unparsed plan: " << k.text;
+  k.grid = grid;
+  k.smem = smem;
+  return k;
+}
+
+class NormBwdPlan : public testing::Test {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+// The cells the default tuning serves with the pipelined kernel (RMSNorm
+// without dbias, LayerNorm with it, as the benchmarks call them): 2 vectors
+// a thread (16 bf16 / 8 fp32 elements), teams of up to 256 threads sharing
+// 256-thread CTAs, three stages there (three CTAs an SM: 6 stages in
+// flight, against 4 at two stages and 6 at four in two CTAs), two for
+// 1024-thread teams (three do not fit); every resident CTA launched (132
+// SMs).
+TEST_F(NormBwdPlan, PipelinedCells) {
+  struct Cell {
+    Call call;
+    bool ln;
+    int team, threads, vpt, stages;
+    int64_t grid;
+  };
+  const Cell cells[] = {
+      {{262144, 1024, kBF16, kBF16}, false, 64, 256, 2, 3, 3 * 132},
+      {{65536, 4096, kBF16, kBF16}, false, 256, 256, 2, 3, 3 * 132},
+      {{16384, 16384, kBF16, kBF16}, false, 1024, 1024, 2, 2, 132},
+      {{65536, 4096, kF16, kF16}, false, 256, 256, 2, 3, 3 * 132},
+      {{262144, 1024, kF32, kF32}, false, 128, 256, 2, 3, 3 * 132},
+      {{32768, 8192, kF32, kF32}, false, 1024, 1024, 2, 2, 132},
+      {{32768, 8192, kF32, kF32}, true, 1024, 1024, 2, 2, 132},
+      // LayerNorm's 16-bit rows and 16-bit rows with fp32 weights: 1 vector
+      // (2 spilled).
+      // Their smaller stages take four (58 KB: three 256-thread CTAs an SM).
+      {{262144, 1024, kBF16, kF32}, true, 128, 256, 1, 4, 3 * 132},
+      {{32768, 8192, kBF16, kBF16}, true, 1024, 1024, 1, 4, 132},
+      {{32768, 8192, kBF16, kF32}, false, 1024, 1024, 1, 4, 132},
+      // Sub-warp teams share a CTA; a one-element row takes one thread.
+      {{1048576, 256, kBF16, kBF16}, false, 16, 256, 2, 3, 3 * 132},
+      {{1000000, 8, kF16, kF16}, false, 1, 256, 1, 4, 4 * 132},
+      // Fewer row blocks than resident CTAs: one CTA a row block (of 4 rows).
+      {{7, 1024, kBF16, kBF16}, false, 64, 256, 2, 3, 2},
+  };
+  for (const Cell& c : cells) {
+    const Kernel k = plan(c.call, c.ln);
+    SCOPED_TRACE(k.text);
+    EXPECT_EQ(k.kind, "pipe");
+    EXPECT_EQ(k.team, c.team);
+    EXPECT_EQ(k.threads, c.threads);
+    EXPECT_EQ(k.vpt, c.vpt);
+    EXPECT_EQ(k.stages, c.stages);
+    EXPECT_EQ(k.grid, c.grid);
+  }
+}
+
+// Rows one 1024-thread CTA does not hold at the kernel's tile, misaligned
+// rows, and the knob.
+TEST_F(NormBwdPlan, OtherKernels) {
+  EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}).kind, "reg");
+  EXPECT_EQ(plan({16384, 16384, kBF16, kBF16}, true).kind, "reg");  // LayerNorm 16-bit: 1 vector
+  EXPECT_EQ(plan({16384, 16384, kF32, kF32}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "reg");
+  EXPECT_EQ(plan({4096, 1000, kBF16, kBF16, true, false, 1}).kind, "general");
+  EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16}).kind, "split");
+  for (int bits : {0, 1, 2}) {
+    RowTuning t = default_row_tuning();
+    t.bwd_pipe = bits;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({65536, 4096, kBF16, kBF16}).kind, (bits & 1) ? "pipe" : "reg") << bits;
+    EXPECT_EQ(plan({65536, 4096, kF32, kF32}).kind, (bits & 2) ? "pipe" : "reg") << bits;
+  }
+}
+
+// The knobs: one vector a thread, at most two stages.
+TEST_F(NormBwdPlan, KnobsSelectTileAndStages) {
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_vpt16 = 1;
+  t.bwd_pipe_stages = 2;
+  set_row_tuning(&t);
+  const Kernel k = plan({65536, 4096, kBF16, kBF16});
+  EXPECT_EQ(k.kind, "pipe") << k.text;
+  EXPECT_EQ(k.team, 512) << k.text;
+  EXPECT_EQ(k.vpt, 1) << k.text;
+  EXPECT_EQ(k.stages, 2) << k.text;
+  // A row that needs two vectors at 1024 threads still gets them.
+  const Kernel wide = plan({16384, 16384, kBF16, kBF16});
+  EXPECT_EQ(wide.vpt, 2) << wide.text;
+}
+
+// Every row length the kernel serves, every dtype, weight and staged-tensor
+// count: a valid configuration (the tiles cover the row, shared memory fits,
+// the grid is resident) or a refusal only past one 1024-thread CTA.
+TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
+  const DeviceLimits lim;
+  const RowTuning tune = default_row_tuning();
+  int64_t served = 0;
+  for (int xb : {2, 4})
+    for (int wb : {0, 2, 4})
+      for (int tensors : {2, 3})
+        for (int max_vpt : {1, 2})
+          for (int64_t n = 1; n <= 20000; n += (n < 600 ? 1 : 37)) {
+            if (wb == 2 && xb == 4) continue;
+            NormBwdPipeProblem prob;
+            prob.rows = 100000;
+            prob.cols = n;
+            prob.x_elem_bytes = xb;
+            prob.w_elem_bytes = wb;
+            prob.tensors = tensors;
+            prob.max_vpt = max_vpt;
+            prob.db = (n & 1) != 0;
+            prob.scratch_bytes = 1024;
+            RegRowConfig c;
+            const int64_t cap = int64_t(kRegRowMaxThreads) * max_vpt * (16 / xb);
+            const bool ok = choose_norm_bwd_pipe_config(prob, lim, tune, &c);
+            // Refused only past one 1024-thread CTA, or where two stages
+            // of the CTA the row needs exceed the shared memory.
+            if (!ok) {
+              const int64_t team = n > cap / 2 && max_vpt == 2 ? 1024 : 0;
+              const bool too_big = n > cap || (team > 0 && norm_bwd_pipe_smem_bytes(prob, 2, 1024, 2) > lim.max_smem_per_block);
+              ASSERT_TRUE(too_big) << "n=" << n << " xb=" << xb << " wb=" << wb << " tensors=" << tensors;
+              continue;
+            }
+            ++served;
+            const char* why = check_norm_bwd_pipe_config(c, prob, lim);
+            ASSERT_EQ(why, nullptr) << why << ": n=" << n << " xb=" << xb << " wb=" << wb << " tensors=" << tensors;
+          }
+  EXPECT_GT(served, 10000);
+}
+
+}  // namespace
+}  // namespace quack
