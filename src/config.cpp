@@ -529,8 +529,13 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   RegRowConfig c;
   c.vec = 16 / prob.x_elem_bytes;
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
+  // The tuned tile, where the kernel has it (the other kernels serve the
+  // row otherwise): 1 vector a thread ran 16-bit rows at 55-58% of copy
+  // against 62-72% at 2 (rmsnorm_bwd_sweep at ce37acc, H200; bench/results/
+  // 2026-11-30-rmsnorm-bwd-sweep.md run 4).
   const int max_vpt = prob.max_vpt >= 2 ? 2 : 1;
-  int vpt = (prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16) >= 2 ? max_vpt : 1;
+  int vpt = (prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16) >= 2 ? 2 : 1;
+  if (vpt > max_vpt) return false;
   while (pow2_ceil(ceil_div(nvec, vpt)) > kRegRowMaxThreads && vpt < max_vpt) vpt *= 2;
   // The smallest bucket that still covers the row with the same team (short rows).
   const int64_t team = pow2_ceil(ceil_div(nvec, vpt));

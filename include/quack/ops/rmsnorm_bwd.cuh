@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
   auto my_w = [&]() { return my0 - threadIdx.x * 16 + uint32_t(stages) * stage_bytes + threadIdx.x * WB; };
   // Float4 q of this thread's db sums.
   auto my_db = [&](int q) {
-    return my0 + uint32_t(stages) * stage_bytes + uint32_t(VPT * WB) * nthr + uint32_t(q) * vstride;
+    return my0 + uint32_t(stages) * stage_bytes + uint32_t(kWeight ? VPT * WB : 0) * nthr + uint32_t(q) * vstride;
   };
   const bool grads = p.partial != nullptr, db = grads && p.db_sums;
 
