@@ -228,7 +228,7 @@ RowTuning default_row_tuning() {
   t.bwd_pipe = 3;
   t.bwd_pipe_vpt16 = 2;
   t.bwd_pipe_vpt32 = 2;
-  t.bwd_pipe_stages = 4;
+  t.bwd_pipe_stages = 2;
   t.bwd_pipe_threads = 256;
   return t;
 }
@@ -516,7 +516,7 @@ const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& pr
 size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages) {
   const int vec = 16 / std::max(prob.x_elem_bytes, 1);
   const size_t stage = size_t(prob.tensors * vpt * 16 + 8) * size_t(threads);
-  const size_t weight = size_t(vpt) * size_t(threads) * size_t(vec * prob.w_elem_bytes);
+  const size_t weight = prob.w_elem_bytes > 0 ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
   const size_t db_sums = prob.db ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
   return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
 }
@@ -541,9 +541,9 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   const int64_t team = pow2_ceil(ceil_div(nvec, vpt));
   if (team > kRegRowMaxThreads) return false;
   while (vpt > 1 && int64_t(vpt / 2) * team >= nvec) vpt /= 2;
-  const int64_t small = std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads);
   c.team = int(team);
-  c.threads = int(std::max(team, small));
+  c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
+                         : int(team);
   c.vpt = vpt;
   c.cluster = 1;
   // The stage count with the most bytes in flight an SM ((stages - 1) stages

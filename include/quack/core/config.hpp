@@ -158,7 +158,7 @@ struct RowTuning {
   // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
 // kernel has that tile);
   // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
-  // the CTA that teams of up to that many threads share.
+  // the CTA that teams of up to a warp share (larger teams own theirs).
   int bwd_pipe;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
@@ -248,12 +248,12 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 
 // Pipelined norm backward (rmsnorm_bwd_pipe_kernel): rows that one CTA of up
 // to 1024 threads holds at `vpt` vectors a thread (no cluster). Teams of up
-// to tune.bwd_pipe_threads threads share a CTA of that many; a thread keeps
+// to a warp share a CTA of tune.bwd_pipe_threads; a thread keeps
 // its columns' weight-gradient sums in registers over all the rows its CTA
 // walks (persistent grid: as many CTAs as are resident, one partial row
 // each). Shared memory: scratch, then `stages` stages of
 //   [tensors][vpt][threads] 16-byte vectors + [threads] (rstd, mean) pairs,
-// then the weight: [vpt][threads] vectors of vec * w_elem_bytes bytes, then,
+// then the weight (w_elem_bytes > 0) as fp32: vpt * vec floats a thread, then,
 // with db, the db sums: vpt * vec floats a thread.
 // Stages are chosen for the most bytes in flight an SM: (stages - 1) stages
 // of every resident CTA.

@@ -47,6 +47,25 @@ struct RowGeom {
     g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
     return g;
   }
+  // An unclustered row of a team of 2^team_log2 threads: the same layout,
+  // with shifts where make divides by the run-time team (two integer
+  // divisions, ~40 instructions, where a persistent kernel rebuilds the
+  // geometry every row).
+  __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int64_t cols_param) {
+    RowGeom g;
+    int lg = team_log2, tid = int(threadIdx.x);
+    asm volatile("" : "+r"(lg), "+r"(tid));
+    g.team = 1 << lg;
+    g.team_id = tid >> lg;
+    g.t = tid & (g.team - 1);
+    g.teams = int(blockDim.x) >> lg;
+    g.crank = 0;
+    g.cols = int(cols_param);
+    g.col_step = g.team * VEC;
+    g.col0 = g.t * VEC;
+    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    return g;
+  }
   __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
   // Elements of vector i inside the row: VEC, fewer for the row's last
   // partial vector, 0 past the end.

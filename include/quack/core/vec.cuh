@@ -240,6 +240,10 @@ __device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, in
     }
   }
 }
+// A whole 16-byte vector (no zero fill).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
 // Run-time vector size (secondary tensors): 8, 16 or 32 bytes.
 __device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, int bytes, int vec_bytes) {
   if (vec_bytes == 16) cp_async_zfill<16>(dst, src, bytes);

@@ -61,7 +61,8 @@ struct RMSNormBwdParams {
   DType h_dtype, dy_dtype, dres_out_dtype, w_dtype, dx_dtype, dres_dtype;
   // Layout (RegRowConfig for the register kernel; team = CTA for the general one).
   int team, cluster;
-  int stages;  // the pipelined kernel's shared-memory stages
+  int stages;     // the pipelined kernel's shared-memory stages
+  int team_log2;  // and its team, 1 << team_log2 threads
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   int64_t row_blocks;
 };
@@ -326,7 +327,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // copied, so the copies need no barrier, only its own cp.async.wait_group.
 // Shared memory (norm_bwd_pipe_smem_bytes): scratch (the team reduction),
 // then stages of [tensors][VPT][threads] 16-byte vectors + [threads]
-// (rstd, mean), then the weight, [VPT][threads] vectors (copied once), then
+// (rstd, mean), then the weight as fp32 w + weight_offset, [E / 4][threads]
+// float4s (loaded once: one multiply an element where it is used), then
 // with db_sums, the db sums, [E / 4][threads] float4s private to their
 // thread (in registers with the dw sums, the 16-bit tiles spilled under the
 // kernel's 64-register budget). dw's sums stay in registers.
@@ -339,13 +341,12 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
   constexpr int E = VPT * VEC;
   constexpr bool kWeight = !std::is_void_v<Tw>;
   using TwOrT = std::conditional_t<kWeight, Tw, T>;
-  constexpr int WB = VEC * int(sizeof(TwOrT));  // bytes of a weight vector: 16 or 32
   using Dots = NormBwdDots<kCentre>;
   using DT = typename Dots::T;
   extern __shared__ __align__(16) unsigned char smem[];
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
-  auto geom = [&]() { return RowGeom<VEC, VPT>::make(p.team, 1, p.cols, false); };
+  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.cols); };
   const uint32_t nthr = blockDim.x;
   const int ntens = p.dres_out != nullptr ? 3 : 2;
   const int stages = p.stages;
@@ -356,10 +357,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
   const uint32_t stage_bytes = uint32_t(ntens * VPT * 16 + 8) * nthr;
   // (Computed where used: held across the row loop they spilled.)
   auto my_stat = [&]() { return my0 - threadIdx.x * 8 + uint32_t(ntens * VPT) * vstride; };
-  auto my_w = [&]() { return my0 - threadIdx.x * 16 + uint32_t(stages) * stage_bytes + threadIdx.x * WB; };
-  // Float4 q of this thread's db sums.
+  // Float4 q of this thread's weight, and of its db sums.
+  auto my_w = [&](int q) { return my0 + uint32_t(stages) * stage_bytes + uint32_t(q) * vstride; };
   auto my_db = [&](int q) {
-    return my0 + uint32_t(stages) * stage_bytes + uint32_t(kWeight ? VPT * WB : 0) * nthr + uint32_t(q) * vstride;
+    return my0 + uint32_t(stages) * stage_bytes + uint32_t(kWeight ? E / 4 : 0) * vstride + uint32_t(q) * vstride;
   };
   const bool grads = p.partial != nullptr, db = grads && p.db_sums;
 
@@ -375,15 +376,23 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     if (blk < p.row_blocks && row < p.rows) {
       const T* hr = hbase + row * p.h_stride;
       const T* dr = dybase + row * p.dy_stride;
+      const T* ro = ntens == 3 ? drobase + row * p.dres_out_stride : nullptr;
+      if (g.whole) {
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        const int n = g.valid(i);
-        const int off = n > 0 ? g.col(i) : 0;
-        cp_async_zfill<16>(my0 + so + uint32_t(i) * vstride, hr + off, n * int(sizeof(T)));
-        cp_async_zfill<16>(my0 + so + uint32_t(VPT + i) * vstride, dr + off, n * int(sizeof(T)));
-        if (ntens == 3)
-          cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, drobase + row * p.dres_out_stride + off,
-                             n * int(sizeof(T)));
+        for (int i = 0; i < VPT; ++i) {
+          cp_async16(my0 + so + uint32_t(i) * vstride, hr + g.col(i));
+          cp_async16(my0 + so + uint32_t(VPT + i) * vstride, dr + g.col(i));
+          if (ntens == 3) cp_async16(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          const int n = g.valid(i);
+          const int off = n > 0 ? g.col(i) : 0;
+          cp_async_zfill<16>(my0 + so + uint32_t(i) * vstride, hr + off, n * int(sizeof(T)));
+          cp_async_zfill<16>(my0 + so + uint32_t(VPT + i) * vstride, dr + off, n * int(sizeof(T)));
+          if (ntens == 3) cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + off, n * int(sizeof(T)));
+        }
       }
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
       if constexpr (kCentre)
@@ -397,14 +406,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     else cp_async_wait_group<3>();
   };
 
-  // The weight, once (it joins the first stage's group).
+  // The weight, once, as fp32 w + weight_offset (0 past the row).
   if constexpr (kWeight) {
     const auto g = geom();
     const TwOrT* w = static_cast<const TwOrT*>(p.w);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
       const int n = g.valid(i);
-      cp_async_zfill<WB>(my_w() + uint32_t(i) * nthr * WB, w + (n > 0 ? g.col(i) : 0), n * int(sizeof(TwOrT)));
+      float wf[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) wf[j] = j < n ? to_float(w[g.col(i) + j]) + p.weight_offset : 0.0f;
+#pragma unroll
+      for (int q = 0; q < VEC / 4; ++q)
+        sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
     }
   }
   const int64_t step = gridDim.x;
@@ -425,10 +439,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
   // g = dy * (w + weight_offset) of vector i, in place.
   auto scale = [&](int i, float (&gf)[VEC]) {
     if constexpr (kWeight) {
-      float wf[VEC];
-      lds_vec<TwOrT, VEC>(my_w() + uint32_t(i) * nthr * WB, wf);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) gf[j] *= wf[j] + p.weight_offset;
+      for (int q = 0; q < VEC / 4; ++q) {
+        const float4 wv = lds_f4(my_w(i * (VEC / 4) + q));
+        gf[4 * q] *= wv.x;
+        gf[4 * q + 1] *= wv.y;
+        gf[4 * q + 2] *= wv.z;
+        gf[4 * q + 3] *= wv.w;
+      }
     }
   };
   for (int64_t blk = blockIdx.x; blk < p.row_blocks; blk += step) {
@@ -443,7 +461,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     if (active) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
       if constexpr (kCentre) asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(mean) : "r"(my_stat() + cur + 4));
-#pragma unroll
+      // (Not unrolled: the vectors' loads hoisted together spilled the
+      // 16-bit tiles; the data is in shared memory, a few cycles away.)
+#pragma unroll 1
       for (int i = 0; i < VPT; ++i) {
         float hf[VEC], gf[VEC];
         lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
@@ -466,7 +486,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         if (g.valid(i) == 0) continue;
-        float hf[VEC], df[VEC], gf[VEC], out[VEC];
+        float hf[VEC], df[VEC], out[VEC];
         lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
         lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, df);
         if (ntens == 3) {
@@ -475,14 +495,25 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
 #pragma unroll
           for (int j = 0; j < VEC; ++j) out[j] = 0.0f;
         }
+        // Four elements at a time (their weights one float4).
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) gf[j] = df[j];
-        scale(i, gf);
+        for (int q = 0; q < VEC / 4; ++q) {
+          float wq[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          if constexpr (kWeight) {
+            const float4 wv = lds_f4(my_w(i * (VEC / 4) + q));
+            wq[0] = wv.x;
+            wq[1] = wv.y;
+            wq[2] = wv.z;
+            wq[3] = wv.w;
+          }
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float xh = (hf[j] - mean) * rstd;
-          out[j] = fmaf(rstd, fmaf(-xh, c, gf[j] - gm), out[j]);
-          aw[i * VEC + j] = fmaf(df[j], xh, aw[i * VEC + j]);
+          for (int u = 0; u < 4; ++u) {
+            const int j = 4 * q + u;
+            const float xh = (hf[j] - mean) * rstd;
+            const float gj = kWeight ? df[j] * wq[u] : df[j];
+            out[j] = fmaf(rstd, fmaf(-xh, c, gj - gm), out[j]);
+            aw[i * VEC + j] = fmaf(df[j], xh, aw[i * VEC + j]);
+          }
         }
         if (db) {
 #pragma unroll
@@ -815,10 +846,11 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 
 // The pipelined kernel's largest tile (vectors a thread) that compiles
 // without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2,
-// but 1 for 16-bit rows with fp32 weights (12-20 bytes spilled at 2) and for
-// LayerNorm's 16-bit rows (8-20 bytes); 4 spilled everywhere (24-160 bytes).
+// but 1 for LayerNorm's 16-bit rows (8-16 bytes spilled at 2); 4 spilled
+// everywhere (24-160 bytes). (w_f32: the weight is fp32 in shared memory
+// whatever its dtype, so it no longer matters.)
 constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool w_f32, bool centre) {
-  return elem_bytes == 4 ? 2 : (w_f32 || centre) ? 1 : 2;
+  return (void)w_f32, elem_bytes == 2 && centre ? 1 : 2;
 }
 
 // The pipelined kernel (cfg.stages > 0): one CTA a row block, a persistent
