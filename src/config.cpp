@@ -218,13 +218,22 @@ RowTuning default_row_tuning() {
   t.ce_fwd_bulk_min_bytes2 = 8 << 10;
   t.ce_fwd_bulk_min_bytes4 = 4 << 10;
   t.ce_fwd_bulk_max_bytes = 128 << 10;
-  // Pipelined norm backward: NOT yet measured (seventeenth session: the
-  // register kernel it replaces ran bf16 N = 1K-4K at 72-73% of copy with
-  // weight gradients, 83-85% without, one row in flight a team; 
-  // bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 2). Provisional: both
-  // dtypes, 16 bytes x 2 vectors a thread (16 bf16 / 8 fp32 elements: the
-  // sums of 16 fp32 elements' dw and db fill half a 64-register budget),
-  // up to 4 stages, 256-thread CTAs for small teams.
+  // Pipelined norm backward against the register kernel (rmsnorm_bwd_sweep,
+  // H200, M*N = 2^28, weight in x's dtype, % of copy with dweight, A then B
+  // in one call at 29c1365; bench/results/2026-11-30-rmsnorm-bwd-sweep.md
+  // run 6): RMSNorm bf16 N = 256 / 1K / 4K / 16K 85.5 / 80.9 / 86.8 / 84.7
+  // against 79.7 / 71.6 / 72.0 / 65.8; fp32 256 / 1K / 4K 91.6 / 92.2 / 92.2
+  // against 92.6 / 87.2 / 90.2; LayerNorm fp32 (with dbias) 92.0 / 88.9 /
+  // 84.1 against 90.8 / 85.3 / 82.4. Both dtypes; LayerNorm's 16-bit rows
+  // keep the register kernel (its tile of 2 vectors spilled: ptxas -v). 2
+  // vectors a thread: 1 ran 16-bit rows at 55-58% and fp32 at 63-73% (run
+  // 4, at ce37acc). Two stages: three measured even or worse (bf16 with
+  // dbias 74-75% against 82% at 1K-4K; fp32 +-1.5 points; run 6), four worse
+  // (run 4: fewer CTAs an SM for no gain). Teams of up to a warp in
+  // 256-thread CTAs (bf16 N = 256 79.4% against 75.5% in 64-thread ones,
+  // run 5), larger teams owning their CTA (fp32 1K-4K 91-93% against 83-90%
+  // sharing 256-thread CTAs, whose every row then waits at one barrier of 8
+  // warps; run 5).
   t.bwd_pipe = 3;
   t.bwd_pipe_vpt16 = 2;
   t.bwd_pipe_vpt32 = 2;

@@ -12,13 +12,14 @@
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
+#include "support/plan_args.hpp"
 
 namespace quack {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kBF16 = DType::kBFloat16;
-constexpr DType kF16 = DType::kFloat16;
+using test::kBF16;
+using test::kF16;
+using test::kF32;
 
 struct Call {
   int64_t rows, cols;
@@ -31,9 +32,7 @@ struct Call {
 // Arguments with fake device pointers (the plan reads none: only their
 // alignment), rows of exactly N elements unless N breaks 16-byte rows.
 RMSNormFwdArgs args_of(const Call& c) {
-  auto at = [](uintptr_t slot, int64_t off, DType t) {  // never dereferenced
-    return reinterpret_cast<void*>((uintptr_t(1) << 40) + (slot << 36) + uintptr_t(off * dtype_size(t)));
-  };
+  auto at = test::fake_device_ptr;
   RMSNormFwdArgs a;
   a.rows = c.rows;
   a.cols = c.cols;

@@ -11,13 +11,14 @@
 #include <string>
 
 #include "quack/core/config.hpp"
+#include "support/plan_args.hpp"
 
 namespace quack {
 namespace {
 
-constexpr DType kF32 = DType::kFloat32;
-constexpr DType kBF16 = DType::kBFloat16;
-constexpr DType kF16 = DType::kFloat16;
+using test::kBF16;
+using test::kF16;
+using test::kF32;
 
 struct Kernel {
   bool reg = false;     // register-resident kernel (staged or not)
