@@ -3,7 +3,10 @@
 //   dh = rstd * (g - xhat * c) + dresidual_out  -> dx, dresidual
 //   dw = sum_rows dy * xhat, db = sum_rows dy (fp32, deterministic)
 //
-// Three kernels:
+// Three kernels (and a pipelined variant of the first):
+// 1'. Pipelined rows (same operand rules, a row that one CTA holds at 2
+//    vectors a thread; RowTuning::bwd_pipe): dw sums in registers, the next
+//    row block copied into shared memory while this one is reduced (below).
 // 1. Register-resident rows (16-byte-aligned operands, h/dy/dx/dresidual*
 //    in one dtype, weight in it or fp32, N <= 1024 * 16 * 16): a thread
 //    holds its share of h and dy in registers (the RowGeom layout of
@@ -319,9 +322,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // ---------------------------------------------------------------------------
 // 1'. Pipelined rows (RegRowConfig with stages > 0, core/config.hpp
 // choose_norm_bwd_pipe_config): rows that one CTA holds. A thread owns the
-// same VPT vectors of every row its team handles, so it keeps their weight
-// gradients (sum dy * xhat, sum dy) in registers across all the rows its
-// persistent CTA walks, and it copies the next stages - 1 row blocks' h and
+// same VPT vectors of every row its team handles, so it keeps their sums of
+// dy * xhat in registers (and of dy in private shared-memory slots) across
+// all the rows its persistent CTA walks, and it copies the next stages - 1 row blocks' h and
 // dy (and dresidual_out, rstd, mean) into shared memory with cp.async while
 // it reduces and writes the current one: a thread reads back only what it
 // copied, so the copies need no barrier, only its own cp.async.wait_group.
