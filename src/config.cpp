@@ -522,10 +522,18 @@ const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& pr
   return nullptr;
 }
 
+namespace {
+// Pipelined norm backward CTAs resident on an SM: 1024 threads at the
+// kernel's 64 registers, and the shared memory (1 KB of it reserved a CTA).
+int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim) {
+  return std::min<int64_t>(kRegRowMaxThreads / threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
+}
+}  // namespace
+
 size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages) {
   const int vec = 16 / std::max(prob.x_elem_bytes, 1);
   const size_t stage = size_t(prob.tensors * vpt * 16 + 8) * size_t(threads);
-  const size_t weight = prob.w_elem_bytes > 0 ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
+  const size_t weight = prob.weight ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
   const size_t db_sums = prob.db ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
   return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
 }
@@ -559,23 +567,22 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
   // ties to fewer stages.
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
-  int64_t best = 0;
+  int64_t best = 0, best_per_sm = 0;
   for (int s = 2; s <= max_stages; ++s) {
     const size_t smem = norm_bwd_pipe_smem_bytes(prob, vpt, c.threads, s);
     if (smem > lim.max_smem_per_block) break;
-    const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
+    const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim);
     if (per_sm < 1) break;
     if ((s - 1) * per_sm > best) {
       best = (s - 1) * per_sm;
+      best_per_sm = per_sm;
       c.stages = s;
       c.smem_bytes = smem;
     }
   }
   if (best == 0) return false;
-  const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads,
-                                           int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024));
   c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
-  c.grid = std::min(c.row_blocks, per_sm * lim.num_sms);
+  c.grid = std::min(c.row_blocks, best_per_sm * lim.num_sms);
   *out = c;
   return true;
 }
@@ -600,8 +607,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
   if (c.grid > c.row_blocks) return "more CTAs than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
-  const int64_t per_sm = std::min<int64_t>(kRegRowMaxThreads / c.threads, int64_t(lim.smem_per_sm) / int64_t(c.smem_bytes + 1024));
-  if (c.grid > per_sm * lim.num_sms) return "grid beyond the resident CTAs";
+  if (c.grid > pipe_ctas_per_sm(c.threads, c.smem_bytes, lim) * lim.num_sms) return "grid beyond the resident CTAs";
   return nullptr;
 }
 

@@ -92,9 +92,9 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.rows = a.rows;
     pp.cols = a.cols;
     pp.x_elem_bytes = dtype_size(t);
-    pp.w_elem_bytes = a.weight.ptr == nullptr ? 0 : plan.w_f32 ? 4 : dtype_size(t);
+    pp.weight = a.weight.ptr != nullptr;
     pp.tensors = a.dresidual_out.ptr != nullptr ? 3 : 2;
-    pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(dtype_size(t), plan.w_f32, centre);
+    pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(dtype_size(t), centre);
     pp.db = a.dbias.ptr != nullptr;
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.pipe = choose_norm_bwd_pipe_config(pp, lim, current_row_tuning(), &plan.cfg) &&

@@ -155,8 +155,8 @@ struct RowTuning {
   // rows' h and dy copied into shared memory while this row is reduced):
   // bit 0 for 16-bit rows, bit 1 for fp32 rows (0: the register kernel with
   // shared-memory accumulators). bwd_pipe_vpt16 / bwd_pipe_vpt32: 16-byte
-  // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
-// kernel has that tile);
+    // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
+  // kernel has that tile);
   // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
   // the CTA that teams of up to a warp share (larger teams own theirs).
   int bwd_pipe;
@@ -253,7 +253,7 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 // walks (persistent grid: as many CTAs as are resident, one partial row
 // each). Shared memory: scratch, then `stages` stages of
 //   [tensors][vpt][threads] 16-byte vectors + [threads] (rstd, mean) pairs,
-// then the weight (w_elem_bytes > 0) as fp32: vpt * vec floats a thread, then,
+// then, with a weight, the weight as fp32: vpt * vec floats a thread, then,
 // with db, the db sums: vpt * vec floats a thread.
 // Stages are chosen for the most bytes in flight an SM: (stages - 1) stages
 // of every resident CTA.
@@ -261,7 +261,7 @@ struct NormBwdPipeProblem {
   int64_t rows = 0;
   int64_t cols = 0;
   int x_elem_bytes = 2;      // h, dy, dx (and dresidual_out, dresidual)
-  int w_elem_bytes = 0;      // the weight's element bytes (0: no weight)
+  bool weight = false;       // a weight (held as fp32 whatever its dtype)
   int tensors = 2;           // staged per row: h, dy (3: and dresidual_out)
   int max_vpt = 2;           // the largest tile the kernel is built with (1 or 2)
   bool db = true;            // dbias asked for (its sums take shared memory)

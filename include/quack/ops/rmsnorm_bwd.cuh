@@ -850,11 +850,9 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 // The pipelined kernel's largest tile (vectors a thread) that compiles
 // without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2,
 // but 1 for LayerNorm's 16-bit rows (8-16 bytes spilled at 2); 4 spilled
-// everywhere (24-160 bytes). (w_f32: the weight is fp32 in shared memory
-// whatever its dtype, so it no longer matters.)
-constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool w_f32, bool centre) {
-  return (void)w_f32, elem_bytes == 2 && centre ? 1 : 2;
-}
+// everywhere (24-160 bytes). (The weight's dtype does not matter: it is
+// fp32 in shared memory in any case.)
+constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return elem_bytes == 2 && centre ? 1 : 2; }
 
 // The pipelined kernel (cfg.stages > 0): one CTA a row block, a persistent
 // grid of cfg.grid CTAs (the resident ones).
@@ -871,8 +869,7 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
         return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre>, cache, device, shape, stream, p);
       }
       case 2:
-        if constexpr (rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), std::is_same_v<Tw, float> && !std::is_same_v<T, float>,
-                                               kCentre) >= 2) {
+        if constexpr (rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), kCentre) >= 2) {
           static core::KernelAttrCache cache;
           return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre>, cache, device, shape, stream, p);
         }

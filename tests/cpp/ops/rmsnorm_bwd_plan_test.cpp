@@ -169,7 +169,7 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
   const RowTuning tune = default_row_tuning();
   int64_t served = 0;
   for (int xb : {2, 4})
-    for (int wb : {0, 2, 4})
+    for (int wb : {0, 2, 4})  // the caller's weight: none, 16-bit, fp32 (held as fp32 alike)
       for (int tensors : {2, 3})
         for (int64_t n = 1; n <= 20000; n += (n < 600 ? 1 : 37)) {
           if (wb == 2 && xb == 4) continue;
@@ -177,7 +177,8 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
           prob.rows = 100000;
           prob.cols = n;
           prob.x_elem_bytes = xb;
-          prob.w_elem_bytes = wb;
+          const bool weight = wb > 0;
+          prob.weight = weight;
           prob.tensors = tensors;
           prob.max_vpt = 2;
           prob.db = (n & 1) != 0;
@@ -190,12 +191,12 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
             while (team * 2 < nvec) team *= 2;  // the team at 2 vectors
             const int threads = team <= 32 ? 256 : int(team);
             const bool too_big = nvec > 2 * 1024 || norm_bwd_pipe_smem_bytes(prob, 2, threads, 2) > lim.max_smem_per_block;
-            ASSERT_TRUE(too_big) << "n=" << n << " xb=" << xb << " wb=" << wb << " tensors=" << tensors;
+            ASSERT_TRUE(too_big) << "n=" << n << " xb=" << xb << " weight=" << weight << " tensors=" << tensors;
             continue;
           }
           ++served;
           const char* why = check_norm_bwd_pipe_config(c, prob, lim);
-          ASSERT_EQ(why, nullptr) << why << ": n=" << n << " xb=" << xb << " wb=" << wb << " tensors=" << tensors;
+          ASSERT_EQ(why, nullptr) << why << ": n=" << n << " xb=" << xb << " weight=" << weight << " tensors=" << tensors;
           EXPECT_EQ(c.stages, 2);
         }
   EXPECT_GT(served, 8000);  // (of about 11000 problems)
