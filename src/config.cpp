@@ -239,6 +239,10 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   t.bwd_pipe_threads = 256;
+  // Rows past one CTA: clusters up to 16 (PREDICTION, unmeasured: bf16 64K
+  // 56% -> ~78% of copy, the 16K pipelined rate less the SMs a cluster of 4
+  // leaves idle).
+  t.bwd_pipe_cluster = 16;
   return t;
 }
 
@@ -554,37 +558,63 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   int vpt = (prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16) >= 2 ? 2 : 1;
   if (vpt > max_vpt) return false;
   while (pow2_ceil(ceil_div(nvec, vpt)) > kRegRowMaxThreads && vpt < max_vpt) vpt *= 2;
-  // The smallest bucket that still covers the row with the same team (short rows).
-  const int64_t team = pow2_ceil(ceil_div(nvec, vpt));
-  if (team > kRegRowMaxThreads) return false;
-  while (vpt > 1 && int64_t(vpt / 2) * team >= nvec) vpt /= 2;
-  c.team = int(team);
-  c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
-                         : int(team);
-  c.vpt = vpt;
-  c.cluster = 1;
   // The stage count with the most bytes in flight an SM ((stages - 1) stages
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
-  // ties to fewer stages.
+  // ties to fewer stages. Returns the CTAs an SM (0: no stage count fits).
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
-  int64_t best = 0, best_per_sm = 0;
-  for (int s = 2; s <= max_stages; ++s) {
-    const size_t smem = norm_bwd_pipe_smem_bytes(prob, vpt, c.threads, s);
-    if (smem > lim.max_smem_per_block) break;
-    const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim);
-    if (per_sm < 1) break;
-    if ((s - 1) * per_sm > best) {
-      best = (s - 1) * per_sm;
-      best_per_sm = per_sm;
-      c.stages = s;
-      c.smem_bytes = smem;
+  auto pick_stages = [&]() -> int64_t {
+    int64_t best = 0, best_per_sm = 0;
+    for (int s = 2; s <= max_stages; ++s) {
+      const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s);
+      if (smem > lim.max_smem_per_block) break;
+      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim);
+      if (per_sm < 1) break;
+      if ((s - 1) * per_sm > best) {
+        best = (s - 1) * per_sm;
+        best_per_sm = per_sm;
+        c.stages = s;
+        c.smem_bytes = smem;
+      }
+    }
+    return best_per_sm;
+  };
+  const int64_t team = pow2_ceil(ceil_div(nvec, vpt));
+  if (team <= kRegRowMaxThreads) {
+    // The smallest bucket that still covers the row with the same team (short rows).
+    c.vpt = vpt;
+    while (c.vpt > 1 && int64_t(c.vpt / 2) * team >= nvec) c.vpt /= 2;
+    c.team = int(team);
+    c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
+                           : int(team);
+    c.cluster = 1;
+    const int64_t per_sm = pick_stages();
+    if (per_sm > 0) {
+      c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
+      c.grid = std::min(c.row_blocks, per_sm * lim.num_sms);
+      *out = c;
+      return true;
     }
   }
-  if (best == 0) return false;
-  c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
-  c.grid = std::min(c.row_blocks, best_per_sm * lim.num_sms);
-  *out = c;
-  return true;
+  // Past one CTA (or where the one CTA's stages do not fit its shared
+  // memory): a cluster of CTAs that own their slices of the row, at 2
+  // vectors a thread; the largest CTA (below the one that did not fit)
+  // whose stages fit, then as few of them as cover the row.
+  const int max_cluster = std::max(1, std::min({lim.max_cluster, 16, tune.bwd_pipe_cluster}));
+  if (vpt != 2 || max_cluster < 2) return false;
+  c.vpt = 2;
+  for (int threads = int(std::min<int64_t>(team / 2, kRegRowMaxThreads)); threads >= 256; threads /= 2) {
+    c.team = c.threads = threads;
+    const int64_t cluster = ceil_div(nvec, int64_t(threads) * c.vpt);
+    if (cluster > max_cluster) return false;
+    c.cluster = int(cluster);
+    const int64_t per_sm = pick_stages();
+    if (per_sm == 0) continue;
+    c.row_blocks = prob.rows;
+    c.grid = std::min(c.row_blocks, std::max<int64_t>(1, per_sm * lim.num_sms / c.cluster)) * c.cluster;
+    *out = c;
+    return true;
+  }
+  return false;
 }
 
 const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeProblem& prob,
@@ -594,9 +624,10 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
-  if (c.cluster != 1) return "a pipelined row is not clustered";
+  if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";
+  if (c.cluster > 1 && (c.threads != c.team || c.vpt != 2)) return "a clustered row must own whole CTAs at 2 vectors a thread";
   if (c.vpt != 1 && (c.vpt != 2 || prob.max_vpt < 2)) return "vpt is not a tile the kernel is built with";
-  if (int64_t(c.team) * c.vpt < nvec) return "the tiles do not cover the row";
+  if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
   if (c.stages < 2 || c.stages > 4) return "stages outside [2, 4]";
   if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages) || c.smem_bytes > lim.max_smem_per_block)
     return "shared memory is not scratch + stages + weight within the per-CTA limit";
@@ -605,9 +636,11 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (size_t(c.stages) * size_t(prob.tensors * c.vpt * 16 + 8) < size_t(c.vpt) * c.vec * 8)
     return "the stages cannot hold the teams' weight-gradient sums";
   if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
-  if (c.grid > c.row_blocks) return "more CTAs than row blocks";
+  if (c.grid % c.cluster) return "grid is not a whole number of clusters";
+  if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
-  if (c.grid > pipe_ctas_per_sm(c.threads, c.smem_bytes, lim) * lim.num_sms) return "grid beyond the resident CTAs";
+  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim) * lim.num_sms))
+    return "grid beyond the resident CTAs";
   return nullptr;
 }
 

@@ -114,9 +114,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     if (centre && t == DType::kFloat32) prob.vpt_target = 2;
     plan.reg = choose_norm_bwd_config(prob, lim, &plan.cfg) && check_norm_bwd_config(plan.cfg, prob, lim) == nullptr;
   }
-  if (plan.pipe) {
-    plan.parts = plan.cfg.grid;
-  } else if (plan.reg) {
+  if (plan.pipe || plan.reg) {
     plan.parts = plan.cfg.grid / plan.cfg.cluster;
   } else if (a.cols > ops::kRMSNormBwdSplitMinCols) {
     // Enough (split, group) CTAs to fill the GPU once (4 of 256 threads an
@@ -208,7 +206,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
     if (a.rows == 0) return Status::success();
     if (plan.pipe) {
       p.team = plan.cfg.team;
-      p.cluster = 1;
+      p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
       p.stages = plan.cfg.stages;
       p.team_log2 = 0;
@@ -248,7 +246,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;
-  const int64_t parts = launched / (plan.reg ? plan.cfg.cluster : 1);  // (the pipelined kernel's cluster is 1)
+  const int64_t parts = launched / (plan.reg || plan.pipe ? plan.cfg.cluster : 1);
   // The weight gradients: a fixed-order sum of the partial rows.
   const int64_t blocks = (a.cols + 31) / 32;
   ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
@@ -267,7 +265,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   const RegRowConfig& c = plan.cfg;
   auto num = [](int64_t v) { return std::to_string(v); };
   if (plan.pipe)
-    return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " vpt=" + num(c.vpt) + " stages=" +
+    return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
            num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes));
   if (plan.reg)
     return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +

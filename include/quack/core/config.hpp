@@ -158,12 +158,15 @@ struct RowTuning {
     // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
   // kernel has that tile);
   // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
-  // the CTA that teams of up to a warp share (larger teams own theirs).
+  // the CTA that teams of up to a warp share (larger teams own theirs);
+  // bwd_pipe_cluster: the largest cluster a longer row is spread over (1:
+  // rows past one CTA keep the register kernel).
   int bwd_pipe;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
   int bwd_pipe_stages;
   int bwd_pipe_threads;
+  int bwd_pipe_cluster;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -247,7 +250,10 @@ bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, 
 const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
 
 // Pipelined norm backward (rmsnorm_bwd_pipe_kernel): rows that one CTA of up
-// to 1024 threads holds at `vpt` vectors a thread (no cluster). Teams of up
+// to 1024 threads holds at `vpt` vectors a thread, and longer ones at 2
+// vectors a thread over a cluster of up to tune.bwd_pipe_cluster CTAs (of
+// 1024 threads, or 512 or 256 where 1024 do not fit the shared memory; one
+// row a cluster, one partial row a cluster). Teams of up
 // to a warp share a CTA of tune.bwd_pipe_threads; a thread keeps
 // its columns' weight-gradient sums in registers over all the rows its CTA
 // walks (persistent grid: as many CTAs as are resident, one partial row

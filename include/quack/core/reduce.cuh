@@ -174,6 +174,25 @@ __device__ __forceinline__ typename Op::T team_reduce(typename Op::T v, int team
   return warp_reduce<Op>(v);
 }
 
+// A one-dimensional clustered grid: this CTA's rank in its cluster, its
+// cluster's index in the grid, and the grid's clusters (special registers,
+// no division).
+__device__ __forceinline__ int cluster_cta_rank() {
+  uint32_t r;
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return int(r);
+}
+__device__ __forceinline__ int cluster_index() {
+  uint32_t r;
+  asm("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+  return int(r);
+}
+__device__ __forceinline__ int cluster_count() {
+  uint32_t r;
+  asm("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+  return int(r);
+}
+
 // Cluster barrier halves (all threads of every CTA of the cluster).
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");

@@ -51,7 +51,8 @@ struct RowGeom {
   // with shifts where make divides by the run-time team (two integer
   // divisions, ~40 instructions, where a persistent kernel rebuilds the
   // geometry every row).
-  __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int64_t cols_param) {
+  // A clustered row (team == blockDim.x) passes its CTA's rank.
+  __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int64_t cols_param, int crank = 0) {
     RowGeom g;
     int lg = team_log2, tid = int(threadIdx.x);
     asm volatile("" : "+r"(lg), "+r"(tid));
@@ -59,10 +60,10 @@ struct RowGeom {
     g.team_id = tid >> lg;
     g.t = tid & (g.team - 1);
     g.teams = int(blockDim.x) >> lg;
-    g.crank = 0;
+    g.crank = crank;
     g.cols = int(cols_param);
     g.col_step = g.team * VEC;
-    g.col0 = g.t * VEC;
+    g.col0 = (((crank * VPT) << lg) + g.t) * VEC;
     g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
     return g;
   }

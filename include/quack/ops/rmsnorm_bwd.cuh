@@ -337,7 +337,13 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // kernel's 64-register budget). dw's sums stay in registers.
 // At the end the teams of a CTA add their sums in team order (through the
 // stages) and the CTA writes one partial row.
-template <typename T, typename Tw, int VPT, bool kCentre>
+// kCluster: a row longer than one CTA holds is spread over a cluster of CTAs
+// (team == blockDim.x, CTA r owning the r-th slice of columns, the
+// RowGeom layout); the team's sum is exchanged between the cluster's CTAs
+// (core::ClusterExchange: no cluster-wide barrier a row), the cluster walks
+// every cluster_count()-th row, and it writes one partial row (each CTA its
+// columns).
+template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(const RMSNormBwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -347,9 +353,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
   using Dots = NormBwdDots<kCentre>;
   using DT = typename Dots::T;
   extern __shared__ __align__(16) unsigned char smem[];
+  const int crank = kCluster ? cluster_cta_rank() : 0;
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
-  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.cols); };
+  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.cols, crank); };
+  // Scratch: the team reduction's [2][32] values, then (clustered) the
+  // exchange's.
+  ClusterExchange<typename Dots::Op> cx;
+  static_assert(64 * sizeof(DT) + ClusterExchange<typename Dots::Op>::scratch_bytes() <= kRMSNormBwdScratchBytes,
+                "pipe scratch");
+  if constexpr (kCluster) cx.start(smem + 64 * sizeof(DT));
   const uint32_t nthr = blockDim.x;
   const int ntens = p.dres_out != nullptr ? 3 : 2;
   const int stages = p.stages;
@@ -424,8 +437,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
         sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
     }
   }
-  const int64_t step = gridDim.x;
-  for (int s = 0; s < stages - 1; ++s) issue(int64_t(blockIdx.x) + s * step, uint32_t(s) * stage_bytes);
+  // This CTA's (cluster's) row blocks: every step-th from first.
+  const int64_t first = kCluster ? cluster_index() : int64_t(blockIdx.x);
+  const int64_t step = kCluster ? cluster_count() : int64_t(gridDim.x);
+  for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
 
   float aw[E];
 #pragma unroll
@@ -452,7 +467,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
       }
     }
   };
-  for (int64_t blk = blockIdx.x; blk < p.row_blocks; blk += step) {
+  for (int64_t blk = first; blk < p.row_blocks; blk += step) {
     // The stage this thread read in the last iteration takes the block
     // stages - 1 ahead.
     issue(blk + int64_t(stages - 1) * step, cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
@@ -480,7 +495,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
       }
     }
     // Padding (zero-filled h and dy) adds nothing to the sums.
-    const DT dots = team_reduce<typename Dots::Op>(Dots::make(dot, gsum), g.team, scratch + 32 * parity);
+    DT dots = team_reduce<typename Dots::Op>(Dots::make(dot, gsum), g.team, scratch + 32 * parity);
+    if constexpr (kCluster) dots = cx.reduce(dots, p.cluster, crank);
     parity ^= 1;
     if (active) {
       const float c = Dots::gh(dots) * rstd / float(p.cols), gm = Dots::g_mean(dots, float(p.cols));
@@ -538,9 +554,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     cur = cur + stage_bytes == wrap ? 0 : cur + stage_bytes;
   }
   cp_async_wait_all();
+  if constexpr (kCluster) cx.finish();
   if (!grads) return;
   const auto g = geom();
-  float2* out = p.partial + int64_t(blockIdx.x) * p.cols;
+  float2* out = p.partial + first * p.cols;
   // dw and db of this thread's element e.
   auto sums = [&](int e, float& w, float& b) {
     const float4 v = db ? lds_f4(my_db(e / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -854,29 +871,35 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 // fp32 in shared memory in any case.)
 constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return elem_bytes == 2 && centre ? 1 : 2; }
 
-// The pipelined kernel (cfg.stages > 0): one CTA a row block, a persistent
-// grid of cfg.grid CTAs (the resident ones).
+// The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
+// (the resident ones); rows past one CTA (cfg.cluster > 1) only at 2 vectors
+// a thread, in clusters, clamped at launch to the clusters that fit.
 template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
-  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, 1, false, launched};
+  constexpr int kMaxVpt = rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), kCentre);
+  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
-    switch (cfg.vpt) {
-      case 1: {
+    if (cfg.vpt == 1 && cfg.cluster == 1) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false>, cache, device, shape, stream, p);
+    }
+    if constexpr (kMaxVpt >= 2) {
+      if (cfg.vpt == 2 && cfg.cluster == 1) {
         static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre>, cache, device, shape, stream, p);
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false>, cache, device, shape, stream,
+                                       p);
       }
-      case 2:
-        if constexpr (rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), kCentre) >= 2) {
-          static core::KernelAttrCache cache;
-          return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre>, cache, device, shape, stream, p);
-        }
-        break;
+      if (cfg.vpt == 2) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true>, cache, device, shape, stream,
+                                       p);
+      }
     }
     return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with " + std::to_string(cfg.vpt) +
-                                    " vectors per thread"};
+                                    " vectors per thread in clusters of " + std::to_string(cfg.cluster)};
   };
   if (p.w == nullptr) return run(TypeTag<void>{});
   if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});

@@ -51,7 +51,7 @@ RMSNormBwdArgs args_of(const Call& c, bool layernorm) {
 
 struct Kernel {
   std::string kind;  // "pipe", "reg", "general" or "split"
-  int team = 0, threads = 0, vpt = 0, stages = 0;
+  int team = 0, threads = 0, cluster = 0, vpt = 0, stages = 0;
   int64_t grid = 0, smem = 0;
   std::string text;
 };
@@ -64,8 +64,8 @@ Kernel plan(const Call& c, bool layernorm = false) {
   std::sscanf(k.text.c_str(), "%15s", kind);
   k.kind = kind;
   if (k.kind == "pipe" &&
-      std::sscanf(k.text.c_str(), "pipe team=%d threads=%d vpt=%d stages=%d grid=%lld smem=%lld", &k.team, &k.threads,
-                  &k.vpt, &k.stages, &grid, &smem) != 6)
+      std::sscanf(k.text.c_str(), "pipe team=%d threads=%d cluster=%d vpt=%d stages=%d grid=%lld smem=%lld", &k.team,
+                  &k.threads, &k.cluster, &k.vpt, &k.stages, &grid, &smem) != 7)
     ADD_FAILURE() << "unparsed plan: " << k.text;
   k.grid = grid;
   k.smem = smem;
@@ -117,21 +117,79 @@ TEST_F(NormBwdPlan, PipelinedCells) {
     EXPECT_EQ(k.vpt, c.vpt);
     EXPECT_EQ(k.stages, c.stages);
     EXPECT_EQ(k.grid, c.grid);
+    EXPECT_EQ(k.cluster, 1);
   }
 }
 
-// LayerNorm's 16-bit rows (the kernel spilled at 2 vectors), rows that one
-// 1024-thread CTA does not hold at 2 vectors, rows whose dbias sums do not
-// fit beside two stages, misaligned rows, long rows, and the knob.
+// Rows past one CTA at 2 vectors a thread: clusters of 1024-thread CTAs, of
+// 512 where 1024 threads' stages do not fit (dbias sums, dresidual_out), as
+// few CTAs as cover the row (not only powers of two), one cluster a row,
+// as many clusters as the SMs hold (the launch clamps them further to what
+// the GPCs hold).
+TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
+  struct Cell {
+    Call call;
+    bool ln;
+    int threads, cluster;
+    int64_t grid;
+  };
+  const Cell cells[] = {
+      {{8192, 32768, kBF16, kBF16}, false, 1024, 2, 132},
+      {{4096, 65536, kBF16, kBF16}, false, 1024, 4, 132},
+      {{1024, 262144, kBF16, kBF16}, false, 1024, 16, 128},
+      {{4096, 65536, kBF16, kF32}, false, 1024, 4, 132},
+      {{4096, 40000, kBF16, kBF16}, false, 1024, 3, 132},  // 5000 vectors: 3 CTAs of 2048
+      {{16384, 16384, kF32, kF32}, false, 1024, 2, 132},
+      {{4096, 65536, kF32, kF32}, false, 1024, 8, 128},
+      {{4096, 65536, kF32, kF32}, true, 1024, 8, 128},  // LayerNorm with dbias: 208 KB a CTA
+      {{2048, 131072, kF32, kF32}, false, 1024, 16, 128},
+      // The 1024-thread CTA's stages do not fit: 512-thread CTAs (one an SM:
+      // 137 KB each).
+      {{16384, 16384, kBF16, kBF16, true, false, 0, 1}, false, 512, 2, 132},         // dbias
+      {{8192, 32768, kBF16, kBF16, true, true}, false, 512, 4, 132},                 // dresidual_out
+      {{16384, 16384, kF32, kF32, true, true, 0, 1}, false, 512, 4, 132},            // both
+      // Fewer rows than clusters that fit.
+      {{5, 65536, kBF16, kBF16}, false, 1024, 4, 20},
+  };
+  for (const Cell& c : cells) {
+    const Kernel k = plan(c.call, c.ln);
+    SCOPED_TRACE(k.text);
+    EXPECT_EQ(k.kind, "pipe");
+    EXPECT_EQ(k.team, c.threads);
+    EXPECT_EQ(k.threads, c.threads);
+    EXPECT_EQ(k.cluster, c.cluster);
+    EXPECT_EQ(k.vpt, 2);
+    EXPECT_EQ(k.stages, 2);
+    EXPECT_EQ(k.grid, c.grid);
+  }
+}
+
+// LayerNorm's 16-bit rows (the kernel spilled at 2 vectors), rows past a
+// cluster of 16 at 2 vectors a thread (fp32 from 128K), rows whose stages
+// fit no cluster of 16 (bf16 256K with dbias), misaligned rows, long rows,
+// and the knobs.
 TEST_F(NormBwdPlan, OtherKernels) {
   EXPECT_EQ(plan({262144, 1024, kBF16, kF32}, true).kind, "reg");
   EXPECT_EQ(plan({65536, 4096, kBF16, kBF16}, true).kind, "reg");
-  EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}).kind, "reg");
-  EXPECT_EQ(plan({16384, 16384, kF32, kF32}).kind, "reg");
-  EXPECT_EQ(plan({16384, 16384, kBF16, kBF16, true, false, 0, 1}).kind, "reg");  // with dbias
-  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "reg");
+  EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}, true).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "reg");
+  EXPECT_EQ(plan({1024, 131080, kF32, kF32}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "reg");  // with dbias
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, true}).kind, "reg");         // dresidual_out
   EXPECT_EQ(plan({4096, 1000, kBF16, kBF16, true, false, 1}).kind, "general");
   EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16}).kind, "split");
+  {
+    RowTuning t = default_row_tuning();
+    t.bwd_pipe_cluster = 1;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}).kind, "reg");
+    EXPECT_EQ(plan({16384, 16384, kBF16, kBF16, true, false, 0, 1}).kind, "reg");  // 1024 threads do not fit
+    EXPECT_EQ(plan({16384, 16384, kBF16, kBF16}).kind, "pipe");
+    t.bwd_pipe_cluster = 4;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({4096, 65536, kBF16, kBF16}).kind, "pipe");
+    EXPECT_EQ(plan({4096, 65544, kBF16, kBF16}).kind, "reg");
+  }
   for (int bits : {0, 1, 2}) {
     RowTuning t = default_row_tuning();
     t.bwd_pipe = bits;
@@ -160,18 +218,18 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   EXPECT_EQ(small.threads, 128) << small.text;
 }
 
-// Every row length the kernel serves, every dtype, weight, staged-tensor
-// count and dbias: a valid configuration (the tiles cover the row, shared
-// memory fits, the grid is resident), or a refusal only past one 1024-thread
-// CTA or where the CTA the row needs cannot hold two stages.
+// Every row length up to 300K, every dtype, weight, staged-tensor count and
+// dbias: a valid configuration (the tiles cover the row, shared memory fits,
+// the grid is resident, clusters own whole CTAs), or a refusal only where no
+// CTA of 256-1024 threads holds two stages within a cluster of 16.
 TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
   const DeviceLimits lim;
   const RowTuning tune = default_row_tuning();
-  int64_t served = 0;
+  int64_t served = 0, clustered = 0;
   for (int xb : {2, 4})
     for (int wb : {0, 2, 4})  // the caller's weight: none, 16-bit, fp32 (held as fp32 alike)
       for (int tensors : {2, 3})
-        for (int64_t n = 1; n <= 20000; n += (n < 600 ? 1 : 37)) {
+        for (int64_t n = 1; n <= 300000; n += (n < 600 ? 1 : n < 20000 ? 37 : 997)) {
           if (wb == 2 && xb == 4) continue;
           NormBwdPipeProblem prob;
           prob.rows = 100000;
@@ -186,20 +244,30 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
           RegRowConfig c;
           const int64_t vec = 16 / xb, nvec = (n + vec - 1) / vec;
           const bool ok = choose_norm_bwd_pipe_config(prob, lim, tune, &c);
+          const std::string what = "n=" + std::to_string(n) + " xb=" + std::to_string(xb) +
+                                   " weight=" + std::to_string(weight) + " tensors=" + std::to_string(tensors);
           if (!ok) {
             int64_t team = 1;
             while (team * 2 < nvec) team *= 2;  // the team at 2 vectors
             const int threads = team <= 32 ? 256 : int(team);
-            const bool too_big = nvec > 2 * 1024 || norm_bwd_pipe_smem_bytes(prob, 2, threads, 2) > lim.max_smem_per_block;
-            ASSERT_TRUE(too_big) << "n=" << n << " xb=" << xb << " weight=" << weight << " tensors=" << tensors;
+            bool fits = team <= 1024 && norm_bwd_pipe_smem_bytes(prob, 2, threads, 2) <= lim.max_smem_per_block;
+            for (int t = 1024; t >= 256; t /= 2)
+              fits |= t < team && (nvec + 2 * t - 1) / (2 * t) <= 16 &&
+                      norm_bwd_pipe_smem_bytes(prob, 2, t, 2) <= lim.max_smem_per_block;
+            ASSERT_FALSE(fits) << what;
             continue;
           }
           ++served;
+          clustered += c.cluster > 1;
           const char* why = check_norm_bwd_pipe_config(c, prob, lim);
-          ASSERT_EQ(why, nullptr) << why << ": n=" << n << " xb=" << xb << " weight=" << weight << " tensors=" << tensors;
-          EXPECT_EQ(c.stages, 2);
+          ASSERT_EQ(why, nullptr) << why << ": " << what;
+          EXPECT_EQ(c.stages, 2) << what;
+          if (c.cluster > 1) {
+            EXPECT_LT(int64_t(c.cluster - 1) * c.threads * 2, nvec) << what;  // no idle CTA
+          }
         }
-  EXPECT_GT(served, 8000);  // (of about 11000 problems)
+  EXPECT_GT(served, 12000) << served;  // (of about 14000 problems)
+  EXPECT_GT(clustered, 3000) << clustered;
 }
 
 }  // namespace

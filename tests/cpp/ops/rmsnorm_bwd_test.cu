@@ -10,7 +10,8 @@
 // runs twice and must give bit-identical results (the weight gradients are
 // deterministic by construction: per-CTA partial rows and a fixed-order sum).
 // Cases cover the pipelined kernel (sub-warp and multi-warp teams sharing a
-// CTA, whole-CTA teams, 2-4 stages, many row blocks a CTA), the
+// CTA, whole-CTA teams, clusters of 2-16 CTAs, 2-4 stages, many row blocks a
+// CTA), the
 // register-resident kernel (the same rows with the pipelined kernel off,
 // clusters up to 16 CTAs at N = 256K), the general kernel
 // (misaligned pointers, odd strides, mixed dtypes, rows beyond the register
@@ -79,6 +80,16 @@ std::vector<BwdCase> cases() {
   add({"N2000_f32_M3001_dres_out_offset", 3001, 2000, kF32, kF32, true, true, true, true, false, 1.0f});
   add({"N16384_bf16_M600", 600, 16384, kBF16, kBF16});
   add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
+  // The pipelined kernel in clusters (rows past one CTA; a cluster walks
+  // many rows): 2 CTAs of 1024 threads, 3 of 512 with dbias (a partial last
+  // vector-slice), fp32 with dresidual_out and dresidual (512-thread CTAs),
+  // no weight at cluster 8, bf16 at cluster 16.
+  add({"N32768_bf16_M300_pipe_cluster2", 300, 32768, kBF16, kBF16, true, true, false});
+  add({"N20000_bf16_M1000_pipe_cluster3_dbias", 1000, 20000, kBF16, kBF16});
+  add({"N12288_f32_M2000_pipe_cluster_dres", 2000, 12288, kF32, kF32, true, true, true, true, true, 0.5f});
+  add({"N131072_bf16_M40_pipe_cluster8_noweight", 40, 131072, kBF16, kBF16, false, false, true});
+  add({"N262144_bf16_M64_pipe_cluster16_fp32w", 64, 262144, kBF16, kF32, true, true, false});
+  add({"N65536_f32_M100_pipe_cluster8", 100, 65536, kF32, kF32});
   // General kernel.
   add({"N999_bf16_M17_misaligned", 17, 999, kBF16, kBF16, true, true, true, true, true, 0.0f, 1});
   add({"N1000_f16_M11_odd_stride", 11, 1000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
