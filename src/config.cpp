@@ -243,6 +243,7 @@ RowTuning default_row_tuning() {
   // 56% -> ~78% of copy, the 16K pipelined rate less the SMs a cluster of 4
   // leaves idle).
   t.bwd_pipe_cluster = 16;
+  t.bwd_pipe_cluster_threads = 1024;
   return t;
 }
 
@@ -602,7 +603,9 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   const int max_cluster = std::max(1, std::min({lim.max_cluster, 16, tune.bwd_pipe_cluster}));
   if (vpt != 2 || max_cluster < 2) return false;
   c.vpt = 2;
-  for (int threads = int(std::min<int64_t>(team / 2, kRegRowMaxThreads)); threads >= 256; threads /= 2) {
+  int max_threads = 256;  // the largest power of two within the knob
+  while (max_threads < kRegRowMaxThreads && max_threads * 2 <= tune.bwd_pipe_cluster_threads) max_threads *= 2;
+  for (int threads = int(std::min<int64_t>(team / 2, max_threads)); threads >= 256; threads /= 2) {
     c.team = c.threads = threads;
     const int64_t cluster = ceil_div(nvec, int64_t(threads) * c.vpt);
     if (cluster > max_cluster) return false;

@@ -160,13 +160,15 @@ struct RowTuning {
   // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
   // the CTA that teams of up to a warp share (larger teams own theirs);
   // bwd_pipe_cluster: the largest cluster a longer row is spread over (1:
-  // rows past one CTA keep the register kernel).
+  // rows past one CTA keep the register kernel); bwd_pipe_cluster_threads:
+  // the largest CTA of such a cluster (256..1024).
   int bwd_pipe;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
   int bwd_pipe_stages;
   int bwd_pipe_threads;
   int bwd_pipe_cluster;
+  int bwd_pipe_cluster_threads;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others

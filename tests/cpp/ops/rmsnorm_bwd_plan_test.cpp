@@ -216,6 +216,14 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   EXPECT_EQ(wide.vpt, 2) << wide.text;
   const Kernel small = plan({1048576, 256, kBF16, kBF16});
   EXPECT_EQ(small.threads, 128) << small.text;
+  // Clusters of smaller CTAs: two of 512 threads an SM.
+  t = default_row_tuning();
+  t.bwd_pipe_cluster_threads = 600;
+  set_row_tuning(&t);
+  const Kernel half = plan({4096, 65536, kBF16, kBF16});
+  EXPECT_EQ(half.threads, 512) << half.text;
+  EXPECT_EQ(half.cluster, 8) << half.text;
+  EXPECT_EQ(half.grid, 264) << half.text;
 }
 
 // Every row length up to 300K, every dtype, weight, staged-tensor count and
