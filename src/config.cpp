@@ -598,26 +598,36 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   }
   // Past one CTA (or where the one CTA's stages do not fit its shared
   // memory): a cluster of CTAs that own their slices of the row, at 2
-  // vectors a thread; the largest CTA (below the one that did not fit)
-  // whose stages fit, then as few of them as cover the row.
+  // vectors a thread, as few as cover the row. The CTA (below the one that
+  // did not fit) with the most threads resident an SM, ties to the larger:
+  // bf16 with dbias, where 1024 threads do not fit, 256-thread CTAs (3 an
+  // SM) ran N = 16K / 32K / 64K at 69.5 / 67.6 / 62.9% of copy against
+  // 65.1 / 58.1 / 58.0% in 512-thread ones (1 an SM); without dbias 1024
+  // threads (1 an SM) and 256 (4) ran 85.5 / 78.0 / 70.9% and 84.4 / 74.5 /
+  // 69.8%, fp32 94.1 / 91.5 / 90.3% and 93.2 / 90.9% / - (rmsnorm_bwd_sweep,
+  // H200, e38f7fb; bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 8).
   const int max_cluster = std::max(1, std::min({lim.max_cluster, 16, tune.bwd_pipe_cluster}));
   if (vpt != 2 || max_cluster < 2) return false;
-  c.vpt = 2;
   int max_threads = 256;  // the largest power of two within the knob
   while (max_threads < kRegRowMaxThreads && max_threads * 2 <= tune.bwd_pipe_cluster_threads) max_threads *= 2;
+  RegRowConfig best;
+  int64_t best_threads_per_sm = 0;
   for (int threads = int(std::min<int64_t>(team / 2, max_threads)); threads >= 256; threads /= 2) {
+    c.vpt = 2;
     c.team = c.threads = threads;
     const int64_t cluster = ceil_div(nvec, int64_t(threads) * c.vpt);
-    if (cluster > max_cluster) return false;
+    if (cluster > max_cluster) break;  // (smaller CTAs need larger clusters)
     c.cluster = int(cluster);
     const int64_t per_sm = pick_stages();
-    if (per_sm == 0) continue;
+    if (per_sm == 0 || per_sm * threads <= best_threads_per_sm) continue;
+    best_threads_per_sm = per_sm * threads;
     c.row_blocks = prob.rows;
     c.grid = std::min(c.row_blocks, std::max<int64_t>(1, per_sm * lim.num_sms / c.cluster)) * c.cluster;
-    *out = c;
-    return true;
+    best = c;
   }
-  return false;
+  if (best_threads_per_sm == 0) return false;
+  *out = best;
+  return true;
 }
 
 const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeProblem& prob,

@@ -143,11 +143,13 @@ TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
       {{4096, 65536, kF32, kF32}, false, 1024, 8, 128},
       {{4096, 65536, kF32, kF32}, true, 1024, 8, 128},  // LayerNorm with dbias: 208 KB a CTA
       {{2048, 131072, kF32, kF32}, false, 1024, 16, 128},
-      // The 1024-thread CTA's stages do not fit: 512-thread CTAs (one an SM:
-      // 137 KB each).
-      {{16384, 16384, kBF16, kBF16, true, false, 0, 1}, false, 512, 2, 132},         // dbias
-      {{8192, 32768, kBF16, kBF16, true, true}, false, 512, 4, 132},                 // dresidual_out
-      {{16384, 16384, kF32, kF32, true, true, 0, 1}, false, 512, 4, 132},            // both
+      // The 1024-thread CTA's stages do not fit: 256-thread CTAs, 3 an SM
+      // (69 KB each), over 512-thread ones, 1 an SM (137 KB).
+      {{16384, 16384, kBF16, kBF16, true, false, 0, 1}, false, 256, 4, 3 * 132},     // dbias
+      {{8192, 32768, kBF16, kBF16, true, true}, false, 256, 8, 392},                 // dresidual_out: 49 of 8
+      {{16384, 16384, kF32, kF32, true, true, 0, 1}, false, 256, 8, 392},            // both
+      // ... unless those need a cluster of more than 16.
+      {{2048, 131072, kBF16, kBF16, true, false, 0, 1}, false, 512, 16, 128},
       // Fewer rows than clusters that fit.
       {{5, 65536, kBF16, kBF16}, false, 1024, 4, 20},
   };

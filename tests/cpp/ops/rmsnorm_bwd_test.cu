@@ -81,11 +81,11 @@ std::vector<BwdCase> cases() {
   add({"N16384_bf16_M600", 600, 16384, kBF16, kBF16});
   add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
   // The pipelined kernel in clusters (rows past one CTA; a cluster walks
-  // many rows): 2 CTAs of 1024 threads, 3 of 512 with dbias (a partial last
-  // vector-slice), fp32 with dresidual_out and dresidual (512-thread CTAs),
-  // no weight at cluster 8, bf16 at cluster 16.
+  // many rows): 2 CTAs of 1024 threads, 5 of 256 with dbias (a partial last
+  // slice), fp32 with dresidual_out and dresidual (6 of 256), no weight at
+  // cluster 8, bf16 at cluster 16 (and N65544 above: 9 of 512).
   add({"N32768_bf16_M300_pipe_cluster2", 300, 32768, kBF16, kBF16, true, true, false});
-  add({"N20000_bf16_M1000_pipe_cluster3_dbias", 1000, 20000, kBF16, kBF16});
+  add({"N20000_bf16_M1000_pipe_cluster5_dbias", 1000, 20000, kBF16, kBF16});
   add({"N12288_f32_M2000_pipe_cluster_dres", 2000, 12288, kF32, kF32, true, true, true, true, true, 0.5f});
   add({"N131072_bf16_M40_pipe_cluster8_noweight", 40, 131072, kBF16, kBF16, false, false, true});
   add({"N262144_bf16_M64_pipe_cluster16_fp32w", 64, 262144, kBF16, kF32, true, true, false});
