@@ -239,9 +239,11 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   t.bwd_pipe_threads = 256;
-  // Rows past one CTA: clusters up to 16 (PREDICTION, unmeasured: bf16 64K
-  // 56% -> ~78% of copy, the 16K pipelined rate less the SMs a cluster of 4
-  // leaves idle).
+  // Rows past one CTA: clusters up to 16 (with dweight, against the
+  // register kernel: bf16 32K / 64K / 128K / 256K 77.5 / 70.5 / 69.8 / 64.3%
+  // of copy against 61.3 / 56.0 / 54.8 / 48.5%, fp32 16K-128K 93.6 / 92.0 /
+  // 90.6 / 83.7% against 73.8 / 71.2 / 66.6 / 65.3%; rmsnorm_bwd_sweep at
+  // ba2a34f, bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 7).
   t.bwd_pipe_cluster = 16;
   t.bwd_pipe_cluster_threads = 1024;
   return t;
