@@ -191,6 +191,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   p.dres = a.dresidual.ptr;
   p.dres_stride = a.dresidual.row_stride;
   p.weight_offset = a.weight_offset;
+  p.inv_cols = 1.0f / float(a.cols);
   p.partial = grads ? reinterpret_cast<float2*>(static_cast<char*>(a.workspace) + plan.dot_bytes) : nullptr;
   p.h_dtype = a.h.dtype;
   p.dy_dtype = a.dy.dtype;

@@ -202,22 +202,6 @@ __device__ __forceinline__ void sts_f4(uint32_t addr, float4 v) {
                : "memory");
 }
 
-// Reads a staged vector of VEC elements of type T at shared address `addr`.
-template <typename T, int VEC>
-__device__ __forceinline__ void lds_vec(uint32_t addr, float (&f)[VEC]) {
-  alignas(16) T t[VEC];
-  lds<VEC * sizeof(T)>(addr, t);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) f[i] = to_float(t[i]);
-}
-template <int VEC>
-__device__ __forceinline__ void lds_vec(uint32_t addr, DType dt, float (&f)[VEC]) {
-  switch (dt) {
-    case DType::kFloat32: lds_vec<float, VEC>(addr, f); break;
-    case DType::kFloat16: lds_vec<__half, VEC>(addr, f); break;
-    default: lds_vec<__nv_bfloat16, VEC>(addr, f); break;
-  }
-}
 
 // Asynchronously copies the first `bytes` (clamped to [0, kBytes]) of a
 // vector of kBytes (8, 16 or 32) at global `src` to shared `dst`, zero-filling
@@ -380,6 +364,24 @@ struct RawVec {
     }
   }
 };
+
+// Reads a staged vector of VEC elements of type T at shared address `addr`,
+// widened as RawVec::widen does (bf16: a shift or a mask a value, where the
+// element-wise conversion takes a PRMT and a shift for the upper half).
+template <typename T, int VEC>
+__device__ __forceinline__ void lds_vec(uint32_t addr, float (&f)[VEC]) {
+  RawVec<T, VEC> v;
+  lds<RawVec<T, VEC>::kBytes>(addr, v.w);
+  v.widen(f);
+}
+template <int VEC>
+__device__ __forceinline__ void lds_vec(uint32_t addr, DType dt, float (&f)[VEC]) {
+  switch (dt) {
+    case DType::kFloat32: lds_vec<float, VEC>(addr, f); break;
+    case DType::kFloat16: lds_vec<__half, VEC>(addr, f); break;
+    default: lds_vec<__nv_bfloat16, VEC>(addr, f); break;
+  }
+}
 
 }  // namespace core
 }  // namespace quack

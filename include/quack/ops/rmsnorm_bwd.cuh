@@ -59,6 +59,7 @@ struct RMSNormBwdParams {
   void* dres;  // nullable
   int64_t dres_stride;
   float weight_offset;
+  float inv_cols;  // 1 / cols
   float2* partial;  // [partials][cols] (sum dy * xhat, sum dy); nullptr: no weight gradients
   // Run-time dtypes (the general kernel; the register kernel's are T / Tw).
   DType h_dtype, dy_dtype, dres_out_dtype, w_dtype, dx_dtype, dres_dtype;
@@ -393,6 +394,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
       const T* hr = hbase + row * p.h_stride;
       const T* dr = dybase + row * p.dy_stride;
       const T* ro = ntens == 3 ? drobase + row * p.dres_out_stride : nullptr;
+      // Opaque row pointers: otherwise ptxas re-associates every vector's
+      // address as (row * stride + column) * size + base, ~5 integer
+      // instructions a copy where a row pointer and an offset take 1-2.
+      asm volatile("" : "+l"(hr), "+l"(dr), "+l"(ro));
       if (g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
@@ -499,9 +504,12 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     if constexpr (kCluster) dots = cx.reduce(dots, p.cluster, crank);
     parity ^= 1;
     if (active) {
-      const float c = Dots::gh(dots) * rstd / float(p.cols), gm = Dots::g_mean(dots, float(p.cols));
+      // (1 / N from the host: a division a row is ~15 instructions, a slow
+      // path and a call; a register held across the loop spilled.)
+      const float c = Dots::gh(dots) * rstd * p.inv_cols, gm = Dots::g_mean(dots, 1.0f) * p.inv_cols;
       T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
       T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
+      asm volatile("" : "+l"(dxrow), "+l"(dresrow));  // (as in issue)
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         if (g.valid(i) == 0) continue;
