@@ -72,6 +72,23 @@ Kernel plan(const Call& c, bool layernorm = false) {
   return k;
 }
 
+// The plan for `call` is the pipelined kernel in this layout.
+struct PipeLayout {
+  int team, threads, cluster, vpt, stages;
+  int64_t grid;
+};
+void expect_pipe(const Call& call, bool layernorm, const PipeLayout& want) {
+  const Kernel k = plan(call, layernorm);
+  SCOPED_TRACE(k.text);
+  EXPECT_EQ(k.kind, "pipe");
+  EXPECT_EQ(k.team, want.team);
+  EXPECT_EQ(k.threads, want.threads);
+  EXPECT_EQ(k.cluster, want.cluster);
+  EXPECT_EQ(k.vpt, want.vpt);
+  EXPECT_EQ(k.stages, want.stages);
+  EXPECT_EQ(k.grid, want.grid);
+}
+
 class NormBwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
@@ -108,22 +125,13 @@ TEST_F(NormBwdPlan, PipelinedCells) {
       // Fewer row blocks than resident CTAs: one CTA a row block.
       {{7, 1024, kBF16, kBF16}, false, 64, 64, 2, 2, 7},
   };
-  for (const Cell& c : cells) {
-    const Kernel k = plan(c.call, c.ln);
-    SCOPED_TRACE(k.text);
-    EXPECT_EQ(k.kind, "pipe");
-    EXPECT_EQ(k.team, c.team);
-    EXPECT_EQ(k.threads, c.threads);
-    EXPECT_EQ(k.vpt, c.vpt);
-    EXPECT_EQ(k.stages, c.stages);
-    EXPECT_EQ(k.grid, c.grid);
-    EXPECT_EQ(k.cluster, 1);
-  }
+  for (const Cell& c : cells) expect_pipe(c.call, c.ln, {c.team, c.threads, 1, c.vpt, c.stages, c.grid});
 }
 
-// Rows past one CTA at 2 vectors a thread: clusters of 1024-thread CTAs, of
-// 512 where 1024 threads' stages do not fit (dbias sums, dresidual_out), as
-// few CTAs as cover the row (not only powers of two), one cluster a row,
+// Rows past one CTA at 2 vectors a thread: clusters of the CTA with the most
+// threads resident an SM (1024, or 256 where 1024 threads' stages do not
+// fit: dbias sums, dresidual_out), as few CTAs as cover the row (not only
+// powers of two), one cluster a row,
 // as many clusters as the SMs hold (the launch clamps them further to what
 // the GPCs hold).
 TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
@@ -153,17 +161,7 @@ TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
       // Fewer rows than clusters that fit.
       {{5, 65536, kBF16, kBF16}, false, 1024, 4, 20},
   };
-  for (const Cell& c : cells) {
-    const Kernel k = plan(c.call, c.ln);
-    SCOPED_TRACE(k.text);
-    EXPECT_EQ(k.kind, "pipe");
-    EXPECT_EQ(k.team, c.threads);
-    EXPECT_EQ(k.threads, c.threads);
-    EXPECT_EQ(k.cluster, c.cluster);
-    EXPECT_EQ(k.vpt, 2);
-    EXPECT_EQ(k.stages, 2);
-    EXPECT_EQ(k.grid, c.grid);
-  }
+  for (const Cell& c : cells) expect_pipe(c.call, c.ln, {c.threads, c.threads, c.cluster, 2, 2, c.grid});
 }
 
 // LayerNorm's 16-bit rows (the kernel spilled at 2 vectors), rows past a
