@@ -614,8 +614,8 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   while (max_threads < kRegRowMaxThreads && max_threads * 2 <= tune.bwd_pipe_cluster_threads) max_threads *= 2;
   RegRowConfig best;
   int64_t best_threads_per_sm = 0;
+  c.vpt = 2;
   for (int threads = int(std::min<int64_t>(team / 2, max_threads)); threads >= 256; threads /= 2) {
-    c.vpt = 2;
     c.team = c.threads = threads;
     const int64_t cluster = ceil_div(nvec, int64_t(threads) * c.vpt);
     if (cluster > max_cluster) break;  // (smaller CTAs need larger clusters)

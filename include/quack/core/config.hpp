@@ -253,9 +253,9 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 
 // Pipelined norm backward (rmsnorm_bwd_pipe_kernel): rows that one CTA of up
 // to 1024 threads holds at `vpt` vectors a thread, and longer ones at 2
-// vectors a thread over a cluster of up to tune.bwd_pipe_cluster CTAs (of
-// 1024 threads, or 512 or 256 where 1024 do not fit the shared memory; one
-// row a cluster, one partial row a cluster). Teams of up
+// vectors a thread over a cluster of up to tune.bwd_pipe_cluster CTAs (the
+// CTA of 256..1024 threads with the most threads resident an SM; one row a
+// cluster, one partial row a cluster). Teams of up
 // to a warp share a CTA of tune.bwd_pipe_threads; a thread keeps
 // its columns' weight-gradient sums in registers over all the rows its CTA
 // walks (persistent grid: as many CTAs as are resident, one partial row

@@ -128,6 +128,15 @@ cudaError_t launch(void (*kernel)(KArgs...), int grid, int block, int cluster, A
 enum class OpKind { kSum, kMax, kMaxSum };
 const char* op_name(OpKind k) { return k == OpKind::kSum ? "Sum" : k == OpKind::kMax ? "Max" : "MaxSum"; }
 
+// Test names of the (op, size) suites: the op, then `what` and the size
+// ("Sum_team32").
+struct OpParamName {
+  const char* what;
+  std::string operator()(const testing::TestParamInfo<std::tuple<OpKind, int>>& i) const {
+    return std::string(op_name(std::get<0>(i.param))) + what + std::to_string(std::get<1>(i.param));
+  }
+};
+
 template <class F>
 void with_op(OpKind k, F&& f) {
   switch (k) {
@@ -263,10 +272,7 @@ TEST_P(WarpReduce, EveryLaneOfATeamGetsTheTeamResult) {
 INSTANTIATE_TEST_SUITE_P(Ops, WarpReduce,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Values(1, 2, 4, 8, 16, 32)),
-                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_width" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         OpParamName{"_width"});
 
 // ---------------------------------------------------------------------------
 // block_reduce: CTA sizes in whole warps, powers of two or not.
@@ -286,10 +292,7 @@ TEST_P(BlockReduce, EveryThreadOfTheCtaGetsTheCtaResult) {
 INSTANTIATE_TEST_SUITE_P(Ops, BlockReduce,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Values(32, 64, 96, 128, 224, 1024)),
-                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_cta" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         OpParamName{"_cta"});
 
 // ---------------------------------------------------------------------------
 // Cluster level: cluster_reduce alone (one value per CTA), and RowReducer
@@ -329,10 +332,7 @@ TEST_P(ClusterReduce, RowReducerOverWholeCtasOfTheCluster) {
 INSTANTIATE_TEST_SUITE_P(Ops, ClusterReduce,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Range(1, 17)),
-                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_cluster" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         OpParamName{"_cluster"});
 
 // RowReducer with teams of up to a warp: several teams per CTA, no cluster.
 class RowReducerTeams : public testing::TestWithParam<std::tuple<OpKind, int>> {};
@@ -350,10 +350,7 @@ TEST_P(RowReducerTeams, EveryThreadOfATeamGetsTheTeamResult) {
 INSTANTIATE_TEST_SUITE_P(Ops, RowReducerTeams,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Values(1, 2, 4, 8, 16, 32)),
-                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_team" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         OpParamName{"_team"});
 
 // team_reduce: teams of 1..1024 threads sharing CTAs of 256, 512 and 1024
 // threads (sub-warp teams, teams of whole warps, the whole CTA).
@@ -376,10 +373,7 @@ TEST_P(TeamReduce, EveryThreadOfATeamGetsTheTeamResult) {
 INSTANTIATE_TEST_SUITE_P(Ops, TeamReduce,
                          testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
                                           testing::Values(1, 4, 32, 64, 128, 256, 512, 1024)),
-                         [](const testing::TestParamInfo<std::tuple<OpKind, int>>& i) {
-                           return std::string(op_name(std::get<0>(i.param))) + "_team" +
-                                  std::to_string(std::get<1>(i.param));
-                         });
+                         OpParamName{"_team"});
 
 }  // namespace
 }  // namespace quack
