@@ -74,11 +74,14 @@ std::vector<BwdCase> cases() {
   // The pipelined kernel over many row blocks a CTA (the stages wrap many
   // times): sub-warp teams with dresidual_out (three staged tensors), one
   // thread a row at four stages, fp32 rows with a partial last row block,
-  // 1024-thread teams at two stages, fp32 weights of 16-bit rows.
+  // bf16 16K (with dbias: a cluster of four 256-thread CTAs, whose 1024-thread
+  // stages do not fit; without: one 1024-thread CTA a row), fp32 weights of
+  // 16-bit rows.
   add({"N96_bf16_M200000_dres", 200000, 96, kBF16, kBF16, true, true, true, true, true});
   add({"N8_f16_M1000000_noweight_dbias", 1000000, 8, kF16, kF16, false, false, true});
   add({"N2000_f32_M3001_dres_out_offset", 3001, 2000, kF32, kF32, true, true, true, true, false, 1.0f});
   add({"N16384_bf16_M600", 600, 16384, kBF16, kBF16});
+  add({"N16384_bf16_M600_one_cta", 600, 16384, kBF16, kBF16, true, true, false});
   add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
   // The pipelined kernel in clusters (rows past one CTA; a cluster walks
   // many rows): 2 CTAs of 1024 threads, 5 of 256 with dbias (a partial last
