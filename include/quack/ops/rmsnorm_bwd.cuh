@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_pipe_kernel(
     if (active) {
       // (1 / N from the host: a division a row is ~15 instructions, a slow
       // path and a call; a register held across the loop spilled.)
-      const float c = Dots::gh(dots) * rstd * p.inv_cols, gm = Dots::g_mean(dots, 1.0f) * p.inv_cols;
+      const float c = Dots::gh(dots) * rstd * p.inv_cols, gm = kCentre ? Dots::g_mean(dots, 1.0f) * p.inv_cols : 0.0f;
       T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
       T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
       asm volatile("" : "+l"(dxrow), "+l"(dresrow));  // (as in issue)
@@ -873,11 +873,13 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 }
 
 // The pipelined kernel's largest tile (vectors a thread) that compiles
-// without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2,
-// but 1 for LayerNorm's 16-bit rows (8-16 bytes spilled at 2); 4 spilled
-// everywhere (24-160 bytes). (The weight's dtype does not matter: it is
-// fp32 in shared memory in any case.)
-constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return elem_bytes == 2 && centre ? 1 : 2; }
+// without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2 for
+// every dtype, RMSNorm and LayerNorm; 4 spilled everywhere (24-160 bytes).
+// (LayerNorm's 16-bit rows spilled 8-16 bytes at 2 until the eighteenth
+// session's cuts -- 1 / N from the host, bf16 widened by shift and mask,
+// opaque row pointers -- and took 1 until then. The weight's dtype does not
+// matter: it is fp32 in shared memory in any case.)
+constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return (void)elem_bytes, (void)centre, 2; }
 
 // The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
 // (the resident ones); rows past one CTA (cfg.cluster > 1) only at 2 vectors

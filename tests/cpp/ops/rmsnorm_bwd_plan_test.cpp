@@ -124,6 +124,12 @@ TEST_F(NormBwdPlan, PipelinedCells) {
       {{1000000, 8, kF16, kF16}, false, 1, 256, 1, 2, 4 * 132},
       // Fewer row blocks than resident CTAs: one CTA a row block.
       {{7, 1024, kBF16, kBF16}, false, 64, 64, 2, 2, 7},
+      // LayerNorm's 16-bit rows (with dbias), the training layout's fp32
+      // weight and bias.
+      {{262144, 1024, kBF16, kF32}, true, 64, 64, 2, 2, 12 * 132},  // 18 KB a CTA
+      {{65536, 4096, kBF16, kF32}, true, 256, 256, 2, 2, 3 * 132},  // 69 KB a CTA
+      {{65536, 4096, kBF16, kBF16}, true, 256, 256, 2, 2, 3 * 132},
+      {{32768, 8192, kF16, kF32}, true, 512, 512, 2, 2, 132},
   };
   for (const Cell& c : cells) expect_pipe(c.call, c.ln, {c.team, c.threads, 1, c.vpt, c.stages, c.grid});
 }
@@ -160,18 +166,20 @@ TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
       {{2048, 131072, kBF16, kBF16, true, false, 0, 1}, false, 512, 16, 128},
       // Fewer rows than clusters that fit.
       {{5, 65536, kBF16, kBF16}, false, 1024, 4, 20},
+      // LayerNorm's 16-bit rows with fp32 weight and bias (dbias: 256-thread
+      // CTAs, as RMSNorm's with it).
+      {{16384, 16384, kBF16, kF32}, true, 256, 4, 3 * 132},
+      {{4096, 65536, kBF16, kF32}, true, 256, 16, 384},
+      {{8192, 32768, kF16, kF32}, true, 256, 8, 392},
   };
   for (const Cell& c : cells) expect_pipe(c.call, c.ln, {c.threads, c.threads, c.cluster, 2, 2, c.grid});
 }
 
-// LayerNorm's 16-bit rows (the kernel spilled at 2 vectors), rows past a
-// cluster of 16 at 2 vectors a thread (fp32 from 128K), rows whose stages
-// fit no cluster of 16 (bf16 256K with dbias), misaligned rows, long rows,
-// and the knobs.
+// Rows past a cluster of 16 at 2 vectors a thread (fp32 from 128K), rows
+// whose stages fit no cluster of 16 (16-bit 256K with dbias, RMSNorm or
+// LayerNorm), misaligned rows, long rows, and the knobs.
 TEST_F(NormBwdPlan, OtherKernels) {
-  EXPECT_EQ(plan({262144, 1024, kBF16, kF32}, true).kind, "reg");
-  EXPECT_EQ(plan({65536, 4096, kBF16, kBF16}, true).kind, "reg");
-  EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}, true).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kF32}, true).kind, "reg");  // LayerNorm (dbias): past a cluster of 16
   EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "reg");
   EXPECT_EQ(plan({1024, 131080, kF32, kF32}).kind, "reg");
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "reg");  // with dbias
