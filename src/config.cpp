@@ -225,8 +225,10 @@ RowTuning default_row_tuning() {
   // against 79.7 / 71.6 / 72.0 / 65.8; fp32 256 / 1K / 4K 91.6 / 92.2 / 92.2
   // against 92.6 / 87.2 / 90.2; LayerNorm fp32 (with dbias) 92.0 / 88.9 /
   // 84.1 against 90.8 / 85.3 / 82.4. Both dtypes; LayerNorm's 16-bit rows
-  // keep the register kernel (its tile of 2 vectors spilled: ptxas -v). 2
-  // vectors a thread: 1 ran 16-bit rows at 55-58% and fp32 at 63-73% (run
+  // too since 9a1e907 (their tile had spilled until run 9's cuts): bf16
+  // with dweight 88.3 / 76.3 / 77.6 / 73.4 / 61.1% at 256 / 1K / 4K / 16K /
+  // 64K against the register kernel's 64.0 / 58.5 / 59.2 / 56.3 / 47.6 (run
+  // 10). 2 vectors a thread: 1 ran 16-bit rows at 55-58% and fp32 at 63-73% (run
   // 4, at ce37acc). Two stages: three measured even or worse (bf16 with
   // dbias 74-75% against 82% at 1K-4K; fp32 +-1.5 points; run 6), four worse
   // (run 4: fewer CTAs an SM for no gain). Teams of up to a warp in
