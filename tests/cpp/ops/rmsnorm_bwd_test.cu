@@ -321,7 +321,9 @@ TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
 // The same cases with the pipelined kernel off (rows it would serve take
 // the register kernel with shared-memory accumulators), and at one vector a
 // thread with up to four stages (most rows that fit one CTA at one vector
-// take three or four, longer ones two vectors, clusters two to four stages).
+// take three or four, longer ones two vectors, clusters two to four stages)
+// and the dbias sums in shared memory (the defaults hold them in registers
+// in CTAs of up to 256 threads).
 TEST_P(RMSNormBwdGpu, RegisterKernelMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
@@ -336,6 +338,7 @@ TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
   RowTuning t = default_row_tuning();
   t.bwd_pipe_stages = 4;
   t.bwd_pipe_vpt16 = t.bwd_pipe_vpt32 = 1;
+  t.bwd_pipe_db_regs = 0;
   TuningScope scope(t);
   run_case(GetParam(), false);
   run_case(GetParam(), true);
