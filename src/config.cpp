@@ -241,6 +241,7 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   t.bwd_pipe_db_regs = 1;
+  t.bwd_pipe_small_cta = 1;
   t.bwd_pipe_threads = 256;
   // Rows past one CTA: clusters up to 16 (with dweight, against the
   // register kernel: bf16 32K / 64K / 128K / 256K 77.5 / 70.5 / 69.8 / 64.3%
@@ -535,19 +536,19 @@ const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& pr
 namespace {
 // Pipelined norm backward CTAs resident on an SM: 1024 threads at the
 // kernel's 64 registers, and the shared memory (1 KB of it reserved a CTA).
-// db_regs: the kernel with the db sums in registers, built for at most
-// kNormBwdPipeDbRegThreadsPerSm threads an SM.
-int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim, bool db_regs) {
-  const int per_sm_threads = db_regs ? kNormBwdPipeDbRegThreadsPerSm : kRegRowMaxThreads;
+// small_cta: the small-CTA kernel, built for at most
+// kNormBwdPipeSmallCtaThreadsPerSm threads an SM.
+int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim, bool small_cta) {
+  const int per_sm_threads = small_cta ? kNormBwdPipeSmallCtaThreadsPerSm : kRegRowMaxThreads;
   return std::min<int64_t>(per_sm_threads / threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
 }
 }  // namespace
 
-size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages, bool db_regs) {
+size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages, bool small_cta) {
   const int vec = 16 / std::max(prob.x_elem_bytes, 1);
   const size_t stage = size_t(prob.tensors * vpt * 16 + 8) * size_t(threads);
   const size_t weight = prob.weight ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
-  const size_t db_sums = prob.db && !db_regs ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
+  const size_t db_sums = prob.db && !small_cta ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
   return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
 }
 
@@ -573,11 +574,12 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;
-    c.db_regs = prob.db && prob.db_regs_ok && tune.bwd_pipe_db_regs && c.threads <= kNormBwdPipeDbRegThreads;
+    c.small_cta = prob.small_cta_ok && (prob.db ? tune.bwd_pipe_db_regs : tune.bwd_pipe_small_cta) &&
+                  c.threads <= kNormBwdPipeSmallCtaThreads;
     for (int s = 2; s <= max_stages; ++s) {
-      const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.db_regs);
+      const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta);
       if (smem > lim.max_smem_per_block) break;
-      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.db_regs);
+      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta);
       if (per_sm < 1) break;
       if ((s - 1) * per_sm > best) {
         best = (s - 1) * per_sm;
@@ -651,9 +653,9 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.vpt != 1 && (c.vpt != 2 || prob.max_vpt < 2)) return "vpt is not a tile the kernel is built with";
   if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
   if (c.stages < 2 || c.stages > 4) return "stages outside [2, 4]";
-  if (c.db_regs && (!prob.db || !prob.db_regs_ok || c.threads > kNormBwdPipeDbRegThreads))
-    return "db sums in registers without dbias or past the CTA size that kernel is built for";
-  if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages, c.db_regs) ||
+  if (c.small_cta && (!prob.small_cta_ok || c.threads > kNormBwdPipeSmallCtaThreads))
+    return "the small-CTA kernel is not built for this dtype or past its CTA size";
+  if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages, c.small_cta) ||
       c.smem_bytes > lim.max_smem_per_block)
     return "shared memory is not scratch + stages + weight within the per-CTA limit";
   // The end-of-kernel combine of the teams' sums reuses the stages:
@@ -664,7 +666,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
-  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim, c.db_regs) * lim.num_sms))
+  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim, c.small_cta) * lim.num_sms))
     return "grid beyond the resident CTAs";
   return nullptr;
 }

@@ -96,7 +96,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.tensors = a.dresidual_out.ptr != nullptr ? 3 : 2;
     pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(dtype_size(t), centre);
     pp.db = a.dbias.ptr != nullptr;
-    pp.db_regs_ok = ops::rmsnorm_bwd_pipe_db_regs(t, centre);
+    pp.small_cta_ok = ops::rmsnorm_bwd_pipe_small_cta(t, centre);
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.pipe = choose_norm_bwd_pipe_config(pp, lim, current_row_tuning(), &plan.cfg) &&
                 check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;
@@ -268,7 +268,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   auto num = [](int64_t v) { return std::to_string(v); };
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
-           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.db_regs ? " db=regs" : "");
+           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "");
   if (plan.reg)
     return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +
            num(c.vpt) + " grid=" + num(c.grid);

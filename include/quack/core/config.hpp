@@ -161,8 +161,10 @@ struct RowTuning {
   // the CTA that teams of up to a warp share (larger teams own theirs);
   // bwd_pipe_cluster: the largest cluster a longer row is spread over (1:
   // rows past one CTA keep the register kernel); bwd_pipe_cluster_threads:
-  // the largest CTA of such a cluster (256..1024); bwd_pipe_db_regs: the
-  // dbias sums in registers where the CTA allows it (0: in shared memory).
+  // the largest CTA of such a cluster (256..1024); bwd_pipe_db_regs: with
+  // dbias, CTAs of up to 256 threads take the small-CTA kernel (80
+  // registers, the db sums in registers; 0: the db sums in shared memory);
+  // bwd_pipe_small_cta: without dbias too (0: the 64-register kernel).
   int bwd_pipe;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
@@ -171,6 +173,7 @@ struct RowTuning {
   int bwd_pipe_cluster;
   int bwd_pipe_cluster_threads;
   int bwd_pipe_db_regs;
+  int bwd_pipe_small_cta;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -227,7 +230,7 @@ struct RegRowConfig {
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
   bool staged = false;     // x staged in shared memory (clustered rows only)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
-  bool db_regs = false;    // norm backward, pipelined: the dbias sums in registers (kNormBwdPipeDbRegThreads)
+  bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }
@@ -268,11 +271,13 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 // with db, the db sums: vpt * vec floats a thread.
 // Stages are chosen for the most bytes in flight an SM: (stages - 1) stages
 // of every resident CTA.
-// With db and CTAs of at most kNormBwdPipeDbRegThreads threads the db sums
-// are in registers instead (RegRowConfig::db_regs; tune.bwd_pipe_db_regs),
-// at most kNormBwdPipeDbRegThreadsPerSm threads an SM (80 registers each).
-constexpr int kNormBwdPipeDbRegThreads = 256;
-constexpr int kNormBwdPipeDbRegThreadsPerSm = 768;
+// CTAs of at most kNormBwdPipeSmallCtaThreads threads take the small-CTA
+// kernel (RegRowConfig::small_cta; tune.bwd_pipe_db_regs with dbias,
+// tune.bwd_pipe_small_cta without): at most kNormBwdPipeSmallCtaThreadsPerSm
+// threads an SM, 80 registers each, the db sums in registers (no shared
+// memory for them).
+constexpr int kNormBwdPipeSmallCtaThreads = 256;
+constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
 struct NormBwdPipeProblem {
   int64_t rows = 0;
   int64_t cols = 0;
@@ -281,11 +286,12 @@ struct NormBwdPipeProblem {
   int tensors = 2;           // staged per row: h, dy (3: and dresidual_out)
   int max_vpt = 2;           // the largest tile the kernel is built with (1 or 2)
   bool db = true;            // dbias asked for (its sums take shared memory)
-  bool db_regs_ok = true;    // the kernel is built with the db sums in registers
+  bool small_cta_ok = true;    // the kernel is built with the db sums in registers
   size_t scratch_bytes = 0;
 };
-// db_regs: the db sums in registers (no shared memory for them).
-size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages, bool db_regs = false);
+// small_cta: the small-CTA kernel (the db sums in registers, not here).
+size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages,
+                                bool small_cta = false);
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out);
 const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPipeProblem& prob,

@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // float4s (loaded once: one multiply an element where it is used), then
 // with db_sums, the db sums, [E / 4][threads] float4s private to their
 // thread (in registers with the dw sums, the 16-bit tiles spill under the
-// 64-register budget of 1024-thread CTAs; kDbRegs, below, holds them there
+// 64-register budget of 1024-thread CTAs; kSmallCta, below, holds them there
 // in CTAs of up to 256 threads). dw's sums stay in registers.
 // At the end the teams of a CTA add their sums in team order (through the
 // stages) and the CTA writes one partial row.
@@ -345,14 +345,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // (core::ClusterExchange: no cluster-wide barrier a row), the cluster walks
 // every cluster_count()-th row, and it writes one partial row (each CTA its
 // columns).
-// kDbRegs (RegRowConfig::db_regs: dbias asked for, CTAs of at most
-// kNormBwdPipeDbRegThreads): the db sums stay in registers beside dw's, under
-// the larger register budget of kNormBwdPipeDbRegThreadsPerSm threads an SM,
-// instead of a 16-byte shared-memory load and store for every 4 elements of
-// every row.
-template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kDbRegs = false>
-__global__ void __launch_bounds__(kDbRegs ? kNormBwdPipeDbRegThreads : kRegRowMaxThreads,
-                                  kDbRegs ? kNormBwdPipeDbRegThreadsPerSm / kNormBwdPipeDbRegThreads : 1)
+// kSmallCta (RegRowConfig::small_cta: CTAs of at most
+// kNormBwdPipeSmallCtaThreads): built for kNormBwdPipeSmallCtaThreadsPerSm
+// threads an SM, 80 registers instead of 64; the db sums (with dbias) stay
+// in registers beside dw's instead of a 16-byte shared-memory load and store
+// for every 4 elements of every row.
+template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false>
+__global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kRegRowMaxThreads,
+                                  kSmallCta ? kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeSmallCtaThreads : 1)
     rmsnorm_bwd_pipe_kernel(const RMSNormBwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -455,13 +455,13 @@ __global__ void __launch_bounds__(kDbRegs ? kNormBwdPipeDbRegThreads : kRegRowMa
   const int64_t step = kCluster ? cluster_count() : int64_t(gridDim.x);
   for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
 
-  float aw[E], ab[kDbRegs ? E : 1];
+  float aw[E], ab[kSmallCta ? E : 1];
 #pragma unroll
   for (int e = 0; e < E; ++e) aw[e] = 0.0f;
 #pragma unroll
-  for (int e = 0; e < (kDbRegs ? E : 1); ++e) ab[e] = 0.0f;
+  for (int e = 0; e < (kSmallCta ? E : 1); ++e) ab[e] = 0.0f;
   static_assert(E % 4 == 0, "db sums in float4s");
-  if (db && !kDbRegs) {
+  if (db && !kSmallCta) {
 #pragma unroll
     for (int q = 0; q < E / 4; ++q) sts_f4(my_db(q), make_float4(0.f, 0.f, 0.f, 0.f));
   }
@@ -552,9 +552,11 @@ __global__ void __launch_bounds__(kDbRegs ? kNormBwdPipeDbRegThreads : kRegRowMa
             aw[i * VEC + j] = fmaf(df[j], xh, aw[i * VEC + j]);
           }
         }
-        if constexpr (kDbRegs) {
+        if constexpr (kSmallCta) {
+          if (db) {
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) ab[i * VEC + j] += df[j];
+            for (int j = 0; j < VEC; ++j) ab[i * VEC + j] += df[j];
+          }
         } else if (db) {
 #pragma unroll
           for (int q = 0; q < VEC / 4; ++q) {
@@ -582,7 +584,7 @@ __global__ void __launch_bounds__(kDbRegs ? kNormBwdPipeDbRegThreads : kRegRowMa
   // dw and db of this thread's element e.
   auto sums = [&](int e, float& w, float& b) {
     w = aw[e];
-    if constexpr (kDbRegs) {
+    if constexpr (kSmallCta) {
       b = ab[e];
     } else {
       const float4 v = db ? lds_f4(my_db(e / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -898,12 +900,12 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 // matter: it is fp32 in shared memory in any case.)
 constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return (void)elem_bytes, (void)centre, 2; }
 
-// Whether the pipelined kernel is built with the db sums in registers
-// (kDbRegs) for x of this dtype: every instance but fp16 LayerNorm's, whose
-// one-CTA tiles with a weight spill 4 bytes at the 80 registers of
-// kNormBwdPipeDbRegThreadsPerSm threads an SM (ptxas -v, CUDA 13.0; bf16's
-// fit).
-constexpr bool rmsnorm_bwd_pipe_db_regs(DType x, bool centre) { return !(x == DType::kFloat16 && centre); }
+// Whether the pipelined kernel is built for small CTAs (kSmallCta: the db
+// sums in registers) for x of this dtype: every instance but fp16
+// LayerNorm's, whose one-CTA tiles with a weight spill 4 bytes at the 80
+// registers of kNormBwdPipeSmallCtaThreadsPerSm threads an SM (ptxas -v,
+// CUDA 13.0; bf16's fit).
+constexpr bool rmsnorm_bwd_pipe_small_cta(DType x, bool centre) { return !(x == DType::kFloat16 && centre); }
 
 // The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
 // (the resident ones); rows past one CTA (cfg.cluster > 1) only at 2 vectors
@@ -914,23 +916,23 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
   using T = typename core::TypeOf<kX>::type;
   constexpr int kMaxVpt = rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), kCentre);
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
-  auto tile = [&](auto tw, auto db_regs) -> Status {
+  auto tile = [&](auto tw, auto small_cta) -> Status {
     using Tw = typename decltype(tw)::type;
-    constexpr bool kDbRegs = decltype(db_regs)::value;
+    constexpr bool kSmallCta = decltype(small_cta)::value;
     if (cfg.vpt == 1 && cfg.cluster == 1) {
       static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kDbRegs>, cache, device, shape,
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta>, cache, device, shape,
                                      stream, p);
     }
     if constexpr (kMaxVpt >= 2) {
       if (cfg.vpt == 2 && cfg.cluster == 1) {
         static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kDbRegs>, cache, device,
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta>, cache, device,
                                        shape, stream, p);
       }
       if (cfg.vpt == 2) {
         static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kDbRegs>, cache, device,
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>, cache, device,
                                        shape, stream, p);
       }
     }
@@ -938,10 +940,10 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
                                     " vectors per thread in clusters of " + std::to_string(cfg.cluster)};
   };
   auto run = [&](auto tw) -> Status {
-    if constexpr (rmsnorm_bwd_pipe_db_regs(kX, kCentre)) {
-      if (cfg.db_regs) return tile(tw, std::true_type{});
+    if constexpr (rmsnorm_bwd_pipe_small_cta(kX, kCentre)) {
+      if (cfg.small_cta) return tile(tw, std::true_type{});
     }
-    if (cfg.db_regs) return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with the db sums in registers"};
+    if (cfg.small_cta) return {Code::kUnsupported, "rmsnorm backward: no small-CTA pipelined kernel for this dtype"};
     return tile(tw, std::false_type{});
   };
   if (p.w == nullptr) return run(TypeTag<void>{});

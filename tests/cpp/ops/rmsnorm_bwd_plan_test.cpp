@@ -99,7 +99,8 @@ class NormBwdPlan : public testing::Test {
 // config.cpp cites the sweep): 2 vectors a thread (16 16-bit / 8 fp32
 // elements), two stages, teams of up to a warp sharing 256-thread CTAs and
 // larger teams owning theirs, every resident CTA launched (132 SMs: 1024
-// threads an SM, fewer where the shared memory runs out).
+// threads an SM, 768 for CTAs of up to 256 threads -- the small-CTA
+// kernel's 80 registers -- fewer where the shared memory runs out).
 TEST_F(NormBwdPlan, PipelinedCells) {
   struct Cell {
     Call call;
@@ -108,11 +109,12 @@ TEST_F(NormBwdPlan, PipelinedCells) {
     int64_t grid;
   };
   const Cell cells[] = {
-      {{262144, 1024, kBF16, kBF16}, false, 64, 64, 2, 2, 15 * 132},  // 14 KB a CTA: 15 an SM
-      {{65536, 4096, kBF16, kBF16}, false, 256, 256, 2, 2, 4 * 132},
+      // CTAs of up to 256 threads: the small-CTA kernel, 768 threads an SM.
+      {{262144, 1024, kBF16, kBF16}, false, 64, 64, 2, 2, 12 * 132},  // (15 by shared memory)
+      {{65536, 4096, kBF16, kBF16}, false, 256, 256, 2, 2, 3 * 132},
       {{16384, 16384, kBF16, kBF16}, false, 1024, 1024, 2, 2, 132},
-      {{65536, 4096, kF16, kF16}, false, 256, 256, 2, 2, 4 * 132},
-      {{262144, 1024, kF32, kF32}, false, 128, 128, 2, 2, 8 * 132},
+      {{65536, 4096, kF16, kF16}, false, 256, 256, 2, 2, 3 * 132},
+      {{262144, 1024, kF32, kF32}, false, 128, 128, 2, 2, 6 * 132},
       {{32768, 8192, kF32, kF32}, false, 1024, 1024, 2, 2, 132},
       {{32768, 8192, kF32, kF32}, true, 1024, 1024, 2, 2, 132},
       {{65536, 4096, kF32, kF32}, true, 512, 512, 2, 2, 2 * 132},
@@ -120,8 +122,8 @@ TEST_F(NormBwdPlan, PipelinedCells) {
       // in any case.
       {{32768, 8192, kBF16, kF32}, false, 512, 512, 2, 2, 2 * 132},
       // Sub-warp teams share a CTA; a row of one vector takes one thread.
-      {{1048576, 256, kBF16, kBF16}, false, 16, 256, 2, 2, 4 * 132},
-      {{1000000, 8, kF16, kF16}, false, 1, 256, 1, 2, 4 * 132},
+      {{1048576, 256, kBF16, kBF16}, false, 16, 256, 2, 2, 3 * 132},
+      {{1000000, 8, kF16, kF16}, false, 1, 256, 1, 2, 3 * 132},
       // Fewer row blocks than resident CTAs: one CTA a row block.
       {{7, 1024, kBF16, kBF16}, false, 64, 64, 2, 2, 7},
       // LayerNorm's 16-bit rows (with dbias), the training layout's fp32
@@ -207,31 +209,38 @@ TEST_F(NormBwdPlan, OtherKernels) {
   }
 }
 
-// dbias sums in registers (" db=regs"): with dbias, in CTAs of up to 256
-// threads (one CTA or clusters), but not for fp16 LayerNorm (not built:
-// it spills) and not with the knob off.
-TEST_F(NormBwdPlan, DbiasSumsInRegisters) {
-  auto regs = [](const Call& c, bool ln) {
+// The small-CTA kernel (" small_cta": 80 registers, the dbias sums in
+// registers) serves CTAs of up to 256 threads, one CTA a row or clusters,
+// with or without dbias; not fp16 LayerNorm (not built: it spills), and not
+// with its knobs off.
+TEST_F(NormBwdPlan, SmallCtaKernel) {
+  auto small = [](const Call& c, bool ln) {
     const Kernel k = plan(c, ln);
     EXPECT_EQ(k.kind, "pipe") << k.text;
-    return k.text.find(" db=regs") != std::string::npos;
+    return k.text.find(" small_cta") != std::string::npos;
   };
-  EXPECT_TRUE(regs({262144, 1024, kBF16, kF32}, true));
-  EXPECT_TRUE(regs({65536, 4096, kBF16, kF32}, true));
-  EXPECT_TRUE(regs({16384, 16384, kBF16, kF32}, true));            // clusters of 256 threads
-  EXPECT_FALSE(regs({65536, 4096, kF32, kF32}, true));             // 512-thread CTAs
-  EXPECT_TRUE(regs({262144, 1024, kF32, kF32}, true));
-  EXPECT_TRUE(regs({65536, 4096, kBF16, kBF16, true, false, 0, 1}, false));  // RMSNorm with dbias
-  EXPECT_FALSE(regs({65536, 4096, kBF16, kBF16}, false));           // no dbias
-  EXPECT_FALSE(regs({65536, 4096, kF16, kF32}, true));              // fp16 LayerNorm
-  EXPECT_TRUE(regs({65536, 4096, kF16, kF16, true, false, 0, 1}, false));    // fp16 RMSNorm
+  EXPECT_TRUE(small({262144, 1024, kBF16, kF32}, true));
+  EXPECT_TRUE(small({65536, 4096, kBF16, kF32}, true));
+  EXPECT_TRUE(small({16384, 16384, kBF16, kF32}, true));            // clusters of 256 threads
+  EXPECT_FALSE(small({65536, 4096, kF32, kF32}, true));             // 512-thread CTAs
+  EXPECT_TRUE(small({262144, 1024, kF32, kF32}, true));
+  EXPECT_TRUE(small({65536, 4096, kBF16, kBF16, true, false, 0, 1}, false));  // RMSNorm with dbias
+  EXPECT_TRUE(small({65536, 4096, kBF16, kBF16}, false));           // and without
+  EXPECT_FALSE(small({16384, 16384, kBF16, kBF16}, false));         // 1024-thread CTAs
+  EXPECT_FALSE(small({65536, 4096, kF16, kF32}, true));             // fp16 LayerNorm
+  EXPECT_TRUE(small({65536, 4096, kF16, kF16, true, false, 0, 1}, false));    // fp16 RMSNorm
   // 12 64-thread CTAs an SM (768 threads: the kernel's register budget), not
   // the 15 their shared memory allows.
   EXPECT_EQ(plan({262144, 1024, kBF16, kF32}, true).grid, 12 * 132);
   RowTuning t = default_row_tuning();
   t.bwd_pipe_db_regs = 0;
   set_row_tuning(&t);
-  EXPECT_FALSE(regs({65536, 4096, kBF16, kF32}, true));
+  EXPECT_FALSE(small({65536, 4096, kBF16, kF32}, true));
+  EXPECT_TRUE(small({65536, 4096, kBF16, kBF16}, false));
+  t.bwd_pipe_small_cta = 0;
+  set_row_tuning(&t);
+  EXPECT_FALSE(small({65536, 4096, kBF16, kBF16}, false));
+  EXPECT_EQ(plan({65536, 4096, kBF16, kBF16}).grid, 4 * 132);  // 1024 threads an SM at 64 registers
 }
 
 // The knobs: one vector a thread, up to three stages, the sub-warp teams' CTA.

@@ -322,8 +322,9 @@ TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
 // the register kernel with shared-memory accumulators), and at one vector a
 // thread with up to four stages (most rows that fit one CTA at one vector
 // take three or four, longer ones two vectors, clusters two to four stages)
-// and the dbias sums in shared memory (the defaults hold them in registers
-// in CTAs of up to 256 threads).
+// and the 64-register kernel with the dbias sums in shared memory (the
+// defaults take the small-CTA kernel, dbias sums in registers, in CTAs of
+// up to 256 threads).
 TEST_P(RMSNormBwdGpu, RegisterKernelMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
@@ -338,7 +339,7 @@ TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
   RowTuning t = default_row_tuning();
   t.bwd_pipe_stages = 4;
   t.bwd_pipe_vpt16 = t.bwd_pipe_vpt32 = 1;
-  t.bwd_pipe_db_regs = 0;
+  t.bwd_pipe_db_regs = t.bwd_pipe_small_cta = 0;
   TuningScope scope(t);
   run_case(GetParam(), false);
   run_case(GetParam(), true);
