@@ -240,6 +240,13 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_vpt16 = 2;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
+  // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
+  // threads an SM, the dbias sums in registers; rmsnorm_bwd_sweep, H200,
+  // bench/results/2026-11-30-rmsnorm-bwd-sweep.md runs 11-12): with dbias,
+  // LayerNorm bf16 1K / 4K / 16K 82.3 / 79.4 / 66.1% of copy against 72.7 /
+  // 71.1 / 61.3 with the sums in shared memory (3f8433b); without, RMSNorm
+  // bf16 with dweight 1K / 4K 89.2 / 91.1% against 84.7 / 88.9 at 64
+  // registers (f449819).
   t.bwd_pipe_db_regs = 1;
   t.bwd_pipe_small_cta = 1;
   t.bwd_pipe_threads = 256;
