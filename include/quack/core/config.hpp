@@ -285,8 +285,8 @@ struct NormBwdPipeProblem {
   bool weight = false;       // a weight (held as fp32 whatever its dtype)
   int tensors = 2;           // staged per row: h, dy (3: and dresidual_out)
   int max_vpt = 2;           // the largest tile the kernel is built with (1 or 2)
-  bool db = true;            // dbias asked for (its sums take shared memory)
-  bool small_cta_ok = true;    // the kernel is built with the db sums in registers
+  bool db = true;            // dbias asked for (its sums take shared memory but in the small-CTA kernel)
+  bool small_cta_ok = true;  // the small-CTA kernel is built for x's dtype
   size_t scratch_bytes = 0;
 };
 // small_cta: the small-CTA kernel (the db sums in registers, not here).

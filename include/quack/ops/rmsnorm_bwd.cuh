@@ -898,7 +898,7 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 // session's cuts -- 1 / N from the host, bf16 widened by shift and mask,
 // opaque row pointers -- and took 1 until then. The weight's dtype does not
 // matter: it is fp32 in shared memory in any case.)
-constexpr int rmsnorm_bwd_pipe_max_vpt(int elem_bytes, bool centre) { return (void)elem_bytes, (void)centre, 2; }
+constexpr int kRMSNormBwdPipeMaxVpt = 2;
 
 // Whether the pipelined kernel is built for small CTAs (kSmallCta: the db
 // sums in registers) for x of this dtype: every instance but fp16
@@ -914,7 +914,6 @@ template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
-  constexpr int kMaxVpt = rmsnorm_bwd_pipe_max_vpt(int(sizeof(T)), kCentre);
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
   auto tile = [&](auto tw, auto small_cta) -> Status {
     using Tw = typename decltype(tw)::type;
@@ -924,27 +923,23 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
       return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta>, cache, device, shape,
                                      stream, p);
     }
-    if constexpr (kMaxVpt >= 2) {
-      if (cfg.vpt == 2 && cfg.cluster == 1) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta>, cache, device,
-                                       shape, stream, p);
-      }
-      if (cfg.vpt == 2) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>, cache, device,
-                                       shape, stream, p);
-      }
+    if (cfg.vpt == 2 && cfg.cluster == 1) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta>, cache, device,
+                                     shape, stream, p);
+    }
+    if (cfg.vpt == 2) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>, cache, device, shape,
+                                     stream, p);
     }
     return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with " + std::to_string(cfg.vpt) +
                                     " vectors per thread in clusters of " + std::to_string(cfg.cluster)};
   };
   auto run = [&](auto tw) -> Status {
-    if constexpr (rmsnorm_bwd_pipe_small_cta(kX, kCentre)) {
-      if (cfg.small_cta) return tile(tw, std::true_type{});
-    }
-    if (cfg.small_cta) return {Code::kUnsupported, "rmsnorm backward: no small-CTA pipelined kernel for this dtype"};
-    return tile(tw, std::false_type{});
+    if (!cfg.small_cta) return tile(tw, std::false_type{});
+    if constexpr (rmsnorm_bwd_pipe_small_cta(kX, kCentre)) return tile(tw, std::true_type{});
+    return {Code::kUnsupported, "rmsnorm backward: no small-CTA pipelined kernel for this dtype"};
   };
   if (p.w == nullptr) return run(TypeTag<void>{});
   if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});
