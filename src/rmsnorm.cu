@@ -174,12 +174,16 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   p.mean = mean;
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
+  p.inv_cols = 1.0f / float(a.cols);
 
   const NormFwdPlan plan = plan_norm_fwd(a, kCentre, lim);
   if (plan.reg) {
     const RegRowConfig& rcfg = plan.reg_cfg;
-    p.team = rcfg.team;  // (the register kernel reads no other layout field)
+    p.team = rcfg.team;  // (and team_shift: the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
+    if (rcfg.team <= 0 || (rcfg.team & (rcfg.team - 1)) != 0)  // (choose_reg_row_config: powers of two)
+      return {Code::kUnsupported, "register plan with a team of " + std::to_string(rcfg.team) + " threads"};
+    while ((1 << p.team_shift) < rcfg.team) ++p.team_shift;
     p.row_blocks = rcfg.row_blocks;
     p.staged_early_w = plan.staged_early_w;
     p.w_batch = plan.w_batch;

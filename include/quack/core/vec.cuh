@@ -52,6 +52,30 @@ __device__ __forceinline__ void ldg_nc(void* dst, const void* src) {
     *reinterpret_cast<uint2*>(dst) = __ldg(reinterpret_cast<const uint2*>(src));
   }
 }
+// A coherent, L1-cached global load (ld.global, not .nc). Unlike ldg_nc the
+// compiler may not hoist it above an earlier store (the two may alias), so a
+// loop of load, compute and store keeps few vectors' operands live (with .nc
+// loads, LayerNorm's straight-line bf16 output loop with fp32 weights
+// spilled 8 bytes: ptxas -v).
+template <int kBytes>
+__device__ __forceinline__ void ldg_ordered(void* dst, const void* src) {
+  static_assert(kBytes % 16 == 0 || kBytes == 8, "vector of 8, 16 or 32 bytes");
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      uint4 v;
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(static_cast<const char*>(src) + 16 * i)
+                   : "memory");
+      reinterpret_cast<uint4*>(dst)[i] = v;
+    }
+  } else {
+    uint2 v;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(src) : "memory");
+    *reinterpret_cast<uint2*>(dst) = v;
+  }
+}
 template <int kBytes>
 __device__ __forceinline__ void stg_cs(void* dst, const void* src) {
   if constexpr (kBytes % 16 == 0) {
@@ -276,6 +300,8 @@ struct RawVec {
 
   // Whole vector; `p` aligned to min(kBytes, 16).
   __device__ __forceinline__ void load(const T* p) { ldg_nc<kBytes>(w, p); }
+  // The same, kept after earlier stores (ldg_ordered).
+  __device__ __forceinline__ void load_ordered(const T* p) { ldg_ordered<kBytes>(w, p); }
   // Elements [0, valid) (0 <= valid <= VEC), the rest zero. Built with
   // shifts, not through a T array, so the words stay in registers.
   __device__ __forceinline__ void load_partial(const T* p, int valid) {

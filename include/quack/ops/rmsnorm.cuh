@@ -74,6 +74,9 @@ struct RMSNormFwdParams {
   // together (RowTuning::reg_w_batch). Clustered rows: end with a cluster
   // barrier even after an exchange (RowTuning::cluster_end_sync).
   int w_batch, end_sync;
+  // log2(team) (register kernels: teams are powers of two) and 1 / cols.
+  int team_shift;
+  float inv_cols;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
@@ -295,7 +298,7 @@ __global__ void __launch_bounds__(kMaxThreads, kUniform ? kMinBlocksUniform : kM
         }
         acc = red.reduce(acc);
       }
-      const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
+      const float rstd = rsqrtf(fmaf(acc, p.inv_cols, p.eps));
       if (!active) continue;
       if (t == 0 && crank == 0) {
         if (p.rstd != nullptr) p.rstd[row] = rstd;
@@ -466,23 +469,42 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
   // persistent loop below it would otherwise keep every row-invariant
   // address and predicate live across rows, and spill.
   auto do_rows = [&](int64_t blk) {
-    int team = p.team, tid = int(threadIdx.x);
-    asm volatile("" : "+r"(team), "+r"(tid));
-    const int team_id = tid / team, t = tid % team;
+    int team = p.team, tid = int(threadIdx.x), shift = p.team_shift;
+    asm volatile("" : "+r"(team), "+r"(tid), "+r"(shift));
+    const int team_id = tid >> shift, t = tid & (team - 1);  // (teams are powers of two)
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-    const int teams = int(blockDim.x) / team;
+    const int teams = int(blockDim.x) >> shift;
     const int cols = int(p.cols);
     const int col_step = team * VEC;                  // between a thread's vectors
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
     // Every vector of this thread lies inside the row: no per-vector checks.
     const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
+    // Runs f(std::true_type{}) where `whole` holds: straight-line code with
+    // every vector's bounds, tails and predicates compiled away (LayerNorm
+    // bf16 N = 4K executed 997 instructions a thread with them, ncu), and
+    // f(std::false_type{}) otherwise. No barrier may sit inside f.
+    auto by_whole = [&](auto&& f) {
+      if (whole) f(std::true_type{});
+      else f(std::false_type{});
+    };
+    // The loads and the output loop take the straight-line copy too, except
+    // in register-held clusters and tiles whose weight takes more than 32
+    // registers (fp32 weights of 16-bit x at 8 vectors): there the extra
+    // copy spilled 4-40 bytes (ptxas -v; LayerNorm bf16 4-vector clusters,
+    // RMSNorm bf16 8 vectors with an fp32 weight).
+    constexpr bool kStraightIo = !(kCluster && !kStaged) && VPT * VEC * int(sizeof(Tw)) <= 128;
+    auto by_whole_io = [&](auto&& f) {
+      if constexpr (kStraightIo) by_whole(f);
+      else f(std::false_type{});
+    };
 
     // Loads this thread's vectors of a row (zeros past its end).
-    auto load_row = [&](auto (&v)[VPT], const auto* row) {
+    auto load_row = [&](auto (&v)[VPT], const auto* row, auto whole_c) {
+      constexpr bool kWhole = decltype(whole_c)::value;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         const int c = col0 + i * col_step;
-        if (whole || c + VEC <= cols) v[i].load(row + c);
+        if (kWhole || c + VEC <= cols) v[i].load(row + c);
         else if (c < cols) v[i].load_partial(row + c, cols - c);
         else v[i].zero();
       }
@@ -505,19 +527,24 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
       }
     };
     // Elements of vector i this thread holds (0 past the row's end).
-    auto valid_at = [&](int i) {
+    auto valid_at = [&](int i, auto whole_c) {
       const int c = col0 + i * col_step;
-      return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
+      return decltype(whole_c)::value ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
     };
     const Tw* w = static_cast<const Tw*>(p.w);
     const Tw* b = static_cast<const Tw*>(p.b);
     asm volatile("" : "+l"(w), "+l"(b));  // (opaque, as the columns above)
-    // Vector i of weight (or bias) into v, when given.
-    auto load_wb = [&](const Tw* src, int i, RawVec<Tw, VEC>& v) {
-      const int c = col0 + i * col_step, valid = valid_at(i);
+    // Vector i of weight (or bias) into v, when given; the output loop's
+    // loads stay after the previous vector's stores (RawVec::load_ordered).
+    auto load_wb = [&](const Tw* src, int i, RawVec<Tw, VEC>& v, auto whole_c, auto ordered_c) {
+      const int c = col0 + i * col_step, valid = valid_at(i, whole_c);
       if (src != nullptr) {
-        if (valid == VEC) v.load(src + c);
-        else if (valid > 0) v.load_partial(src + c, valid);
+        if (valid == VEC) {
+          if constexpr (decltype(ordered_c)::value) v.load_ordered(src + c);
+          else v.load(src + c);
+        } else if (valid > 0) {
+          v.load_partial(src + c, valid);
+        }
       }
     };
     // Early: the weight, and the bias too unless staged (staged rows hold
@@ -525,21 +552,24 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
     constexpr bool kEarlyB = kEarlyW && !kStaged;
     RawVec<Tw, VEC> w_early[kEarlyW ? VPT : 1], b_early[kEarlyB ? VPT : 1];
     auto load_w_early = [&]() {
+      by_whole([&](auto wc) {
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        load_wb(w, i, w_early[kEarlyW ? i : 0]);
-        if constexpr (kEarlyB) load_wb(b, i, b_early[i]);
-      }
+        for (int i = 0; i < VPT; ++i) {
+          load_wb(w, i, w_early[kEarlyW ? i : 0], wc, std::false_type{});
+          if constexpr (kEarlyB) load_wb(b, i, b_early[i], wc, std::false_type{});
+        }
+      });
     };
     float h[kRes ? VPT : 1][VEC];
     if (active) {
       const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
       if constexpr (kRes) {
         RawVec<Tx, VEC> xr[VPT];
-        load_row(xr, xrow);
+        by_whole_io([&](auto wc) { load_row(xr, xrow, wc); });
         if (p.res != nullptr) {
           RawVec<Tr, VEC> rr[VPT];
-          load_row(rr, static_cast<const Tr*>(p.res) + row * p.res_stride);
+          const Tr* rrow = static_cast<const Tr*>(p.res) + row * p.res_stride;
+          by_whole_io([&](auto wc) { load_row(rr, rrow, wc); });
 #pragma unroll
           for (int i = 0; i < VPT; ++i) {
             float rf[VEC];
@@ -568,7 +598,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
           if constexpr (kEarlyW) load_w_early();
           cp_async_wait_all();
         } else {
-          load_row(xv, xrow);
+          by_whole_io([&](auto wc) { load_row(xv, xrow, wc); });
         }
 #pragma unroll kUnrollVec
         for (int i = 0; i < VPT; ++i) {
@@ -596,25 +626,33 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
     if constexpr (kCentre) {
       // Sum, then squared deviations from this CTA's mean (its n elements);
       // two block reductions a row, always scratch halves 0 then 1.
-      const int n = kCluster ? min(VPT * team * VEC, max(0, cols - crank * VPT * team * VEC)) : cols;
       RowReducer<SumOp> red(smem, team, 1);
-      float sum;
-      if constexpr (kCluster) sum = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem));
-      else sum = red.reduce(acc);
-      const float cta_mean = n > 0 ? sum / float(n) : 0.0f;
+      float sum, cta_mean;
+      if constexpr (kCluster) {
+        // The exact quotient: combine_moments takes the deviations as taken
+        // about sum / n, which it divides again.
+        const int n = min(VPT * team * VEC, max(0, cols - crank * VPT * team * VEC));
+        sum = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem));
+        cta_mean = n > 0 ? sum / float(n) : 0.0f;
+      } else {
+        sum = red.reduce(acc);
+        cta_mean = sum * p.inv_cols;
+      }
       float dev = 0.0f;
       if (active) {
+        by_whole([&](auto wc) {
 #pragma unroll kUnrollVec
-        for (int i = 0; i < VPT; ++i) {
-          float f[VEC];
-          h_at(i, f);
-          const int valid = valid_at(i);
+          for (int i = 0; i < VPT; ++i) {
+            float f[VEC];
+            h_at(i, f);
+            const int valid = valid_at(i, wc);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            const float d = j < valid ? f[j] - cta_mean : 0.0f;
-            dev = fmaf(d, d, dev);
+            for (int j = 0; j < VEC; ++j) {
+              const float d = decltype(wc)::value || j < valid ? f[j] - cta_mean : 0.0f;
+              dev = fmaf(d, d, dev);
+            }
           }
-        }
+        });
       }
       if constexpr (kCluster) {
         dev = block_reduce<SumOp>(dev, reinterpret_cast<float*>(smem) + 32);
@@ -637,7 +675,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
       RowReducer<SumOp> red(smem, team, 1);
       acc = red.reduce(acc);
     }
-    const float rstd = rsqrtf(acc / float(p.cols) + p.eps);
+    const float rstd = rsqrtf(fmaf(acc, p.inv_cols, p.eps));
     if (!active) return;  // (clustered rows are always active: one row per cluster)
     if (t == 0 && crank == 0) {
       if (p.rstd != nullptr) p.rstd[row] = rstd;
@@ -717,15 +755,18 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
         return;
       }
     }
+    auto write_row = [&](auto wc) {
 #pragma unroll kUnrollVec
-    for (int i = 0; i < VPT; ++i) {
-      const int valid = valid_at(i);
-      if (valid == 0) continue;
-      RawVec<Tw, VEC> w_late, b_late;
-      if constexpr (!kEarlyW) load_wb(w, i, w_late);
-      if constexpr (!kEarlyB) load_wb(b, i, b_late);
-      write_vec(i, valid, kEarlyW ? w_early[kEarlyW ? i : 0] : w_late, kEarlyB ? b_early[kEarlyB ? i : 0] : b_late);
-    }
+      for (int i = 0; i < VPT; ++i) {
+        const int valid = valid_at(i, wc);
+        if (valid == 0) continue;
+        RawVec<Tw, VEC> w_late, b_late;
+        if constexpr (!kEarlyW) load_wb(w, i, w_late, wc, std::true_type{});
+        if constexpr (!kEarlyB) load_wb(b, i, b_late, wc, std::true_type{});
+        write_vec(i, valid, kEarlyW ? w_early[kEarlyW ? i : 0] : w_late, kEarlyB ? b_early[kEarlyB ? i : 0] : b_late);
+      }
+    };
+    by_whole_io(write_row);
   };
 
   if constexpr (kCluster && !kStaged) {
@@ -738,7 +779,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
     for (int64_t blk = blockIdx.x / unsigned(p.cluster); blk < p.row_blocks; blk += grid_blocks) do_rows(blk);
     cl.finish(p.end_sync);
   } else {
-    do_rows(blockIdx.x / unsigned(p.cluster));
+    do_rows(kCluster ? blockIdx.x / unsigned(p.cluster) : blockIdx.x);
     if constexpr (kCluster) cl.finish(p.end_sync);
   }
 }
