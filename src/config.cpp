@@ -68,6 +68,11 @@ RowTuning default_row_tuning() {
   // 86.8% / 81.6% (512-thread CTAs: 76.8% / 73.2%), fp32 N = 64K / 128K
   // 91.9% / 89.4% (80.0% / 76.5%); bf16 N = 64K in one 1024-thread CTA 88.4%
   // against 88.6% for two clustered 512-thread CTAs.
+  // Re-checked for LayerNorm bf16 with an fp32 weight and bias (run 16 of
+  // that log, twentieth session): at 0f69c68 2 / 1 vectors a thread lost
+  // 11-17 / 29-32 points at N = 256-4K; at 1d91542 (straight-line passes)
+  // teams of 512 / 1024 at 4 vectors lost at 16K / 24K-32K (310.1 against
+  // 283.7 us; 489.8 / 400.8 against 340.3 / 333.8).
   t.reg_enable = 1;
   t.reg_vpt_target = 4;
   t.reg_max_team = 256;

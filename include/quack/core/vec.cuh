@@ -54,9 +54,12 @@ __device__ __forceinline__ void ldg_nc(void* dst, const void* src) {
 }
 // A coherent, L1-cached global load (ld.global, not .nc). Unlike ldg_nc the
 // compiler may not hoist it above an earlier store (the two may alias), so a
-// loop of load, compute and store keeps few vectors' operands live (with .nc
-// loads, LayerNorm's straight-line bf16 output loop with fp32 weights
-// spilled 8 bytes: ptxas -v).
+// loop of load, compute and store keeps few vectors' operands live. With .nc
+// loads, a straight-line bf16 output loop with fp32 weights at 8 vectors
+// spilled 8 bytes (ptxas -v); that tile now keeps the checked loop, and the
+// rest build without spills either way. A B A B timing at 1d91542 (RMSNorm
+// bf16, 1K-64K) showed no difference between the two loads, within 1%
+// noise (bench/results/logs/2026-12-01-rmsnorm-fwd-ordered-ab-1d91542.log).
 template <int kBytes>
 __device__ __forceinline__ void ldg_ordered(void* dst, const void* src) {
   static_assert(kBytes % 16 == 0 || kBytes == 8, "vector of 8, 16 or 32 bytes");

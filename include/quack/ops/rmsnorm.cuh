@@ -6,8 +6,8 @@
 //    long rows without a residual (16-bit, and RMSNorm's fp32 ones, which
 //    load the weight while x is in flight) stage x in shared memory
 //    instead, and rows longer than a CTA are split over a cluster. Measured
-//    at 93-99% of copy bandwidth for N <= 16K; at 64K-256K bf16 85-91%,
-//    fp32 86-96% (bench/results/2026-11-30-rmsnorm-fwd-reg.md).
+//    (RMSNorm) at 94-99% of copy bandwidth for N <= 128K, 87-92% at 256K
+//    (bench/results/2026-11-30-rmsnorm-fwd-reg.md, runs 12 and 16).
 // 2. The general staged kernel (rmsnorm_fwd_kernel) serves every layout and
 //    any N: misaligned operands, any mix of dtypes, rows beyond the register
 //    kernels' capacity.
