@@ -181,8 +181,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     const RegRowConfig& rcfg = plan.reg_cfg;
     p.team = rcfg.team;  // (and team_shift: the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
-    if (rcfg.team <= 0 || (rcfg.team & (rcfg.team - 1)) != 0)  // (choose_reg_row_config: powers of two)
-      return {Code::kUnsupported, "register plan with a team of " + std::to_string(rcfg.team) + " threads"};
+    // (a power of two: reg_path's check_reg_row_config refuses any other team)
     while ((1 << p.team_shift) < rcfg.team) ++p.team_shift;
     p.row_blocks = rcfg.row_blocks;
     p.staged_early_w = plan.staged_early_w;
