@@ -16,7 +16,10 @@
 #              through scripts/sanitize_py.sh ($SANITIZE_PY_CHUNK tests a
 #              process, $SANITIZE_PY_WORKERS at once)
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
-#              hazards; each process killed after $RACECHECK_TIMEOUT s)
+#              hazards; each process killed after $RACECHECK_TIMEOUT s), every
+#              case's rows capped at $RACECHECK_MAX_ELEMS (default 4194304)
+#              elements over its columns, at least 2 (QUACK_TEST_MAX_ELEMS,
+#              tests/cpp/support/cuda_test.hpp: case_rows); "" for none
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
@@ -24,8 +27,8 @@
 #              (default "bf16 f32")
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
-#              (the eleventh session's unexplained illegal address), each
-#              run killed after $PROBE_TIMEOUT (120) s
+#              (the eleventh session's unexplained illegal address), one
+#              variable changed a run, each killed after $PROBE_TIMEOUT (120) s
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -95,27 +98,40 @@ for part in $parts; do
       bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
     racecheck)
-      bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
+      QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-4194304} bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
     synccheck_probe)
-      # Issue 7: synccheck reported no error but the kernel hit an illegal
-      # address in ChunkCases/SoftmaxGpuChunked N70000_bf16_M300 (the chunk
-      # kernel forced: 16-CTA clusters of 128 threads, 300 clusters), clean
-      # under memcheck / racecheck / 60 native runs (eleventh session). The
-      # same forced plan in softmax_sweep, at 300, 20 and 5 rows, and with
-      # clusters of 8 (chunk_cta_kb=32): is it the rows, the cluster size, or
-      # the test binary?
+      # Issue 7: under synccheck (and only there) the chunk kernel forced as
+      # ChunkCases force it (N = 70000 bf16, 128-thread CTAs, 8 KB staged,
+      # clusters of 16 or 8) hits an illegal address with no synccheck
+      # report, at 300 and 20 rows but not at 5 (eleventh / twelfth
+      # sessions); memcheck, racecheck and native runs are clean. Each line
+      # below changes one thing from the failing 20-row run: the staging,
+      # the CTA size, the cluster size (16, 8, 4, 2, none, at rows enough
+      # for several a cluster), the default plan, and the RMSNorm persistent
+      # clustered kernel (the same ClusterExchange) at many rows.
       build_sweeps || { status=1; continue; }
-      for cta in 16 32; do
-        for total in 21000000 1400000 350000; do
-          {
-            echo "== chunk_cta_kb=$cta total=$total"
-            QUACK_TUNE=chunk_min_kb=0,chunk_min_bwd_kb=0,chunk_cta_kb=$cta,chunk_stage_kb=8,chunk_threads=128 \
-              timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool synccheck build/softmax_sweep bf16 0 "$total" 70000 2>&1
-            echo "exit $?"
-          } >> "$out/synccheck_probe.log"
-        done
-      done
+      base=chunk_min_kb=0,chunk_min_bwd_kb=0
+      while IFS='|' read -r label tune cmd; do
+        [ -n "$label" ] || continue
+        {
+          echo "== $label (QUACK_TUNE=$tune): $cmd"
+          # shellcheck disable=SC2086
+          QUACK_TUNE=$tune timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool synccheck $cmd 2>&1 | tail -n 40
+          echo "exit ${PIPESTATUS[0]}"
+        } >> "$out/synccheck_probe.log"
+      done <<PROBES
+cl16 t128 s8 M20 (failed before)|$base,chunk_cta_kb=16,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 1400000 70000
+cl16 t128 s8 M5 (clean before)|$base,chunk_cta_kb=16,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 350000 70000
+cl16 t128 no staging M20|$base,chunk_cta_kb=16,chunk_stage_kb=0,chunk_threads=128|build/softmax_sweep bf16 0 1400000 70000
+cl16 t128 all staged M20|$base,chunk_cta_kb=16,chunk_stage_kb=64,chunk_threads=128|build/softmax_sweep bf16 0 1400000 70000
+cl16 t256 s8 M20|$base,chunk_cta_kb=16,chunk_stage_kb=8,chunk_threads=256|build/softmax_sweep bf16 0 1400000 70000
+cl4 t128 s8 M1200|$base,chunk_cta_kb=64,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
+cl2 t128 s8 M1200|$base,chunk_cta_kb=128,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
+cl1 t128 s8 M1200|$base,chunk_cta_kb=256,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
+default plan M300||build/softmax_sweep bf16 0 21000000 70000
+rmsnorm persistent clusters M1200||build/rmsnorm_sweep bf16 84000000 70000
+PROBES
       grep -E "^== |^exit|ERROR SUMMARY|rror" "$out/synccheck_probe.log" ;;
     sweep)
       build_sweeps || { status=1; continue; }
