@@ -108,8 +108,9 @@ for part in $parts; do
       # sessions); memcheck, racecheck and native runs are clean. Each line
       # below changes one thing from the failing 20-row run: the staging,
       # the CTA size, the cluster size (16, 8, 4, 2, none, at rows enough
-      # for several a cluster), the default plan, and the RMSNorm persistent
-      # clustered kernel (the same ClusterExchange) at many rows.
+      # for several a cluster), CTAs small enough that several of a cluster
+      # share an SM against CTAs that own theirs (N = 1M), the default plan,
+      # and the RMSNorm persistent clustered kernel at many rows.
       build_sweeps || { status=1; continue; }
       base=chunk_min_kb=0,chunk_min_bwd_kb=0
       while IFS='|' read -r label tune cmd; do
@@ -129,6 +130,8 @@ cl16 t256 s8 M20|$base,chunk_cta_kb=16,chunk_stage_kb=8,chunk_threads=256|build/
 cl4 t128 s8 M1200|$base,chunk_cta_kb=64,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
 cl2 t128 s8 M1200|$base,chunk_cta_kb=128,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
 cl1 t128 s8 M1200|$base,chunk_cta_kb=256,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 84000000 70000
+cl16 t128 s8 N1M M20 (several CTAs an SM)|$base,chunk_cta_kb=128,chunk_stage_kb=8,chunk_threads=128|build/softmax_sweep bf16 0 20971520 1048576
+cl16 t1024 s8 N1M M20 (one CTA an SM)|$base,chunk_cta_kb=128,chunk_stage_kb=8,chunk_threads=1024|build/softmax_sweep bf16 0 20971520 1048576
 default plan M300||build/softmax_sweep bf16 0 21000000 70000
 rmsnorm persistent clusters M1200||build/rmsnorm_sweep bf16 84000000 70000
 PROBES
