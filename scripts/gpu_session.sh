@@ -54,7 +54,7 @@ build_sweeps() {
   [ -n "${sweeps_built:-}" ] && return 0
   { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
     > "$out/sweep_build.log" 2>&1 || return 1
-  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep; do
+  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep cluster_exchange_probe; do
     nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
       build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
   done
@@ -134,8 +134,33 @@ cl16 t128 s8 N1M M20 (several CTAs an SM)|$base,chunk_cta_kb=128,chunk_stage_kb=
 cl16 t1024 s8 N1M M20 (one CTA an SM)|$base,chunk_cta_kb=128,chunk_stage_kb=8,chunk_threads=1024|build/softmax_sweep bf16 0 20971520 1048576
 default plan M300||build/softmax_sweep bf16 0 21000000 70000
 rmsnorm persistent clusters M1200||build/rmsnorm_sweep bf16 84000000 70000
+exchange alone cl16 t128 rows20||build/cluster_exchange_probe 1 16 128 20
+exchange alone cl16 t128 rows5||build/cluster_exchange_probe 1 16 128 5
+exchange alone cl16 t128 rows1000||build/cluster_exchange_probe 1 16 128 1000
+exchange alone cl16 t1024 rows20||build/cluster_exchange_probe 1 16 1024 20
+exchange alone cl16 t128 rows20, 120 KB shared (one CTA an SM)||build/cluster_exchange_probe 1 16 128 20 120
+exchange alone cl8 t128 rows40||build/cluster_exchange_probe 1 8 128 40
+exchange alone cl4 t128 rows1000||build/cluster_exchange_probe 1 4 128 1000
+cluster_reduce alone cl16 t128 rows20||build/cluster_exchange_probe 0 16 128 20
+cluster_reduce alone cl16 t128 rows1000||build/cluster_exchange_probe 0 16 128 1000
 PROBES
-      grep -E "^== |^exit|ERROR SUMMARY|rror" "$out/synccheck_probe.log" ;;
+      # The same small programs without a tool, and under memcheck.
+      for tool in none memcheck; do
+        for a in "1 16 128 20" "1 16 128 1000" "0 16 128 1000"; do
+          {
+            echo "== $tool: cluster_exchange_probe $a"
+            if [ $tool = none ]; then
+              # shellcheck disable=SC2086
+              timeout "${PROBE_TIMEOUT:-120}" build/cluster_exchange_probe $a 2>&1
+            else
+              # shellcheck disable=SC2086
+              timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool memcheck build/cluster_exchange_probe $a 2>&1 | tail -n 5
+            fi
+            echo "exit ${PIPESTATUS[0]}"
+          } >> "$out/synccheck_probe.log"
+        done
+      done
+      grep -E "^== |^exit|ERROR SUMMARY|rror|OK|WRONG|launched" "$out/synccheck_probe.log" ;;
     sweep)
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"
