@@ -115,6 +115,8 @@ for part in $parts; do
       base=chunk_min_kb=0,chunk_min_bwd_kb=0
       while IFS='|' read -r label tune cmd; do
         [ -n "$label" ] || continue
+        # $PROBE_MATCH: only the runs whose label contains it.
+        [[ -z ${PROBE_MATCH:-} || $label == *"$PROBE_MATCH"* ]] || continue
         {
           echo "== $label (QUACK_TUNE=$tune): $cmd"
           # shellcheck disable=SC2086
