@@ -92,9 +92,10 @@ for part in $parts; do
         || status=1 ;;
     sanitize_py)
       # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
-      # expression; "" for all of it), after `tests` installed the package:
+      # expression; "" for all of it), the package installed first if need be:
       # scripts/sanitize_py.sh, chunks of $SANITIZE_PY_CHUNK tests a process,
       # $SANITIZE_PY_WORKERS at once, each killed after $SANITIZE_TIMEOUT s.
+      ensure_package || { status=1; continue; }
       bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
     racecheck)
