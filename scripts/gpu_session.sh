@@ -17,8 +17,8 @@
 #              process, $SANITIZE_PY_WORKERS at once)
 #   racecheck  compute-sanitizer racecheck over $RACECHECK_FILTER (shared-memory
 #              hazards; each process killed after $RACECHECK_TIMEOUT s), every
-#              case's rows capped at $RACECHECK_MAX_ELEMS (default 4194304)
-#              elements over its columns, at least 2 (QUACK_TEST_MAX_ELEMS,
+#              case's rows capped at $RACECHECK_MAX_ELEMS (default 1048576)
+#              elements over its columns, at least 1 (QUACK_TEST_MAX_ELEMS,
 #              tests/cpp/support/cuda_test.hpp: case_rows); "" for none
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
@@ -99,7 +99,7 @@ for part in $parts; do
       bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
     racecheck)
-      QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-4194304} bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
+      QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-1048576} bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
     synccheck_probe)
       # Issue 7: under synccheck (and only there) the chunk kernel forced as

@@ -186,3 +186,8 @@ def test_sanitize_py_chunks_and_totals(tmp_path):
     assert "fails on purpose" in (out / "memcheck_py.log").read_text()
     r = run("no_such_test")
     assert r.returncode == 1 and "no test matches" in r.stdout
+    # The CPU-only files are left out by name: here, the stand-in file itself.
+    env["SANITIZE_PY_SKIP"] = "test_other.py test_small.py"
+    r = run("fine")
+    assert r.returncode == 1 and "5 tests of the CPU-only files left out" in r.stdout, r.stdout
+    assert "no test matches" in r.stdout

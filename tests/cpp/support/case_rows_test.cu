@@ -38,15 +38,15 @@ TEST(CaseRows, UnsetEmptyOrNonPositiveLeavesTheRows) {
   }
 }
 
-TEST(CaseRows, CapsAtTheElementsOverTheColumnsAndNeverBelowTwo) {
-  MaxElems e("4194304");
-  EXPECT_EQ(test::case_rows(300, 70000), 59);       // 4194304 / 70000
-  EXPECT_EQ(test::case_rows(8192, 4096), 1024);     // exactly the cap
-  EXPECT_EQ(test::case_rows(1000, 4096), 1000);     // under it: unchanged
-  EXPECT_EQ(test::case_rows(64, 262144), 16);
-  EXPECT_EQ(test::case_rows(3, 4194304), 2);        // one row is the cap: two still run
-  EXPECT_EQ(test::case_rows(5, 16777216), 2);       // a row over the cap: two
-  EXPECT_EQ(test::case_rows(1, 16777216), 1);       // never more than the case's own
+TEST(CaseRows, CapsAtTheElementsOverTheColumnsAndNeverBelowOne) {
+  MaxElems e("1048576");
+  EXPECT_EQ(test::case_rows(300, 70000), 14);       // 1048576 / 70000
+  EXPECT_EQ(test::case_rows(8192, 4096), 256);      // at the cap
+  EXPECT_EQ(test::case_rows(200, 4096), 200);       // under it: unchanged
+  EXPECT_EQ(test::case_rows(64, 262144), 4);
+  EXPECT_EQ(test::case_rows(40, 524288), 2);        // half the cap a row: two rows
+  EXPECT_EQ(test::case_rows(5, 1048576), 1);        // the cap a row: one
+  EXPECT_EQ(test::case_rows(3, 4194304), 1);        // a row over the cap: still one
   EXPECT_EQ(test::case_rows(0, 1000), 0);
   EXPECT_EQ(test::case_rows(7, 0), 7);              // no columns: nothing to scale by
 }

@@ -141,22 +141,23 @@ inline void store_elem(void* p, DType t, float v) {
 }
 
 // The rows a GPU case runs: its own, unless QUACK_TEST_MAX_ELEMS=E is set,
-// when it runs at most max(E / cols, 2) of them (never more than its own).
-// For racecheck (scripts/sanitize_cases.sh, RACECHECK_MAX_ELEMS), which spends
-// minutes on a case of tens of millions of elements: every case keeps its
-// columns, dtypes, layout and tuning -- the kernel and its shared-memory use
-// per row -- and at least two rows, so a persistent CTA or cluster still
-// reuses its buffers across rows wherever the grid is smaller than the rows.
-// A case whose plan depends on its row count asserts that plan against the
-// capped count (the plan checks in the tests run after the cap). Prints a
-// line when it caps, so that a log says what ran.
+// when it runs at most max(E / cols, 1) of them (never more than its own).
+// For racecheck (scripts/gpu_session.sh's racecheck part,
+// RACECHECK_MAX_ELEMS), which takes minutes on a case of millions of elements
+// (twenty-first session: 20-70 s a case of 4M elements, over 250 s in 8- and
+// 16-CTA clusters). Every case keeps its columns, dtypes, layout and tuning --
+// its kernel and that kernel's shared-memory use per row -- and rows of up to
+// E / 2 columns keep two rows or more, so that a persistent CTA or cluster
+// still reuses its buffers across rows where the grid is smaller than the
+// rows. The plan checks in the tests run on the capped count. Prints a line
+// when it caps, so that a log says what ran.
 inline int64_t case_rows(int64_t rows, int64_t cols) {
   const char* env = std::getenv("QUACK_TEST_MAX_ELEMS");
   if (env == nullptr || *env == '\0' || cols <= 0) return rows;
   const long long max_elems = std::atoll(env);
   if (max_elems <= 0) return rows;
   int64_t cap = int64_t(max_elems) / cols;
-  if (cap < 2) cap = 2;
+  if (cap < 1) cap = 1;
   if (rows <= cap) return rows;
   std::printf("[ rows     ] %lld rows run as %lld (QUACK_TEST_MAX_ELEMS=%lld, %lld columns)\n", (long long)rows,
               (long long)cap, max_elems, (long long)cols);
