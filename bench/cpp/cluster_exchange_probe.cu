@@ -10,9 +10,11 @@
 // exchange 0: core::RowReducer over the cluster (block reduction, then
 //   cluster_reduce: a cluster barrier and ld.shared::cluster of each peer).
 // smem_kb: extra dynamic shared memory per CTA (default 0), to hold one CTA
-// an SM at a small CTA size. Prints the launch (clusters resident at once,
-// as cudaOccupancyMaxActiveClusters reports them) and "OK" or the first
-// wrong row; exit 0 only when every row is right.
+// an SM at a small CTA size. Prints the launch (the clusters launched: one a
+// row, or as many as are resident at once when the rows are more) and "OK"
+// or the first wrong row; exit 0 only when every row is right. (The
+// twenty-first session's runs, at fe85955, printed the resident count from
+// cudaOccupancyMaxActiveClusters instead.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
 #include "quack/core/row_tile.cuh"
 
@@ -66,35 +69,25 @@ __global__ void probe_kernel(float* out, int64_t rows, int cluster) {
 
 template <bool kExchange>
 int run(int cluster, int threads, int64_t rows, size_t smem) {
-  auto kernel = probe_kernel<kExchange>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t lc = {};
-  lc.blockDim = dim3(unsigned(threads), 1, 1);
-  lc.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  lc.gridDim = dim3(unsigned(cluster), 1, 1);
-  int resident = 0;
-  CK(cudaOccupancyMaxActiveClusters(&resident, kernel, &lc));
-  if (resident < 1) {
-    std::printf("no cluster of %d CTAs of %d threads fits\n", cluster, threads);
-    return 1;
-  }
-  const int64_t grid_clusters = std::min<int64_t>(rows, resident);
-  lc.gridDim = dim3(unsigned(grid_clusters * cluster), 1, 1);
-  std::printf("%s: cluster %d, %d threads, %zu B shared, %lld rows, %lld clusters launched (%d resident at once)\n",
-              kExchange ? "ClusterExchange" : "cluster_reduce", cluster, threads, smem, (long long)rows,
-              (long long)grid_clusters, resident);
+  // The library's own launch (core::launch_row_kernel): the shared-memory and
+  // non-portable-cluster attributes, and a persistent grid clamped to the
+  // clusters resident at once, as the row kernels are launched.
+  static quack::core::KernelAttrCache cache;
+  int64_t launched = 0;
+  quack::core::LaunchShape shape{rows * cluster, threads, smem, cluster, true};
+  shape.launched = &launched;
   float* out = nullptr;
   CK(cudaMalloc(&out, size_t(rows) * cluster * sizeof(float)));
   CK(cudaMemset(out, 0xff, size_t(rows) * cluster * sizeof(float)));
-  CK(cudaLaunchKernelEx(&lc, kernel, out, rows, cluster));
+  const quack::Status st =
+      quack::core::launch_row_kernel(probe_kernel<kExchange>, cache, 0, shape, nullptr, out, rows, cluster);
+  if (!st.ok()) {
+    std::printf("launch failed: %s\n", st.message.c_str());
+    return 1;
+  }
+  std::printf("%s: cluster %d, %d threads, %zu B shared, %lld rows, %lld clusters launched (%s)\n",
+              kExchange ? "ClusterExchange" : "cluster_reduce", cluster, threads, smem, (long long)rows,
+              (long long)(launched / cluster), launched < rows * cluster ? "all resident at once" : "one a row");
   CK(cudaDeviceSynchronize());
   std::vector<float> h(size_t(rows) * cluster);
   CK(cudaMemcpy(h.data(), out, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
