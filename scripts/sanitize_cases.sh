@@ -33,8 +33,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # Full case names ("Suite/Fixture.Test/Param") with their problem sizes,
-# largest first; the order of equal sizes is the listing's.
-"$bin" --gtest_list_tests --gtest_filter="$filter" | awk '
+# largest first; the order of equal sizes is the listing's. Under
+# QUACK_TEST_MAX_ELEMS (the racecheck runs' row cap, test::case_rows) a
+# case's rows are counted as the cap leaves them.
+"$bin" --gtest_list_tests --gtest_filter="$filter" | awk -v cap="${QUACK_TEST_MAX_ELEMS:-0}" '
   /^[^ ]/ { suite = $1; next }
   /^  / {
     name = suite $1; n = 0; m = 1; rest = $1
@@ -43,6 +45,7 @@ trap 'rm -rf "$work"' EXIT
       if (substr(rest, RSTART, 1) == "M") m = v; else if (v > n) n = v
       rest = substr(rest, RSTART + RLENGTH)
     }
+    if (cap + 0 > 0 && n > 0) { c = int(cap / n); if (c < 1) c = 1; if (m > c) m = c }
     printf "%d\t%d\t%s\n", n * m, NR, name
   }' | sort -t"$(printf '\t')" -k1,1nr -k2,2n > "$work/cases"
 [ -s "$work/cases" ] || { echo "$tool: no case matches $filter"; exit 1; }

@@ -109,6 +109,18 @@ def test_biggest_first_big_cases_alone_small_ones_batched(stand_ins):
     assert "ERROR SUMMARY: 0 errors" in log and "== Cases/Fwd.Match/N4096_bf16_M8192\n" in log
 
 
+def test_row_cap_counts_capped_sizes(stand_ins):
+    # QUACK_TEST_MAX_ELEMS=2^20: N4096 x M8192 runs 256 rows (2^20: alone),
+    # N70000 x M300 14 rows (980000: batched), N4194304 one row (alone).
+    tmp, out, env = stand_ins
+    env["QUACK_TEST_MAX_ELEMS"] = "1048576"
+    run(env, out, filt="Ops/*:Cases/*")
+    runs = (tmp / "runs").read_text().split()
+    assert runs == ["Cases/Fwd.Match/N4194304_f32_w", "Cases/Fwd.Match/N4096_bf16_M8192",
+                    "Cases/Fwd.Match/N70000_bf16_M300:Cases/Fwd.Match/N100_f32",
+                    "Ops/WarpReduce.Sum/width1:Ops/WarpReduce.Sum/width2"], runs
+
+
 def test_errors_kills_and_clean_runs(stand_ins):
     tmp, out, env = stand_ins
     r = run(env, out, filt="Edge.*")
