@@ -121,7 +121,8 @@ for part in $parts; do
         {
           echo "== $label (QUACK_TUNE=$tune): $cmd"
           # shellcheck disable=SC2086
-          QUACK_TUNE=$tune timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool synccheck $cmd 2>&1 | tail -n 40
+          QUACK_TUNE=$tune timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool synccheck $cmd < /dev/null 2>&1 |
+            tail -n 40  # (stdin: not the probe list)
           echo "exit ${PIPESTATUS[0]}"
         } >> "$out/synccheck_probe.log"
       done <<PROBES
