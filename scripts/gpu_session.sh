@@ -49,15 +49,13 @@ cd "$root" || exit 1
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 
-# libquack and the C++ sweeps (build/rmsnorm_sweep, build/softmax_sweep), once a call.
+# libquack and the C++ sweeps and probe (build/rmsnorm_sweep, build/softmax_sweep,
+# ...: bench/cpp/CMakeLists.txt's targets), once a call.
 build_sweeps() {
   [ -n "${sweeps_built:-}" ] && return 0
-  { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target quack; } \
-    > "$out/sweep_build.log" 2>&1 || return 1
-  for s in rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep cluster_exchange_probe; do
-    nvcc -O3 -std=c++17 --generate-code=arch=compute_90a,code=sm_90a -Iinclude "bench/cpp/$s.cu" \
-      build/libquack.a -o "build/$s" >> "$out/sweep_build.log" 2>&1 || return 1
-  done
+  { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
+      && cmake --build build --target quack rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep \
+        cluster_exchange_probe; } > "$out/sweep_build.log" 2>&1 || return 1
   sweeps_built=1
 }
 
