@@ -98,6 +98,11 @@ RowTuning default_row_tuning() {
   // 90.8 / 90.4 / 89.9 / 87.7 (68 registers: three CTAs an SM, not six).
   t.reg_staged = 3;
   t.reg_staged_early_w = 2;
+  // Prediction (wip/ln-small-cta, not yet measured): LayerNorm bf16 N = 16K
+  // with an fp32 weight and bias, 86.6% of copy at 1d91542 in the checked
+  // 64-register loops, to >= 93% with the straight-line copy (4K took the
+  // same step to 94.7%).
+  t.reg_small_cta = 1;
   // LayerNorm (fp32 weight and bias, rmsnorm_sweep with
   // QUACK_SWEEP_LAYERNORM=1 at 47e8481, H200; run 11 of
   // 2026-11-30-rmsnorm-fwd-reg.md): fp32 rows staged (weight early, bias

@@ -106,6 +106,7 @@ struct NormFwdPlan {
   ops::RegRes res = ops::RegRes::kNone;
   bool w_f32 = false;
   bool staged_early_w = false;  // staged, the weight loaded early (kStagedEarlyW)
+  bool small_cta = false;       // the 8-vector fp32-weight tile in a small CTA (kSmallCta)
   int w_batch = 0, end_sync = 1;  // RowTuning::reg_w_batch, cluster_end_sync
   // 2. Otherwise the general staged kernel: any layout, any N.
   RowConfig cfg;
@@ -128,6 +129,9 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
                           !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
                           (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
+    plan.small_cta = tune.reg_small_cta != 0 && !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 &&
+                     plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 &&
+                     plan.reg_cfg.threads <= ops::kRegSmallCtaThreads;
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;
     return plan;
@@ -185,6 +189,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     while ((1 << p.team_shift) < rcfg.team) ++p.team_shift;
     p.row_blocks = rcfg.row_blocks;
     p.staged_early_w = plan.staged_early_w;
+    p.small_cta = plan.small_cta;
     p.w_batch = plan.w_batch;
     p.end_sync = plan.end_sync;
     return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
@@ -231,6 +236,7 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
                   (long long)c.grid);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
+    if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");
     else if (c.staged && plan.w_batch) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " w batch");
     if (c.cluster > 1 && !plan.end_sync)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");

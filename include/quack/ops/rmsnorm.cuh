@@ -70,6 +70,10 @@ struct RMSNormFwdParams {
   // weights in x's dtype take the kernel that loads the weight early
   // (kStagedEarlyW).
   bool staged_early_w;
+  // Host dispatch only: 8-vector tiles of 16-bit x with an fp32 weight in
+  // CTAs of up to kRegSmallCtaThreads take the small-CTA instance
+  // (RowTuning::reg_small_cta).
+  bool small_cta;
   // Staged rows, weight late: the thread's weight (and bias) vectors issued
   // together (RowTuning::reg_w_batch). Clustered rows: end with a cluster
   // barrier even after an exchange (RowTuning::cluster_end_sync).
@@ -418,6 +422,11 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 // 1024-thread CTAs it spills, ptxas -v).
 constexpr int kStagedThreads = 256;
 constexpr int staged_min_blocks(bool early_w, int vpt) { return early_w || vpt > 8 ? 3 : 6; }
+// The register kernel's small-CTA instances (kSmallCta): 8-vector tiles of
+// 16-bit x with an fp32 weight in CTAs of up to 256 threads, three CTAs an SM
+// (65536 / (3 * 256) = 85 registers; ptxas takes 80).
+constexpr int kRegSmallCtaThreads = 256;
+constexpr int kRegSmallCtaMinBlocks = 3;
 
 // kCluster: rows split over a cluster of p.cluster CTAs (one row per CTA,
 // VPT the family's clustered tile); the grid is then persistent.
@@ -435,9 +444,9 @@ constexpr int staged_min_blocks(bool early_w, int vpt) { return early_w || vpt >
 // exchange one (sum, deviations) pair per CTA and combine the moments
 // (core::combine_moments), so a row still costs one cluster round.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
-          bool kStagedEarlyW = false>
-__global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
-                                  kStaged ? staged_min_blocks(kStagedEarlyW, VPT) : 1)
+          bool kStagedEarlyW = false, bool kSmallCta = false>
+__global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSmallCtaThreads : kRegRowMaxThreads,
+                                  kStaged ? staged_min_blocks(kStagedEarlyW, VPT) : kSmallCta ? kRegSmallCtaMinBlocks : 1)
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -492,7 +501,10 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kRegRowMaxThreads,
     // registers (fp32 weights of 16-bit x at 8 vectors): there the extra
     // copy spilled 4-40 bytes (ptxas -v; LayerNorm bf16 4-vector clusters,
     // RMSNorm bf16 8 vectors with an fp32 weight).
-    constexpr bool kStraightIo = !(kCluster && !kStaged) && VPT * VEC * int(sizeof(Tw)) <= 128;
+    // kSmallCta: CTAs of at most kRegSmallCtaThreads, up to 80 registers a
+    // thread, where the 8-vector fp32-weight tile's straight-line copy fits
+    // (72 registers, no spill: ptxas -v).
+    constexpr bool kStraightIo = !(kCluster && !kStaged) && (kSmallCta || VPT * VEC * int(sizeof(Tw)) <= 128);
     auto by_whole_io = [&](auto&& f) {
       if constexpr (kStraightIo) by_whole(f);
       else f(std::false_type{});
@@ -806,11 +818,12 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
-          bool kStagedEarlyW = false>
+          bool kStagedEarlyW = false, bool kSmallCta = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW>,
-                                 cache, device, core::launch_shape(cfg), stream, p);
+  return core::launch_row_kernel(
+      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta>, cache, device,
+      core::launch_shape(cfg), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre>
@@ -841,7 +854,16 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
       if constexpr (kMax >= 4) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 4>(p, cfg, device, stream);
       break;
     case 8:
-      if constexpr (kMax >= 8) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8>(p, cfg, device, stream);
+      if constexpr (kMax >= 8) {
+        // 16-bit x with an fp32 weight in a small CTA: the instance whose
+        // loads and output loop are straight-line too (kSmallCta).
+        if constexpr (sizeof(Tw) == 4 && sizeof(Tx) == 2) {
+          if (cfg.threads <= kRegSmallCtaThreads && p.small_cta)
+            return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, false, false, false, true>(p, cfg, device,
+                                                                                                   stream);
+        }
+        return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8>(p, cfg, device, stream);
+      }
       break;
   }
   return {Code::kUnsupported, "rmsnorm: no register-resident kernel with " + std::to_string(cfg.vpt) +

@@ -151,6 +151,10 @@ std::vector<FwdCase> fwd_cases() {
           .with(kRes, kF32).with(kW, kF32).with(kB, kF32).with(kResOut, kF32).with_rstd(),
       FwdCase("N2050_f16_resout_only_f32", 7, 2050, kF16).with(kW, kF16).with(kResOut, kF32),
       FwdCase("N262143_f32_w_b", 2, 262143, kF32).with(kW, kF32).with(kB, kF32),
+      // The small-CTA instance (8 vectors of 16-bit x, fp32 weight, 256
+      // threads): whole rows, and a partial last vector with idle threads.
+      FwdCase("N16384_bf16_f32_w_b_rstd_small_cta", 33, 16384, kBF16).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("N12289_f16_f32_w_small_cta_partial", 7, 12289, kF16).with(kW, kF32),
       FwdCase("N1048576_bf16_w_rstd_full_tile", 2, 1048576, kBF16).with(kW, kBF16).with_rstd(),
       // Clustered register kernels: persistent, many rows per cluster (the
       // exchange's alternating barriers), a 3-CTA cluster, each family.
@@ -425,6 +429,42 @@ TEST_P(RMSNormFwdGpuRegClusters, LayerNormMatchesFloat64ReferenceAndStaysInBound
 }
 
 INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The small-CTA cases above take the small-CTA instance (and run again
+// without it, through the 64-register one): the plan says so, or the test
+// fails.
+class RMSNormFwdGpuSmallCta : public testing::TestWithParam<FwdCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+  void run_both(bool centre) {
+    run_case(GetParam(), centre, PlanCheck{"reg", {"vpt  8", "small cta"}, {}});
+    if (HasFatalFailure()) return;
+    RowTuning t = default_row_tuning();
+    t.reg_small_cta = 0;
+    set_row_tuning(&t);
+    run_case(GetParam(), centre, PlanCheck{"reg", {"vpt  8"}, {"small cta"}});
+  }
+};
+
+TEST_P(RMSNormFwdGpuSmallCta, MatchesFloat64WithAndWithoutTheSmallCtaInstance) {
+  QUACK_REQUIRE_SM90();
+  run_both(false);
+}
+
+TEST_P(RMSNormFwdGpuSmallCta, LayerNormMatchesFloat64WithAndWithoutTheSmallCtaInstance) {
+  QUACK_REQUIRE_SM90();
+  run_both(true);
+}
+
+std::vector<FwdCase> small_cta_cases() {
+  std::vector<FwdCase> v;
+  for (const FwdCase& c : fwd_cases())
+    if (c.name.find("small_cta") != std::string::npos) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallCtaCases, RMSNormFwdGpuSmallCta, testing::ValuesIn(small_cta_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // The cases whose rows every dtype stages in shared memory when the tuning

@@ -213,6 +213,30 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
   }
 }
 
+// The small-CTA instance (kSmallCta, RowTuning::reg_small_cta): 8-vector
+// tiles of 16-bit x with an fp32 weight in CTAs of at most 256 threads, and
+// nothing else; the knob turns it off.
+TEST_F(NormFwdPlan, SmallCtaInstanceForEightVectorFp32WeightTiles) {
+  auto small = [](const Kernel& k) { return k.text.find("small cta") != std::string::npos; };
+  for (bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    for (DType x : {kBF16, kF16}) {
+      const Kernel k = plan({16384, 16384, x, kF32}, ln);
+      EXPECT_TRUE(k.kind == "reg" && k.threads == 256 && k.cluster == 1 && k.vpt == 8 && small(k)) << k.text;
+      EXPECT_FALSE(small(plan({16384, 16384, x, x}, ln)));  // 16-bit weights: the 64-register tile's loops suffice
+      EXPECT_FALSE(small(plan({8192, 32768, x, kF32}, ln)));  // 512-thread teams (or staged)
+      const Kernel four = plan({32768, 8192, x, kF32}, ln);  // 4 vectors a thread
+      EXPECT_TRUE(four.vpt < 8 && !small(four)) << four.text;
+    }
+    EXPECT_FALSE(small(plan({16384, 16384, kF32, kF32}, ln)));
+    RowTuning t = default_row_tuning();
+    t.reg_small_cta = 0;
+    set_row_tuning(&t);
+    EXPECT_FALSE(small(plan({16384, 16384, kBF16, kF32}, ln)));
+    set_row_tuning(nullptr);
+  }
+}
+
 // Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every dtype mask:
 // a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
 // threads at 8 vectors a thread (16 past a 16-CTA cluster at 8) whose tiles
