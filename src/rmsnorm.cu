@@ -236,8 +236,8 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
                   (long long)c.grid);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
-    if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");
     else if (c.staged && plan.w_batch) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " w batch");
+    if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");
     if (c.cluster > 1 && !plan.end_sync)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");
   } else {

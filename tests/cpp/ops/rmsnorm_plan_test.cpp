@@ -205,6 +205,9 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
       const Kernel k = plan({4096, 65536, dt, dt});
       EXPECT_EQ(k.kind, "stage") << k.text;
       EXPECT_EQ(k.early_w, bool(bits & (dt == kF32 ? 2 : 1))) << "bits " << bits << ": " << k.text;
+      // The early weight and the batched late one are exclusive, and the
+      // text names one of them only (reg_w_batch is on by default).
+      EXPECT_NE(k.early_w, k.text.find("w batch") != std::string::npos) << k.text;
     }
     // fp32 weights of 16-bit x would take twice the registers: never early.
     EXPECT_FALSE(plan({4096, 65536, kBF16, kF32}).early_w);
