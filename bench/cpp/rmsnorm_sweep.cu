@@ -3,6 +3,7 @@
 // Needs no Python; used to tune the config heuristic in one device call.
 // With QUACK_SWEEP_LAYERNORM=1, LayerNorm forward instead, with fp32 weight
 // and bias (the training layout bench_layernorm.py measures).
+// QUACK_SWEEP_WDT=bf16|f16|f32 sets the weight's (and bias's) dtype instead.
 //
 //   rmsnorm_sweep [dtype=bf16|f16|f32] [total_elems=268435456] [N ...]
 #include <algorithm>
@@ -34,7 +35,10 @@ int main(int argc, char** argv) {
   const char* nw_env = std::getenv("QUACK_SWEEP_NO_WEIGHT");
   const bool no_weight = nw_env != nullptr && std::atoi(nw_env) != 0;
   // Weight (and LayerNorm's bias): x's dtype, or fp32 for LayerNorm.
-  const quack::DType wdt = ln ? quack::DType::kFloat32 : dt;
+  // QUACK_SWEEP_WDT: another weight dtype (what the weight's bytes cost).
+  const char* wdt_env = std::getenv("QUACK_SWEEP_WDT");
+  const quack::DType wdt =
+      wdt_env != nullptr ? sweep::parse_dtype(wdt_env) : ln ? quack::DType::kFloat32 : dt;
   const int wes = quack::dtype_size(wdt);
 
   // Copy bandwidth in the same run (bytes read + written).
@@ -48,8 +52,9 @@ int main(int argc, char** argv) {
   auto time_ms = [&](auto&& fn, int iters) { return timer.median_ms(fn, iters); };
   const float copy_ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 20);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;
-  std::printf("%s%sdtype %s, M*N = %lld, copy %.1f GB/s\n", ln ? "LayerNorm, fp32 weight and bias, " : "",
-              no_weight ? "no weight or bias, " : "", quack::dtype_name(dt), (long long)total, copy_gbs);
+  std::printf("%s%sdtype %s, weight %s, M*N = %lld, copy %.1f GB/s\n", ln ? "LayerNorm, " : "",
+              no_weight ? "no weight or bias, " : "", quack::dtype_name(dt), quack::dtype_name(wdt), (long long)total,
+              copy_gbs);
   std::printf("%9s %8s | %-90s | %9s %7s %6s | %s\n", "N", "M", "plan (src/rmsnorm.cu)", "us", "GB/s", "%copy",
               "max rel err");
 
