@@ -98,10 +98,15 @@ RowTuning default_row_tuning() {
   // 90.8 / 90.4 / 89.9 / 87.7 (68 registers: three CTAs an SM, not six).
   t.reg_staged = 3;
   t.reg_staged_early_w = 2;
-  // Prediction (wip/ln-small-cta, not yet measured): LayerNorm bf16 N = 16K
-  // with an fp32 weight and bias, 86.6% of copy at 1d91542 in the checked
-  // 64-register loops, to >= 93% with the straight-line copy (4K took the
-  // same step to 94.7%).
+  // The small-CTA instance (kSmallCta) for 8-vector tiles of 16-bit x with
+  // an fp32 weight. Predicted: LayerNorm bf16 N = 16K with an fp32 weight
+  // and bias from 86.6% of copy (1d91542's checked 64-register loops) to
+  // >= 93%. Measured (rmsnorm_sweep, QUACK_SWEEP_LAYERNORM=1, 96d9efe, H200;
+  // logs/2026-12-01-layernorm-fwd-small-cta-96d9efe.log): bf16 87.1% ->
+  // 94.3%, f16 90.6% -> 95.3% with it. Every other N takes the same kernel
+  // either way and read 0.3-1.6 points lower in the default run, which ran
+  // first (run-to-run drift); RMSNorm (x-dtype weight, never this instance)
+  // within 0.7.
   t.reg_small_cta = 1;
   // LayerNorm (fp32 weight and bias, rmsnorm_sweep with
   // QUACK_SWEEP_LAYERNORM=1 at 47e8481, H200; run 11 of
