@@ -19,7 +19,10 @@
 #              hazards; each process killed after $RACECHECK_TIMEOUT s), every
 #              case's rows capped at $RACECHECK_MAX_ELEMS (default 1048576)
 #              elements over its columns, at least 1 (QUACK_TEST_MAX_ELEMS,
-#              tests/cpp/support/cuda_test.hpp: case_rows); "" for none
+#              tests/cpp/support/cuda_test.hpp: case_rows); "" for none.
+#              SANITIZE_DONE=bench/results/logs/racecheck-clean.txt leaves out
+#              the cases already clean there (scripts/sanitize_cases.sh);
+#              racecheck.clean lists this call's, to append to it
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";

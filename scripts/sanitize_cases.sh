@@ -9,14 +9,16 @@
 # 2^20 elements or more alone, the rest $SANITIZE_BATCH (16) to a process;
 # $SANITIZE_SHARDS (16) processes at once, each killed after LIMIT s; no
 # process starts later than $SANITIZE_DEADLINE s (default: no deadline) after
-# this script did. Why: racecheck takes minutes on a multi-million-element case
-# and seconds on the rest; gtest's round-robin shards (the previous scheme)
-# put a big case in every shard, and every shard was killed in one
-# (eleventh session: 234 of 697 cases in 320 s).
+# this script did; the cases named in $SANITIZE_DONE are left out (below).
+# Why: racecheck takes minutes on a multi-million-element case and seconds
+# on the rest; gtest's round-robin shards (the previous scheme) put a big
+# case in every shard, and every shard was killed in one (eleventh session:
+# 234 of 697 cases in 320 s).
 #
 # Writes OUTDIR/TOOL.log (every process's output, in launch order) and
 # OUTDIR/TOOL.status (a line per process: exit status, the number of cases,
-# then the cases); prints one line of totals and the cases that were not
+# then the cases) and OUTDIR/TOOL.clean (the clean cases, a line each: a
+# $SANITIZE_DONE file); prints one line of totals and the cases that were not
 # clean. Exit status 0 only when every case ran clean. The running, the
 # limits and the totals are scripts/sanitize_runner.sh's, shared with
 # scripts/sanitize_py.sh.
@@ -50,6 +52,22 @@ trap 'rm -rf "$work"' EXIT
   }' | sort -t"$(printf '\t')" -k1,1nr -k2,2n > "$work/cases"
 [ -s "$work/cases" ] || { echo "$tool: no case matches $filter"; exit 1; }
 
+# $SANITIZE_DONE: files naming cases already run clean under this tool (the
+# first word of each line that is not a comment), left out here, so that a
+# suite longer than one device call (racecheck's: minutes a case) goes on
+# where the last call stopped. Valid while the kernels are the same: the
+# files say the commit they ran at.
+if [ -n "${SANITIZE_DONE:-}" ]; then
+  # shellcheck disable=SC2086
+  grep -hv '^#' $SANITIZE_DONE > "$work/done.raw"
+  [ $? -le 1 ] || { echo "$tool: cannot read SANITIZE_DONE ($SANITIZE_DONE)"; exit 1; }
+  awk 'NF { print $1 }' "$work/done.raw" > "$work/done"
+  awk -F'\t' 'NR == FNR { done[$1] = 1; next } !($3 in done)' "$work/done" "$work/cases" > "$work/todo"
+  echo "$tool: $(($(wc -l < "$work/cases") - $(wc -l < "$work/todo"))) cases left out, already clean ($SANITIZE_DONE)"
+  mv "$work/todo" "$work/cases"
+  [ -s "$work/cases" ] || { echo "$tool: every case matching $filter is already clean"; exit 0; }
+fi
+
 # The units: cases of 2^20 elements or more alone, the rest
 # $SANITIZE_BATCH to a process; a line each, "count<TAB>cases<TAB>--gtest_filter=cases"
 # (cases ':'-joined).
@@ -61,3 +79,8 @@ awk -F'\t' -v batch="${SANITIZE_BATCH:-16}" '
 
 sanitize_units "$tool" cases "$limit" "${SANITIZE_SHARDS:-16}" "$work/units" "$out" \
   compute-sanitizer --tool "$tool" "$@" --error-exitcode 3 "$bin"
+rc=$?
+# OUTDIR/TOOL.clean: the cases that ran clean, one a line (a $SANITIZE_DONE
+# file for the next call).
+awk '$1 == "0" { n = split($3, c, ":"); for (i = 1; i <= n; ++i) print c[i] }' "$out/$tool.status" > "$out/$tool.clean"
+exit $rc

@@ -146,6 +146,33 @@ def test_deadline_and_empty_filter(stand_ins):
     assert r.returncode == 1 and "no case matches" in r.stdout
 
 
+def test_clean_list_and_done_files(stand_ins):
+    # A run writes the clean cases to TOOL.clean; a later run given it (and
+    # a hand-written file with a comment) as $SANITIZE_DONE leaves them out.
+    tmp, out, env = stand_ins
+    run(env, out, filt="Cases/*")
+    clean = (out / "racecheck.clean").read_text().split()
+    assert sorted(clean) == ["Cases/Fwd.Match/N4096_bf16_M8192", "Cases/Fwd.Match/N4194304_f32_w",
+                             "Cases/Fwd.Match/N70000_bf16_M300"], clean
+    (tmp / "runs").unlink()
+    done = tmp / "done.txt"
+    done.write_text("# clean at abc1234\nCases/Fwd.Match/N70000_bf16_M300  (racecheck, 1M cap)\n")
+    first = tmp / "first.clean"
+    shutil.copy(out / "racecheck.clean", first)
+    env["SANITIZE_DONE"] = f"{first} {done}"
+    r = run(env, out, filt="Cases/*:Edge.DeterministicLoss")
+    assert "3 cases left out, already clean" in r.stdout, r.stdout
+    assert (tmp / "runs").read_text().split() == ["Cases/Fwd.Match/N100_f32:Edge.DeterministicLoss"]
+    assert (out / "racecheck.clean").read_text() == ""
+    # Everything already clean: nothing runs, exit 0; a missing file: exit 1.
+    (tmp / "runs").unlink()
+    r = run(env, out, filt="Cases/Fwd.Match/N4*")
+    assert r.returncode == 0 and "already clean" in r.stdout and not (tmp / "runs").exists(), r.stdout
+    env["SANITIZE_DONE"] = str(tmp / "missing.txt")
+    r = run(env, out, filt="Cases/*")
+    assert r.returncode == 1 and "cannot read SANITIZE_DONE" in r.stdout, r.stdout
+
+
 PASSING_SANITIZER = """\
 #!/usr/bin/env bash
 while [ "$1" != --error-exitcode ]; do shift; done
