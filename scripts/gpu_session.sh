@@ -22,7 +22,8 @@
 #              tests/cpp/support/cuda_test.hpp: case_rows); "" for none.
 #              SANITIZE_DONE=bench/results/logs/racecheck-clean.txt leaves out
 #              the cases already clean there (scripts/sanitize_cases.sh);
-#              racecheck.clean lists this call's, to append to it
+#              racecheck.clean lists this call's, to append to it; at most
+#              $SANITIZE_BATCH_ELEMS (default 1048576) capped elements a process
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
@@ -100,7 +101,8 @@ for part in $parts; do
       bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
     racecheck)
-      QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-1048576} bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
+      QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-1048576} SANITIZE_BATCH_ELEMS=${SANITIZE_BATCH_ELEMS:-1048576} \
+        bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
     synccheck_probe)
       # Issue 7: under synccheck (and only there) the chunk kernel forced as

@@ -69,13 +69,22 @@ if [ -n "${SANITIZE_DONE:-}" ]; then
 fi
 
 # The units: cases of 2^20 elements or more alone, the rest
-# $SANITIZE_BATCH to a process; a line each, "count<TAB>cases<TAB>--gtest_filter=cases"
-# (cases ':'-joined).
-awk -F'\t' -v batch="${SANITIZE_BATCH:-16}" '
+# $SANITIZE_BATCH to a process, and (with $SANITIZE_BATCH_ELEMS > 0) no more
+# elements a process than that, so that a killed process loses little: a
+# line each, "count<TAB>cases<TAB>--gtest_filter=cases" (cases ':'-joined).
+# Why the budget: racecheck took minutes on single cases of 2^18-2^20
+# elements (twenty-second session), and a batch of 16 of them would be
+# killed whole.
+awk -F'\t' -v batch="${SANITIZE_BATCH:-16}" -v budget="${SANITIZE_BATCH_ELEMS:-0}" '
   function unit(k, names) { printf "%d\t%s\t--gtest_filter=%s\n", k, names, names }
+  function flush() { if (k > 0) unit(k, cur); cur = ""; k = 0; total = 0 }
   $1 >= 1048576 { unit(1, $3); next }
-  { cur = cur == "" ? $3 : cur ":" $3; if (++k == batch) { unit(k, cur); cur = ""; k = 0 } }
-  END { if (cur != "") unit(k, cur) }' "$work/cases" > "$work/units"
+  {
+    if (budget > 0 && k > 0 && total + $1 > budget) flush()
+    cur = cur == "" ? $3 : cur ":" $3; total += $1
+    if (++k == batch) flush()
+  }
+  END { flush() }' "$work/cases" > "$work/units"
 
 sanitize_units "$tool" cases "$limit" "${SANITIZE_SHARDS:-16}" "$work/units" "$out" \
   compute-sanitizer --tool "$tool" "$@" --error-exitcode 3 "$bin"

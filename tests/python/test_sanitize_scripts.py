@@ -121,6 +121,26 @@ def test_row_cap_counts_capped_sizes(stand_ins):
                     "Ops/WarpReduce.Sum/width1:Ops/WarpReduce.Sum/width2"], runs
 
 
+def test_element_budget_splits_batches(stand_ins):
+    # Under the cap (2^20) N70000 x M300 runs 14 rows (980000 elements). A
+    # budget of 980050 elements a process keeps it from the small cases,
+    # which then share one process (100 + 0 + 0 elements, batch 16).
+    tmp, out, env = stand_ins
+    env.update(QUACK_TEST_MAX_ELEMS="1048576", SANITIZE_BATCH="16", SANITIZE_BATCH_ELEMS="980050")
+    run(env, out, filt="Ops/*:Cases/*")
+    runs = (tmp / "runs").read_text().split()
+    assert runs == ["Cases/Fwd.Match/N4194304_f32_w", "Cases/Fwd.Match/N4096_bf16_M8192",
+                    "Cases/Fwd.Match/N70000_bf16_M300",
+                    "Cases/Fwd.Match/N100_f32:Ops/WarpReduce.Sum/width1:Ops/WarpReduce.Sum/width2"], runs
+    # No budget: the batch size alone.
+    (tmp / "runs").unlink()
+    env["SANITIZE_BATCH_ELEMS"] = "0"
+    run(env, out, filt="Ops/*:Cases/*")
+    runs = (tmp / "runs").read_text().split()
+    assert runs[2] == ("Cases/Fwd.Match/N70000_bf16_M300:Cases/Fwd.Match/N100_f32:Ops/WarpReduce.Sum/width1:"
+                       "Ops/WarpReduce.Sum/width2"), runs
+
+
 def test_errors_kills_and_clean_runs(stand_ins):
     tmp, out, env = stand_ins
     r = run(env, out, filt="Edge.*")
