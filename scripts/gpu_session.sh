@@ -24,6 +24,8 @@
 #              the cases already clean there (scripts/sanitize_cases.sh);
 #              racecheck.clean lists this call's, to append to it; at most
 #              $SANITIZE_BATCH_ELEMS (default 1048576) capped elements a process
+#   reduce_overhead_probe  scripts/probe_reduce_overhead.py's experiments
+#              ($PROBE_EXPERIMENTS), natively and under memcheck
 #   sweep      bench/cpp/rmsnorm_sweep and softmax_sweep for bf16 and fp32 at
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
@@ -100,6 +102,26 @@ for part in $parts; do
       ensure_package || { status=1; continue; }
       bash scripts/sanitize_py.sh "${SANITIZE_PY_FILTER-concurrency}" "${SANITIZE_TIMEOUT:-300}" "$out" \
         || status=1 ;;
+    reduce_overhead_probe)
+      # Issue 7: the one Python test that fails under memcheck only
+      # (scripts/probe_reduce_overhead.py): each experiment natively, then
+      # under memcheck, each killed after $PROBE_TIMEOUT (300) s.
+      ensure_package || { status=1; continue; }
+      for exp in ${PROBE_EXPERIMENTS:-none history no_autotune no_partition}; do
+        for tool in none memcheck; do
+          {
+            echo "== $exp, $tool"
+            if [ $tool = none ]; then
+              timeout "${PROBE_TIMEOUT:-300}" python3 scripts/probe_reduce_overhead.py "$exp" 2>&1 | tail -n 60
+            else
+              timeout "${PROBE_TIMEOUT:-300}" compute-sanitizer --tool memcheck python3 scripts/probe_reduce_overhead.py \
+                "$exp" 2>&1 | tail -n 120
+            fi
+            echo "exit ${PIPESTATUS[0]}"
+          } >> "$out/reduce_overhead_probe.log"
+        done
+      done
+      grep -E "^== |^exit|passed|failed|ERROR SUMMARY" "$out/reduce_overhead_probe.log" ;;
     racecheck)
       QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-1048576} SANITIZE_BATCH_ELEMS=${SANITIZE_BATCH_ELEMS:-1048576} \
         bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \

@@ -250,3 +250,20 @@ def test_sanitize_py_chunks_and_totals(tmp_path):
     r = run("fine")
     assert r.returncode == 1 and "5 tests of the CPU-only files left out" in r.stdout, r.stdout
     assert "no test matches" in r.stdout
+
+
+def test_reduce_overhead_probe_settings_exist():
+    # scripts/probe_reduce_overhead.py's experiments name inductor settings
+    # that this torch has (checked here, on the CPU, before a device call
+    # relies on them), and it refuses an unknown experiment.
+    pytest.importorskip("torch")
+    import importlib.util
+    import torch._inductor.config as cfg
+    spec = importlib.util.spec_from_file_location("probe", ROOT / "scripts" / "probe_reduce_overhead.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert set(probe.SETTINGS) == {"none", "history", "no_autotune", "no_partition"}
+    for settings in probe.SETTINGS.values():
+        for section, name, _ in settings:
+            assert hasattr(getattr(cfg, section) if section else cfg, name), (section, name)
+    assert probe.main(["probe", "bogus"]) == 2
