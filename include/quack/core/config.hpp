@@ -99,7 +99,7 @@ struct RowTuning {
   // allows.
   int reg_staged;
   int reg_staged_early_w;
-  int reg_small_cta;  // 1: 8-vector fp32-weight tiles of 16-bit x in CTAs of <= 256 threads take 80 registers
+  int reg_small_cta;  // 1: 8-vector fp32-weight tiles of 16-bit x in CTAs of <= 256 threads get an 80-register budget
   int ln_staged;             // LayerNorm's own dtype bits (staged where reg_staged allows too)
   int reg_staged_team;       // the CTA size of staged clustered rows
   int reg_staged_above_team; // rows whose register tile needs a wider team are staged where allowed
