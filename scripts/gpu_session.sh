@@ -76,6 +76,25 @@ ensure_package() {
     || { echo "pip install of quack_cpp failed: install.log"; return 1; }
 }
 
+# Runs CMD natively, then under compute-sanitizer memcheck, each killed after
+# LIMIT s: appends "== LABEL, none" (then ", memcheck"), the last TAIL lines of
+# its output and "exit STATUS" to LOG. (The probes' side-by-side runs.)
+native_and_memcheck() {
+  local log=$1 label=$2 limit=$3 tail_n=$4 tool
+  shift 4
+  for tool in none memcheck; do
+    {
+      echo "== $label, $tool"
+      if [ "$tool" = none ]; then
+        timeout "$limit" "$@" < /dev/null 2>&1 | tail -n "$tail_n"
+      else
+        timeout "$limit" compute-sanitizer --tool memcheck "$@" < /dev/null 2>&1 | tail -n "$tail_n"
+      fi
+      echo "exit ${PIPESTATUS[0]}"
+    } >> "$log"
+  done
+}
+
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -108,18 +127,8 @@ for part in $parts; do
       # under memcheck, each killed after $PROBE_TIMEOUT (300) s.
       ensure_package || { status=1; continue; }
       for exp in ${PROBE_EXPERIMENTS:-none history no_autotune no_partition}; do
-        for tool in none memcheck; do
-          {
-            echo "== $exp, $tool"
-            if [ $tool = none ]; then
-              timeout "${PROBE_TIMEOUT:-300}" python3 scripts/probe_reduce_overhead.py "$exp" 2>&1 | tail -n 60
-            else
-              timeout "${PROBE_TIMEOUT:-300}" compute-sanitizer --tool memcheck python3 scripts/probe_reduce_overhead.py \
-                "$exp" 2>&1 | tail -n 120
-            fi
-            echo "exit ${PIPESTATUS[0]}"
-          } >> "$out/reduce_overhead_probe.log"
-        done
+        native_and_memcheck "$out/reduce_overhead_probe.log" "$exp" "${PROBE_TIMEOUT:-300}" 120 \
+          python3 scripts/probe_reduce_overhead.py "$exp"
       done
       grep -E "^== |^exit|passed|failed|ERROR SUMMARY" "$out/reduce_overhead_probe.log" ;;
     racecheck)
@@ -174,20 +183,10 @@ cluster_reduce alone cl16 t128 rows20||build/cluster_exchange_probe 0 16 128 20
 cluster_reduce alone cl16 t128 rows1000||build/cluster_exchange_probe 0 16 128 1000
 PROBES
       # The same small programs without a tool, and under memcheck.
-      for tool in none memcheck; do
-        for a in "1 16 128 20" "1 16 128 1000" "0 16 128 1000"; do
-          {
-            echo "== $tool: cluster_exchange_probe $a"
-            if [ $tool = none ]; then
-              # shellcheck disable=SC2086
-              timeout "${PROBE_TIMEOUT:-120}" build/cluster_exchange_probe $a 2>&1
-            else
-              # shellcheck disable=SC2086
-              timeout "${PROBE_TIMEOUT:-120}" compute-sanitizer --tool memcheck build/cluster_exchange_probe $a 2>&1 | tail -n 5
-            fi
-            echo "exit ${PIPESTATUS[0]}"
-          } >> "$out/synccheck_probe.log"
-        done
+      for a in "1 16 128 20" "1 16 128 1000" "0 16 128 1000"; do
+        # shellcheck disable=SC2086
+        native_and_memcheck "$out/synccheck_probe.log" "cluster_exchange_probe $a" "${PROBE_TIMEOUT:-120}" 20 \
+          build/cluster_exchange_probe $a
       done
       grep -E "^== |^exit|ERROR SUMMARY|rror|OK|WRONG|launched" "$out/synccheck_probe.log" ;;
     sweep)
