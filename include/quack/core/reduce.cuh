@@ -140,6 +140,27 @@ __device__ __forceinline__ float2 combine_moments(float2 part, int n, float tota
   return make_float2(mean, warp_reduce<SumOp>(m2));
 }
 
+// One thread's moments in one pass over its values, for a combine_moments
+// -style update over threads: sums of d = h - k about a shift k that is one
+// of its own values (the first, say: set k before the first add). Then
+// q <= n * m2 (k lies within the values: the deviation of k from the mean
+// is at most the whole spread), so m2 = q - s^2 / n loses at most about n
+// ulps to the subtraction, where sum(h^2) - n mean^2 loses (mean / sd)^2.
+// Host and device (a CPU test holds it to that bound).
+struct ShiftedMoments {
+  float k = 0.0f, s = 0.0f, q = 0.0f;
+  // h counts only where `on` (a select, not a branch: padding adds 0).
+  __host__ __device__ __forceinline__ void add(float h, bool on = true) {
+    const float d = on ? h - k : 0.0f;
+    s += d;
+    q = fmaf(d, d, q);
+  }
+  // Of n > 0 values, inv_n = 1 / n.
+  __host__ __device__ __forceinline__ float sum(int n) const { return fmaf(float(n), k, s); }
+  __host__ __device__ __forceinline__ float mean(float inv_n) const { return k + s * inv_n; }
+  __host__ __device__ __forceinline__ float m2(float inv_n) const { return fmaxf(fmaf(-s, s * inv_n, q), 0.0f); }
+};
+
 // Whole-CTA reduction (the CTA is one team of `blockDim.x` threads, a multiple
 // of 32). `scratch` holds 32 values in shared memory. Contains one
 // __syncthreads. Two consecutive calls must use different scratch buffers

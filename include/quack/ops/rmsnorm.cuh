@@ -442,7 +442,11 @@ constexpr int kRegSmallCtaMinBlocks = 3;
 // sum(h^2) - mean^2 cancellation): team / CTA reductions of the sum, then of
 // the squared deviations from the CTA's own mean; clustered rows then
 // exchange one (sum, deviations) pair per CTA and combine the moments
-// (core::combine_moments), so a row still costs one cluster round.
+// (core::combine_moments), so a row still costs one cluster round. Staged
+// rows of 16-bit x read x from shared memory, where a second pass costs the
+// L1 pipe a wavefront per 16 bytes: each thread takes its own moments in the
+// first pass (core::ShiftedMoments), and the CTA's deviations are the
+// threads' combined (sum_t m2_t + n_t (mean_t - mean)^2).
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
           bool kStagedEarlyW = false, bool kSmallCta = false>
 __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSmallCtaThreads : kRegRowMaxThreads,
@@ -525,6 +529,14 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     const int64_t row = blk * teams + team_id;
     const bool active = row < p.rows;
     float acc = 0.0f;
+    // Staged LayerNorm of 16-bit x: this thread's element count, mean and
+    // squared deviations from it (pass 1). (fp32 rows keep the second pass:
+    // their late-weight instance, 40 registers for six CTAs an SM, spilled
+    // 4 bytes with it, ptxas -v; LayerNorm's fp32 rows are not staged by
+    // default, RowTuning::ln_staged.)
+    constexpr bool kOnePassMoments = kStaged && kCentre && sizeof(Tx) == 2;
+    int own_n = 0;
+    float own_mean = 0.0f, own_m2 = 0.0f;
     // x (and the residual) of this thread's share, and sum of squares.
     RawVec<Tx, VEC> xv[kRes || kStaged ? 1 : VPT] = {};
     // Staging slot of vector i (kStaged): consecutive threads, consecutive 16 B.
@@ -612,12 +624,40 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
         } else {
           by_whole_io([&](auto wc) { load_row(xv, xrow, wc); });
         }
+        if constexpr (kOnePassMoments) {
+          // Staged LayerNorm: the thread's own moments in this one pass over
+          // shared memory (core::ShiftedMoments about its first element,
+          // n <= 256 values: at most ~n ulps lost), which the CTA then
+          // combines (below), instead of a second pass over the row for the
+          // deviations from the CTA's mean.
+          by_whole([&](auto wc) {
+            constexpr bool kW = decltype(wc)::value;
+            ShiftedMoments m;
+            int n = 0;
 #pragma unroll kUnrollVec
-        for (int i = 0; i < VPT; ++i) {
-          float f[VEC];
-          x_at(i).widen(f);
+            for (int i = 0; i < VPT; ++i) {
+              float f[VEC];
+              x_at(i).widen(f);
+              if (i == 0) m.k = f[0];  // (0 in a thread that holds nothing: a zero-filled slot)
+              const int valid = valid_at(i, wc);
+              n += valid;
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + f[j] : fmaf(f[j], f[j], acc);
+              for (int j = 0; j < VEC; ++j) m.add(f[j], kW || j < valid);
+            }
+            const float inv_n = kW ? 1.0f / float(VPT * VEC) : (n > 0 ? 1.0f / float(n) : 0.0f);
+            own_n = n;
+            own_mean = m.mean(inv_n);
+            own_m2 = m.m2(inv_n);
+            acc = m.sum(n);
+          });
+        } else {
+#pragma unroll kUnrollVec
+          for (int i = 0; i < VPT; ++i) {
+            float f[VEC];
+            x_at(i).widen(f);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + f[j] : fmaf(f[j], f[j], acc);
+          }
         }
       }
     }
@@ -651,7 +691,13 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
         cta_mean = sum * p.inv_cols;
       }
       float dev = 0.0f;
-      if (active) {
+      if constexpr (kOnePassMoments) {
+        // Chan's update over the threads: sum_t m2_t + n_t (mean_t - mean)^2.
+        if (own_n > 0) {
+          const float d = own_mean - cta_mean;
+          dev = fmaf(float(own_n) * d, d, own_m2);
+        }
+      } else if (active) {
         by_whole([&](auto wc) {
 #pragma unroll kUnrollVec
           for (int i = 0; i < VPT; ++i) {

@@ -377,3 +377,87 @@ INSTANTIATE_TEST_SUITE_P(Ops, TeamReduce,
 
 }  // namespace
 }  // namespace quack
+
+// ---------------------------------------------------------------------------
+// ShiftedMoments (host code; no GPU): a thread's moments in one pass about
+// its first value, then the threads' moments combined as the staged
+// LayerNorm combines them (sum_t m2_t + n_t (mean_t - mean)^2), against
+// float64 on rows built to defeat a one-pass variance: far off zero, and an
+// outlier as the first value of a thread.
+
+namespace {
+
+struct Moments {
+  double mean, m2;
+};
+
+Moments exact_moments(const std::vector<float>& v) {
+  double s = 0.0;
+  for (float x : v) s += x;
+  const double mean = s / double(v.size());
+  double m2 = 0.0;
+  for (float x : v) m2 += (double(x) - mean) * (double(x) - mean);
+  return {mean, m2};
+}
+
+// The rows of `threads` x n values the kernel's threads would hold, in
+// thread order, through ShiftedMoments and the combine in float.
+Moments shifted_moments(const std::vector<float>& v, int threads) {
+  const int n = int(v.size()) / threads;
+  const float inv_n = 1.0f / float(n);
+  std::vector<float> mean(threads), m2(threads);
+  float sum = 0.0f;
+  for (int t = 0; t < threads; ++t) {
+    quack::core::ShiftedMoments m;
+    m.k = v[size_t(t) * n];
+    for (int j = 0; j < n; ++j) m.add(v[size_t(t) * n + j]);
+    mean[t] = m.mean(inv_n);
+    m2[t] = m.m2(inv_n);
+    sum += m.sum(n);
+  }
+  const float all_mean = sum / float(v.size());
+  float dev = 0.0f;
+  for (int t = 0; t < threads; ++t) {
+    const float d = mean[t] - all_mean;
+    dev += std::fmaf(float(n) * d, d, m2[t]);
+  }
+  return {all_mean, dev};
+}
+
+}  // namespace
+
+TEST(ShiftedMoments, OnePassMomentsHoldOnHostileRows) {
+  std::mt19937 gen(20261201);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int n : {32, 64, 256}) {
+    for (const float offset : {0.0f, 100.0f, 1000.0f}) {
+      for (const float outlier : {0.0f, 50.0f, 1e4f}) {
+        // 64 threads of n values each; every third thread's first value is
+        // the outlier (its shift k, the worst case), one more in the middle.
+        const int threads = 64;
+        std::vector<float> v(size_t(threads) * n);
+        for (auto& x : v) x = offset + u(gen);
+        for (int t = 0; t < threads; t += 3) v[size_t(t) * n] += outlier;
+        v[v.size() / 2 + 1] -= outlier;
+        const Moments want = exact_moments(v);
+        const Moments got = shifted_moments(v, threads);
+        SCOPED_TRACE("n " + std::to_string(n) + " offset " + std::to_string(offset) + " outlier " +
+                     std::to_string(outlier));
+        // A few ulps of the values' size for the mean; for m2, n ulps of
+        // each thread's q, far inside what mean(h^2) - mean^2 would lose.
+        const double ulp = std::ldexp(1.0, -23);
+        EXPECT_NEAR(got.mean, want.mean, 8 * ulp * (std::fabs(want.mean) + outlier + 1.0));
+        EXPECT_NEAR(got.m2 / want.m2, 1.0, 4 * n * ulp) << got.m2 << " against " << want.m2;
+      }
+    }
+  }
+}
+
+TEST(ShiftedMoments, ConstantRowsHaveNoVariance) {
+  for (const float c : {0.0f, 7.0f, -1234.5f}) {
+    std::vector<float> v(size_t(8) * 64, c);
+    const Moments got = shifted_moments(v, 8);
+    EXPECT_EQ(got.mean, c);
+    EXPECT_EQ(got.m2, 0.0f);
+  }
+}

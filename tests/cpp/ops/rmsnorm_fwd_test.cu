@@ -68,6 +68,10 @@ struct FwdCase {
   OperandSpec op[kNumOperands];
   float eps = 1e-6f;
   float weight_offset = 0.0f;
+  // x about 100 with a spread of 1, and every 997th column 50 higher: a
+  // variance taken as mean(h^2) - mean^2 in fp32 loses it, and a shifted
+  // sum whose shift is an outlier is at its least exact.
+  bool hostile_moments = false;
 
   FwdCase(std::string n, int64_t m, int64_t cols_, DType x) : name(std::move(n)), rows(m), cols(cols_) {
     op[kX] = {true, x};
@@ -86,6 +90,10 @@ struct FwdCase {
   }
   FwdCase& with_weight_offset(float w) {
     weight_offset = w;
+    return *this;
+  }
+  FwdCase& with_hostile_moments() {
+    hostile_moments = true;
     return *this;
   }
   // Every present operand one element past alignment (the element-wise path).
@@ -157,6 +165,15 @@ std::vector<FwdCase> fwd_cases() {
       FwdCase("N16384_bf16_f32_w_b_rstd_small_cta", 33, 16384, kBF16).with(kW, kF32).with(kB, kF32).with_rstd(),
       FwdCase("N12289_f16_f32_w_small_cta_partial", 7, 12289, kF16).with(kW, kF32).pad(kX, 7).pad(kOut, 7),
       FwdCase("N1048576_bf16_w_rstd_full_tile", 2, 1048576, kBF16).with(kW, kBF16).with_rstd(),
+      // Rows far off zero with outliers (with_hostile_moments): the
+      // register and staged moments, a whole tile and partial vectors.
+      FwdCase("N4096_f32_w_b_rstd_hostile_moments", 9, 4096, kF32).with(kW, kF32).with(kB, kF32).with_rstd()
+          .with_hostile_moments(),
+      FwdCase("N65536_bf16_f32_w_b_rstd_hostile_moments", 6, 65536, kBF16).with(kW, kF32).with(kB, kF32).with_rstd()
+          .with_hostile_moments(),
+      FwdCase("N24580_f32_w_rstd_hostile_moments", 5, 24580, kF32).with(kW, kF32).with_rstd().with_hostile_moments(),
+      FwdCase("N131069_f16_b_rstd_hostile_moments", 3, 131069, kF16).with(kB, kF16).with_rstd().pad(kX, 3).pad(kOut, 3)
+          .with_hostile_moments(),
       // Clustered register kernels: persistent, many rows per cluster (the
       // exchange's alternating barriers), a 3-CTA cluster, each family.
       FwdCase("N70000_bf16_M300_w_rstd_persistent_cluster", 300, 70000, kBF16).with(kW, kBF16).with_rstd(),
@@ -212,15 +229,16 @@ Inputs make_inputs(const FwdCase& c, bool centre) {
     if (!c.op[o].present) return;
     v.resize(size_t(rows * c.cols));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < c.cols; ++j) v[r * c.cols + j] = float(round_to(c.op[o].dtype, value(r)));
+      for (int64_t j = 0; j < c.cols; ++j) v[r * c.cols + j] = float(round_to(c.op[o].dtype, value(r, j)));
   };
   // Row scales from 0.25 to 4: a row normalised with another's rstd shows.
-  fill(in.x, kX, c.rows, [&](int64_t r) {
+  fill(in.x, kX, c.rows, [&](int64_t r, int64_t j) {
+    if (c.hostile_moments) return 100.0f + u(gen) + (j % 997 == 0 ? 50.0f : 0.0f);
     return std::ldexp(2.0f * u(gen) + (centre ? float(r % 9) - 4.0f : 0.0f), int(r % 5) - 2);
   });
-  fill(in.res, kRes, c.rows, [&](int64_t) { return u(gen); });
-  fill(in.w, kW, 1, [&](int64_t) { return 1.0f + 0.5f * u(gen); });
-  fill(in.b, kB, 1, [&](int64_t) { return 0.5f * u(gen); });
+  fill(in.res, kRes, c.rows, [&](int64_t, int64_t) { return u(gen); });
+  fill(in.w, kW, 1, [&](int64_t, int64_t) { return 1.0f + 0.5f * u(gen); });
+  fill(in.b, kB, 1, [&](int64_t, int64_t) { return 0.5f * u(gen); });
   return in;
 }
 
