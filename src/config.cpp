@@ -559,9 +559,12 @@ namespace {
 // Pipelined norm backward CTAs resident on an SM: 1024 threads at the
 // kernel's 64 registers, and the shared memory (1 KB of it reserved a CTA).
 // small_cta: the small-CTA kernel, built for at most
-// kNormBwdPipeSmallCtaThreadsPerSm threads an SM.
-int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim, bool small_cta) {
-  const int per_sm_threads = small_cta ? kNormBwdPipeSmallCtaThreadsPerSm : kRegRowMaxThreads;
+// kNormBwdPipeSmallCtaThreadsPerSm threads an SM (its 4-vector tile for
+// kNormBwdPipeWideThreadsPerSm).
+int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim, bool small_cta, int vpt) {
+  const int per_sm_threads = !small_cta                  ? kRegRowMaxThreads
+                             : vpt == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm
+                                                          : kNormBwdPipeSmallCtaThreadsPerSm;
   return std::min<int64_t>(per_sm_threads / threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
 }
 }  // namespace
@@ -574,8 +577,26 @@ size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int thr
   return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
 }
 
+namespace {
+bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                             RegRowConfig* out);
+}  // namespace
+
+// The 4-vector tile where it serves the row; else (a row past 16 of its
+// CTAs, or no stage fitting) the 2-vector one.
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out) {
+  if (choose_norm_bwd_pipe_at(prob, lim, tune, out)) return true;
+  const int asked = prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+  if (asked < kNormBwdPipeWideVpt) return false;
+  RowTuning narrow = tune;
+  narrow.bwd_pipe_vpt16 = narrow.bwd_pipe_vpt32 = 2;
+  return choose_norm_bwd_pipe_at(prob, lim, narrow, out);
+}
+
+namespace {
+bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
+                             RegRowConfig* out) {
   if (prob.x_elem_bytes <= 0 || 16 % prob.x_elem_bytes || prob.tensors < 2 || prob.tensors > 3) return false;
   const int bit = prob.x_elem_bytes == 4 ? 2 : 1;
   if (!(tune.bwd_pipe & bit)) return false;
@@ -586,22 +607,30 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   // row otherwise): 1 vector a thread ran 16-bit rows at 55-58% of copy
   // against 62-72% at 2 (rmsnorm_bwd_sweep at ce37acc, H200; bench/results/
   // 2026-11-30-rmsnorm-bwd-sweep.md run 4).
-  const int max_vpt = prob.max_vpt >= 2 ? 2 : 1;
-  int vpt = (prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16) >= 2 ? 2 : 1;
+  // 4 vectors (asked by the tuning) only in small CTAs, which hold their
+  // sums in registers; where those are not built or not wanted, 2.
+  const bool small_ok = prob.small_cta_ok && (prob.db ? tune.bwd_pipe_db_regs : tune.bwd_pipe_small_cta);
+  const int max_vpt = prob.max_vpt >= kNormBwdPipeWideVpt && small_ok ? kNormBwdPipeWideVpt
+                      : prob.max_vpt >= 2                              ? 2
+                                                                       : 1;
+  const int asked = prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+  int vpt = asked >= kNormBwdPipeWideVpt ? std::min(max_vpt, kNormBwdPipeWideVpt) : asked >= 2 ? 2 : 1;
   if (vpt > max_vpt) return false;
-  while (pow2_ceil(ceil_div(nvec, vpt)) > kRegRowMaxThreads && vpt < max_vpt) vpt *= 2;
+  // (A 4-vector row stays at 4: past one small CTA it takes a cluster.)
+  while (pow2_ceil(ceil_div(nvec, vpt)) > kRegRowMaxThreads && vpt < std::min(max_vpt, 2)) vpt *= 2;
+  const int64_t team_cap = vpt == kNormBwdPipeWideVpt ? kNormBwdPipeSmallCtaThreads : kRegRowMaxThreads;
   // The stage count with the most bytes in flight an SM ((stages - 1) stages
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
   // ties to fewer stages. Returns the CTAs an SM (0: no stage count fits).
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;
-    c.small_cta = prob.small_cta_ok && (prob.db ? tune.bwd_pipe_db_regs : tune.bwd_pipe_small_cta) &&
-                  c.threads <= kNormBwdPipeSmallCtaThreads;
+    c.small_cta = small_ok && c.threads <= kNormBwdPipeSmallCtaThreads;
+    if (c.vpt == kNormBwdPipeWideVpt && !c.small_cta) return 0;
     for (int s = 2; s <= max_stages; ++s) {
       const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta);
       if (smem > lim.max_smem_per_block) break;
-      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta);
+      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta, c.vpt);
       if (per_sm < 1) break;
       if ((s - 1) * per_sm > best) {
         best = (s - 1) * per_sm;
@@ -613,7 +642,7 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
     return best_per_sm;
   };
   const int64_t team = pow2_ceil(ceil_div(nvec, vpt));
-  if (team <= kRegRowMaxThreads) {
+  if (team <= team_cap) {
     // The smallest bucket that still covers the row with the same team (short rows).
     c.vpt = vpt;
     while (c.vpt > 1 && int64_t(c.vpt / 2) * team >= nvec) c.vpt /= 2;
@@ -640,12 +669,13 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   // 69.8%, fp32 94.1 / 91.5 / 90.3% and 93.2 / 90.9% / - (rmsnorm_bwd_sweep,
   // H200, e38f7fb; bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 8).
   const int max_cluster = std::max(1, std::min({lim.max_cluster, 16, tune.bwd_pipe_cluster}));
-  if (vpt != 2 || max_cluster < 2) return false;
+  if (vpt < 2 || max_cluster < 2) return false;
   int max_threads = 256;  // the largest power of two within the knob
   while (max_threads < kRegRowMaxThreads && max_threads * 2 <= tune.bwd_pipe_cluster_threads) max_threads *= 2;
+  if (vpt == kNormBwdPipeWideVpt) max_threads = kNormBwdPipeSmallCtaThreads;
   RegRowConfig best;
   int64_t best_threads_per_sm = 0;
-  c.vpt = 2;
+  c.vpt = vpt;
   for (int threads = int(std::min<int64_t>(team / 2, max_threads)); threads >= 256; threads /= 2) {
     c.team = c.threads = threads;
     const int64_t cluster = ceil_div(nvec, int64_t(threads) * c.vpt);
@@ -662,6 +692,7 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   *out = best;
   return true;
 }
+}  // namespace
 
 const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeProblem& prob,
                                        const DeviceLimits& lim) {
@@ -671,8 +702,10 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
   if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";
-  if (c.cluster > 1 && (c.threads != c.team || c.vpt != 2)) return "a clustered row must own whole CTAs at 2 vectors a thread";
-  if (c.vpt != 1 && (c.vpt != 2 || prob.max_vpt < 2)) return "vpt is not a tile the kernel is built with";
+  if (c.cluster > 1 && (c.threads != c.team || c.vpt < 2))
+    return "a clustered row must own whole CTAs at 2 or 4 vectors a thread";
+  const bool wide = c.vpt == kNormBwdPipeWideVpt && prob.max_vpt >= kNormBwdPipeWideVpt && c.small_cta;
+  if (c.vpt != 1 && !(c.vpt == 2 && prob.max_vpt >= 2) && !wide) return "vpt is not a tile the kernel is built with";
   if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
   if (c.stages < 2 || c.stages > 4) return "stages outside [2, 4]";
   if (c.small_cta && (!prob.small_cta_ok || c.threads > kNormBwdPipeSmallCtaThreads))
@@ -688,7 +721,8 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
-  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim, c.small_cta) * lim.num_sms))
+  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim, c.small_cta, c.vpt) *
+                                                  lim.num_sms))
     return "grid beyond the resident CTAs";
   return nullptr;
 }

@@ -94,7 +94,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.x_elem_bytes = dtype_size(t);
     pp.weight = a.weight.ptr != nullptr;
     pp.tensors = a.dresidual_out.ptr != nullptr ? 3 : 2;
-    pp.max_vpt = ops::kRMSNormBwdPipeMaxVpt;
+    pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(t, centre);
     pp.db = a.dbias.ptr != nullptr;
     pp.small_cta_ok = ops::rmsnorm_bwd_pipe_small_cta(t, centre);
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;

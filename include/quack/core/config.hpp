@@ -156,8 +156,9 @@ struct RowTuning {
   // rows' h and dy copied into shared memory while this row is reduced):
   // bit 0 for 16-bit rows, bit 1 for fp32 rows (0: the register kernel with
   // shared-memory accumulators). bwd_pipe_vpt16 / bwd_pipe_vpt32: 16-byte
-    // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
-  // kernel has that tile);
+  // vectors a thread (1 or 2; 2 where a 1024-thread team needs it and the
+  // kernel has that tile; 4: kNormBwdPipeWideVpt in small CTAs where built,
+  // 16-bit rows, else 2);
   // bwd_pipe_stages: the most shared-memory stages (2..4); bwd_pipe_threads:
   // the CTA that teams of up to a warp share (larger teams own theirs);
   // bwd_pipe_cluster: the largest cluster a longer row is spread over (1:
@@ -279,13 +280,20 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 // memory for them).
 constexpr int kNormBwdPipeSmallCtaThreads = 256;
 constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
+// The small-CTA kernel's 4-vector tile (16-bit x; tune.bwd_pipe_vpt16 = 4):
+// 32 elements a thread, their dw and db sums in 64 registers, so at most
+// kNormBwdPipeWideThreadsPerSm threads an SM, 128 registers each (the
+// layout QuACK's backward takes: twice the elements a thread past each row
+// reduction).
+constexpr int kNormBwdPipeWideVpt = 4;
+constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 struct NormBwdPipeProblem {
   int64_t rows = 0;
   int64_t cols = 0;
   int x_elem_bytes = 2;      // h, dy, dx (and dresidual_out, dresidual)
   bool weight = false;       // a weight (held as fp32 whatever its dtype)
   int tensors = 2;           // staged per row: h, dy (3: and dresidual_out)
-  int max_vpt = 2;           // the largest tile the kernel is built with (1 or 2)
+  int max_vpt = 2;           // the largest tile the kernel is built with (1, 2; 4 in small CTAs)
   bool db = true;            // dbias asked for (its sums take shared memory but in the small-CTA kernel)
   bool small_cta_ok = true;  // the small-CTA kernel is built for x's dtype
   size_t scratch_bytes = 0;

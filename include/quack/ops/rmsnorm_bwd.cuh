@@ -349,10 +349,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // kNormBwdPipeSmallCtaThreads): built for kNormBwdPipeSmallCtaThreadsPerSm
 // threads an SM, 80 registers instead of 64; the db sums (with dbias) stay
 // in registers beside dw's instead of a 16-byte shared-memory load and store
-// for every 4 elements of every row.
+// for every 4 elements of every row. Its 4-vector tile (16-bit x,
+// kNormBwdPipeWideVpt) is built for kNormBwdPipeWideThreadsPerSm threads an
+// SM, 128 registers.
 template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false>
 __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kRegRowMaxThreads,
-                                  kSmallCta ? kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeSmallCtaThreads : 1)
+                                  !kSmallCta                  ? 1
+                                  : VPT == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm / kNormBwdPipeSmallCtaThreads
+                                                               : kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeSmallCtaThreads)
     rmsnorm_bwd_pipe_kernel(const RMSNormBwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -893,7 +897,8 @@ Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg
 
 // The pipelined kernel's largest tile (vectors a thread) that compiles
 // without spilling under its 64-register budget (ptxas -v, CUDA 13.0): 2 for
-// every dtype, RMSNorm and LayerNorm; 4 spilled everywhere (24-160 bytes).
+// every dtype, RMSNorm and LayerNorm; 4 spilled everywhere (24-160 bytes),
+// and is built only in small CTAs (rmsnorm_bwd_pipe_max_vpt).
 // (LayerNorm's 16-bit rows spilled 8-16 bytes at 2 until the eighteenth
 // session's cuts -- 1 / N from the host, bf16 widened by shift and mask,
 // opaque row pointers -- and took 1 until then. The weight's dtype does not
@@ -906,6 +911,14 @@ constexpr int kRMSNormBwdPipeMaxVpt = 2;
 // registers of kNormBwdPipeSmallCtaThreadsPerSm threads an SM (ptxas -v,
 // CUDA 13.0; bf16's fit).
 constexpr bool rmsnorm_bwd_pipe_small_cta(DType x, bool centre) { return !(x == DType::kFloat16 && centre); }
+
+// The pipelined kernel's largest tile for x of this dtype: 4 vectors for
+// 16-bit x in small CTAs (kNormBwdPipeWideVpt, a 128-register budget: every
+// such instance compiles at 128 registers with no spill, ptxas -v, CUDA
+// 13.0), else kRMSNormBwdPipeMaxVpt.
+constexpr int rmsnorm_bwd_pipe_max_vpt(DType x, bool centre) {
+  return x != DType::kFloat32 && rmsnorm_bwd_pipe_small_cta(x, centre) ? kNormBwdPipeWideVpt : kRMSNormBwdPipeMaxVpt;
+}
 
 // The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
 // (the resident ones); rows past one CTA (cfg.cluster > 1) only at 2 vectors
@@ -932,6 +945,19 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
       static core::KernelAttrCache cache;
       return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>, cache, device, shape,
                                      stream, p);
+    }
+    if constexpr (kSmallCta && rmsnorm_bwd_pipe_max_vpt(kX, kCentre) == kNormBwdPipeWideVpt) {
+      constexpr int kW = kNormBwdPipeWideVpt;
+      if (cfg.vpt == kW && cfg.cluster == 1) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, false, true>, cache, device, shape,
+                                       stream, p);
+      }
+      if (cfg.vpt == kW) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, true, true>, cache, device, shape,
+                                       stream, p);
+      }
     }
     return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with " + std::to_string(cfg.vpt) +
                                     " vectors per thread in clusters of " + std::to_string(cfg.cluster)};

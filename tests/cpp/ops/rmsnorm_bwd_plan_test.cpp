@@ -270,14 +270,51 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   EXPECT_EQ(half.grid, 264) << half.text;
 }
 
+// The 4-vector tile (bwd_pipe_vpt16 = 4): 16-bit rows in small CTAs of
+// 32 elements a thread, two 256-thread CTAs an SM (128 registers); clusters
+// of 256-thread CTAs past one; fp32 rows and fp16 LayerNorm (no small-CTA
+// kernel) keep 2 vectors, and so do rows whose small CTA is turned off.
+TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_vpt16 = 4;
+  t.bwd_pipe_vpt32 = 4;
+  set_row_tuning(&t);
+  for (const bool ln : {false, true}) {
+    const Kernel k4 = plan({65536, 4096, kBF16, kF32}, ln);
+    EXPECT_EQ(k4.kind, "pipe") << k4.text;
+    EXPECT_EQ(k4.vpt, 4) << k4.text;
+    EXPECT_EQ(k4.team, 128) << k4.text;
+    EXPECT_EQ(k4.cluster, 1) << k4.text;
+    EXPECT_NE(k4.text.find("small_cta"), std::string::npos) << k4.text;
+    EXPECT_EQ(k4.grid, 4 * 132) << k4.text;  // 512 threads an SM
+    const Kernel k8 = plan({32768, 8192, kBF16, kF32}, ln);
+    EXPECT_EQ(k8.vpt, 4) << k8.text;
+    EXPECT_EQ(k8.threads, 256) << k8.text;
+    EXPECT_EQ(k8.grid, 2 * 132) << k8.text;
+    const Kernel k16 = plan({16384, 16384, kBF16, kF32}, ln);
+    EXPECT_EQ(k16.vpt, 4) << k16.text;
+    EXPECT_EQ(k16.threads, 256) << k16.text;
+    EXPECT_EQ(k16.cluster, 2) << k16.text;
+    const Kernel k64 = plan({4096, 65536, kBF16, kBF16}, ln);
+    EXPECT_EQ(k64.vpt, 4) << k64.text;
+    EXPECT_EQ(k64.cluster, 8) << k64.text;
+    EXPECT_EQ(plan({65536, 4096, kF32, kF32}, ln).vpt, 2);  // fp32: 2 at most
+  }
+  EXPECT_EQ(plan({65536, 4096, kF16, kF32}, true).vpt, 2);    // fp16 LayerNorm
+  EXPECT_EQ(plan({65536, 4096, kF16, kF16}, false).vpt, 4);   // fp16 RMSNorm
+  t.bwd_pipe_db_regs = 0;  // LayerNorm's dbias: no small CTA, so 2 vectors
+  set_row_tuning(&t);
+  EXPECT_EQ(plan({65536, 4096, kBF16, kF32}, true).vpt, 2);
+}
+
 // Every row length up to 300K, every dtype, weight, staged-tensor count and
 // dbias: a valid configuration (the tiles cover the row, shared memory fits,
 // the grid is resident, clusters own whole CTAs), or a refusal only where no
 // CTA of 256-1024 threads holds two stages within a cluster of 16.
-TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
-  const DeviceLimits lim;
-  const RowTuning tune = default_row_tuning();
-  int64_t served = 0, clustered = 0;
+// Checks every row length up to 300K, every dtype, weight, staged-tensor
+// count and dbias under `tune` (16-bit rows built up to max_vpt vectors).
+void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int max_vpt) {
+  int64_t served = 0, clustered = 0, wide = 0;
   for (int xb : {2, 4})
     for (int wb : {0, 2, 4})  // the caller's weight: none, 16-bit, fp32 (held as fp32 alike)
       for (int tensors : {2, 3})
@@ -290,7 +327,7 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
           const bool weight = wb > 0;
           prob.weight = weight;
           prob.tensors = tensors;
-          prob.max_vpt = 2;
+          prob.max_vpt = xb == 2 ? max_vpt : 2;
           prob.db = (n & 1) != 0;
           prob.scratch_bytes = 1024;
           RegRowConfig c;
@@ -315,11 +352,28 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
           ASSERT_EQ(why, nullptr) << why << ": " << what;
           EXPECT_EQ(c.stages, 2) << what;
           if (c.cluster > 1) {
-            EXPECT_LT(int64_t(c.cluster - 1) * c.threads * 2, nvec) << what;  // no idle CTA
+            EXPECT_LT(int64_t(c.cluster - 1) * c.threads * c.vpt, nvec) << what;  // no idle CTA
+          }
+          if (c.vpt == 4) {
+            EXPECT_TRUE(xb == 2 && c.small_cta && c.threads <= 256) << what;
+            ++wide;
           }
         }
   EXPECT_GT(served, 12000) << served;  // (of about 14000 problems)
   EXPECT_GT(clustered, 3000) << clustered;
+  if (max_vpt == 4) EXPECT_GT(wide, 3000) << wide;
+  else EXPECT_EQ(wide, 0);
+}
+
+TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
+  check_pipe_invariants(DeviceLimits{}, default_row_tuning(), 2);
+}
+
+// The same with the 4-vector tile asked for and built (16-bit rows).
+TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
+  RowTuning tune = default_row_tuning();
+  tune.bwd_pipe_vpt16 = 4;
+  check_pipe_invariants(DeviceLimits{}, tune, 4);
 }
 
 }  // namespace

@@ -93,6 +93,15 @@ std::vector<BwdCase> cases() {
   add({"N131072_bf16_M40_pipe_cluster8_noweight", 40, 131072, kBF16, kBF16, false, false, true});
   add({"N262144_bf16_M64_pipe_cluster16_fp32w", 64, 262144, kBF16, kF32, true, true, false});
   add({"N65536_f32_M100_pipe_cluster8", 100, 65536, kF32, kF32});
+  // Rows the 4-vector tile serves when asked (FourVectorPipelineMatchesFloat64):
+  // 128-thread CTAs (fp32 weight, dbias), a partial last vector's thread in
+  // 256-thread CTAs (fp16, dresidual_out), sub-warp teams, and clusters of
+  // 2 (bf16 16K) and of 3 with a partial last slice.
+  add({"N4096_bf16_M3000_fp32w_vpt4", 3000, 4096, kBF16, kF32});
+  add({"N8000_f16_M500_dres_out_vpt4", 500, 8000, kF16, kF16, true, true, true, true, false});
+  add({"N200_bf16_M20000_vpt4", 20000, 200, kBF16, kBF16});
+  add({"N16384_bf16_M300_fp32w_vpt4_cluster2", 300, 16384, kBF16, kF32});
+  add({"N20000_bf16_M200_vpt4_cluster3", 200, 20000, kBF16, kBF16, true, true, false});
   // General kernel.
   add({"N999_bf16_M17_misaligned", 17, 999, kBF16, kBF16, true, true, true, true, true, 0.0f, 1});
   add({"N1000_f16_M11_odd_stride", 11, 1000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
@@ -126,7 +135,9 @@ bool close(double got, double want, double rtol, double atol) {
 double rtol_of(DType t) { return t == kF32 ? 1e-6 : t == kF16 ? 1e-3 : 8e-3; }
 double tiny_of(DType t) { return t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126); }
 
-void run_case(const BwdCase& c, bool centre) {
+// want_in_plan: words the call's plan (norm_bwd_plan_description) must
+// contain, or the test fails (empty: not checked).
+void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "") {
   const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
   const int64_t M = test::case_rows(c.rows, c.cols), N = c.cols, stride = N + c.pad;
   std::mt19937 gen(uint32_t(M * 7919 + N));
@@ -187,6 +198,10 @@ void run_case(const BwdCase& c, bool centre) {
   if (c.dweight) a.dweight = {tdw.ptr(), c.wt};
   if (c.dbias) a.dbias = {tdb.ptr(), c.wt};
   a.weight_offset = c.weight_offset;
+  if (!want_in_plan.empty()) {
+    const std::string plan = norm_bwd_plan_description(a, centre, DeviceLimits{});
+    ASSERT_NE(plan.find(want_in_plan), std::string::npos) << "the call does not take the kernel under test: " << plan;
+  }
   size_t ws_bytes = 0;
   {
     const Status st = centre ? layernorm_bwd_workspace_bytes(a, &ws_bytes) : rmsnorm_bwd_workspace_bytes(base, &ws_bytes);
@@ -343,6 +358,22 @@ TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
   TuningScope scope(t);
   run_case(GetParam(), false);
   run_case(GetParam(), true);
+}
+
+// The 4-vector tile of the small-CTA pipelined kernel (bwd_pipe_vpt16 = 4):
+// 16-bit rows it serves take it (the plan says vpt=4), everything else what
+// the tuning then gives.
+TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_vpt16 = 4;
+  TuningScope scope(t);
+  const BwdCase& c = GetParam();
+  for (const bool centre : {false, true}) {
+    SCOPED_TRACE(centre ? "LayerNorm" : "RMSNorm");
+    run_case(c, centre, c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16) ? "vpt=4" : "");
+    if (HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
