@@ -252,7 +252,20 @@ RowTuning default_row_tuning() {
   // sharing 256-thread CTAs, whose every row then waits at one barrier of 8
   // warps; run 5).
   t.bwd_pipe = 3;
-  t.bwd_pipe_vpt16 = 2;
+  // 16-bit rows: the 4-vector tile (32 elements a thread in small CTAs,
+  // kNormBwdPipeWideVpt) from 16K columns (RMSNorm) and 1K (LayerNorm),
+  // the 2-vector tile below (rmsnorm_bwd_sweep bf16, M*N = 2^28, H200,
+  // b2bc621, % of copy with dweight and dbias, 4 vectors against 2;
+  // bench/results/logs/2026-12-01-norm-4vec-one-pass-b2bc621.log):
+  // RMSNorm 256 / 1K / 4K 84.9 / 87.4 / 87.7 against 87.8 / 88.5 / 90.7,
+  // 16K / 32K / 64K / 128K 90.5 / 89.8 / 88.5 / 82.6 against 80.4 / 78.1 /
+  // 72.1 / 58.0 (with dweight alone 16K 91.0 against 91.5, even);
+  // LayerNorm 256 84.2 against 90.5, 1K / 4K / 16K / 32K / 64K / 128K 87.6
+  // / 88.7 / 86.6 / 79.8 / 77.4 / 71.5 against 80.5 / 77.7 / 64.7 / 62.7 /
+  // 58.2 / 47.2. 8K and 512-1023 columns unmeasured.
+  t.bwd_pipe_vpt16 = 4;
+  t.bwd_pipe_wide_min_cols = 16384;
+  t.bwd_pipe_wide_min_cols_ln = 1024;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -582,12 +595,16 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
                              RegRowConfig* out);
 }  // namespace
 
-// The 4-vector tile where it serves the row; else (a row past 16 of its
-// CTAs, or no stage fitting) the 2-vector one.
+// The 4-vector tile where it is asked, the row is long enough
+// (tune.bwd_pipe_wide_min_cols, _ln for LayerNorm) and it serves the row;
+// else (a shorter row, a row past 16 of its CTAs, or no stage fitting) the
+// 2-vector one.
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out) {
-  if (choose_norm_bwd_pipe_at(prob, lim, tune, out)) return true;
   const int asked = prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+  const int64_t wide_min = prob.centre ? tune.bwd_pipe_wide_min_cols_ln : tune.bwd_pipe_wide_min_cols;
+  if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out))
+    return true;
   if (asked < kNormBwdPipeWideVpt) return false;
   RowTuning narrow = tune;
   narrow.bwd_pipe_vpt16 = narrow.bwd_pipe_vpt32 = 2;

@@ -97,6 +97,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.max_vpt = ops::rmsnorm_bwd_pipe_max_vpt(t, centre);
     pp.db = a.dbias.ptr != nullptr;
     pp.small_cta_ok = ops::rmsnorm_bwd_pipe_small_cta(t, centre);
+    pp.centre = centre;
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.pipe = choose_norm_bwd_pipe_config(pp, lim, current_row_tuning(), &plan.cfg) &&
                 check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;

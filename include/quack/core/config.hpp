@@ -166,7 +166,10 @@ struct RowTuning {
   // the largest CTA of such a cluster (256..1024); bwd_pipe_db_regs: with
   // dbias, CTAs of up to 256 threads take the small-CTA kernel (80
   // registers, the db sums in registers; 0: the db sums in shared memory);
-  // bwd_pipe_small_cta: without dbias too (0: the 64-register kernel).
+  // bwd_pipe_small_cta: without dbias too (0: the 64-register kernel);
+  // bwd_pipe_wide_min_cols / bwd_pipe_wide_min_cols_ln: with
+  // bwd_pipe_vpt16 = 4, RMSNorm / LayerNorm rows shorter than this take the
+  // 2-vector tile (0: the 4-vector tile at every length it serves).
   int bwd_pipe;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
@@ -176,6 +179,8 @@ struct RowTuning {
   int bwd_pipe_cluster_threads;
   int bwd_pipe_db_regs;
   int bwd_pipe_small_cta;
+  int64_t bwd_pipe_wide_min_cols;
+  int64_t bwd_pipe_wide_min_cols_ln;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -296,6 +301,7 @@ struct NormBwdPipeProblem {
   int max_vpt = 2;           // the largest tile the kernel is built with (1, 2; 4 in small CTAs)
   bool db = true;            // dbias asked for (its sums take shared memory but in the small-CTA kernel)
   bool small_cta_ok = true;  // the small-CTA kernel is built for x's dtype
+  bool centre = false;       // LayerNorm (tune.bwd_pipe_wide_min_cols_ln)
   size_t scratch_bytes = 0;
 };
 // small_cta: the small-CTA kernel (the db sums in registers, not here).

@@ -92,9 +92,17 @@ void expect_pipe(const Call& call, bool layernorm, const PipeLayout& want) {
 class NormBwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
+  // The 2-vector tile at every row length (the defaults take 4 vectors for
+  // long 16-bit rows: DefaultsTakeFourVectorsByRowLength).
+  void two_vector_tile() {
+    two_ = default_row_tuning();
+    two_.bwd_pipe_vpt16 = 2;
+    set_row_tuning(&two_);
+  }
+  RowTuning two_{};
 };
 
-// The cells the default tuning serves with the pipelined kernel (RMSNorm
+// The cells the 2-vector tile serves with the pipelined kernel (RMSNorm
 // without dbias, LayerNorm with it, as the benchmarks call them; src/
 // config.cpp cites the sweep): 2 vectors a thread (16 16-bit / 8 fp32
 // elements), two stages, teams of up to a warp sharing 256-thread CTAs and
@@ -102,6 +110,7 @@ class NormBwdPlan : public testing::Test {
 // threads an SM, 768 for CTAs of up to 256 threads -- the small-CTA
 // kernel's 80 registers -- fewer where the shared memory runs out).
 TEST_F(NormBwdPlan, PipelinedCells) {
+  two_vector_tile();
   struct Cell {
     Call call;
     bool ln;
@@ -143,6 +152,7 @@ TEST_F(NormBwdPlan, PipelinedCells) {
 // as many clusters as the SMs hold (the launch clamps them further to what
 // the GPCs hold).
 TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
+  two_vector_tile();
   struct Cell {
     Call call;
     bool ln;
@@ -214,6 +224,7 @@ TEST_F(NormBwdPlan, OtherKernels) {
 // with or without dbias; not fp16 LayerNorm (not built: it spills), and not
 // with its knobs off.
 TEST_F(NormBwdPlan, SmallCtaKernel) {
+  two_vector_tile();
   auto small = [](const Call& c, bool ln) {
     const Kernel k = plan(c, ln);
     EXPECT_EQ(k.kind, "pipe") << k.text;
@@ -232,7 +243,7 @@ TEST_F(NormBwdPlan, SmallCtaKernel) {
   // 12 64-thread CTAs an SM (768 threads: the kernel's register budget), not
   // the 15 their shared memory allows.
   EXPECT_EQ(plan({262144, 1024, kBF16, kF32}, true).grid, 12 * 132);
-  RowTuning t = default_row_tuning();
+  RowTuning t = two_;
   t.bwd_pipe_db_regs = 0;
   set_row_tuning(&t);
   EXPECT_FALSE(small({65536, 4096, kBF16, kF32}, true));
@@ -260,8 +271,9 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   EXPECT_EQ(wide.vpt, 2) << wide.text;
   const Kernel small = plan({1048576, 256, kBF16, kBF16});
   EXPECT_EQ(small.threads, 128) << small.text;
-  // Clusters of smaller CTAs: two of 512 threads an SM.
+  // Clusters of smaller CTAs (2-vector tile): two of 512 threads an SM.
   t = default_row_tuning();
+  t.bwd_pipe_vpt16 = 2;
   t.bwd_pipe_cluster_threads = 600;
   set_row_tuning(&t);
   const Kernel half = plan({4096, 65536, kBF16, kBF16});
@@ -278,6 +290,7 @@ TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
   RowTuning t = default_row_tuning();
   t.bwd_pipe_vpt16 = 4;
   t.bwd_pipe_vpt32 = 4;
+  t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
   set_row_tuning(&t);
   for (const bool ln : {false, true}) {
     const Kernel k4 = plan({65536, 4096, kBF16, kF32}, ln);
@@ -373,7 +386,38 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_vpt16 = 4;
+  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
   check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
+// The defaults: 16-bit rows take the 4-vector tile from 16K columns in
+// RMSNorm and 1K in LayerNorm (src/config.cpp cites the sweep), the
+// 2-vector tile below; fp32 rows and fp16 LayerNorm (no small-CTA kernel)
+// always 2.
+TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
+  for (const DType t : {kBF16, kF16}) {
+    EXPECT_EQ(plan({65536, 4096, t, kF32}).vpt, 2);
+    EXPECT_EQ(plan({32768, 16376, t, kF32}).vpt, 2);
+    EXPECT_EQ(plan({32768, 16384, t, kF32}).vpt, 4);
+    EXPECT_EQ(plan({4096, 65536, t, t}).vpt, 4);
+    EXPECT_EQ(plan({2048, 131072, t, t}).vpt, 4);
+  }
+  for (const int db : {0, 1}) {  // LayerNorm without and with dbias
+    auto ln = [&](int64_t rows, int64_t cols, DType x) { return plan({rows, cols, x, kF32, true, false, 0, db}, true); };
+    EXPECT_EQ(ln(65536, 1016, kBF16).vpt, 2);
+    EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 4);
+    EXPECT_EQ(ln(65536, 4096, kBF16).vpt, 4);
+    EXPECT_EQ(ln(4096, 65536, kBF16).vpt, 4);
+    EXPECT_EQ(ln(65536, 4096, kF16).vpt, 2);  // fp16 LayerNorm
+  }
+  EXPECT_EQ(plan({65536, 4096, kF32, kF32}, true).vpt, 2);
+  EXPECT_EQ(plan({16384, 16384, kF32, kF32}).vpt, 2);
+  // Thresholds of 0: every row the 4-vector tile serves.
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
+  set_row_tuning(&t);
+  EXPECT_EQ(plan({65536, 4096, kBF16, kF32}).vpt, 4);
+  EXPECT_EQ(plan({65536, 512, kBF16, kF32}, true).vpt, 4);
 }
 
 }  // namespace

@@ -84,7 +84,9 @@ std::vector<BwdCase> cases() {
   add({"N16384_bf16_M600_one_cta", 600, 16384, kBF16, kBF16, true, true, false});
   add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
   // The pipelined kernel in clusters (rows past one CTA; a cluster walks
-  // many rows): 2 CTAs of 1024 threads, 5 of 256 with dbias (a partial last
+  // many rows), as the 2-vector tile lays them out
+  // (TwoVectorPipelineMatchesFloat64; the defaults give 16-bit rows of 16K
+  // and more 4 vectors in 256-thread CTAs): 2 CTAs of 1024 threads, 5 of 256 with dbias (a partial last
   // slice), fp32 with dresidual_out and dresidual (6 of 256), no weight at
   // cluster 8, bf16 at cluster 16 (and N65544 above: 9 of 512).
   add({"N32768_bf16_M300_pipe_cluster2", 300, 32768, kBF16, kBF16, true, true, false});
@@ -367,6 +369,7 @@ TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
   t.bwd_pipe_vpt16 = 4;
+  t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
   TuningScope scope(t);
   const BwdCase& c = GetParam();
   for (const bool centre : {false, true}) {
@@ -374,6 +377,19 @@ TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
     run_case(c, centre, c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16) ? "vpt=4" : "");
     if (HasFatalFailure()) return;
   }
+}
+
+// The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
+// the defaults gave long 16-bit rows before they took 4 vectors (the case
+// names' "pipe_cluster2" and the like count 2-vector CTAs), still the
+// fallback where 4 do not serve.
+TEST_P(RMSNormBwdGpu, TwoVectorPipelineMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_vpt16 = 2;
+  TuningScope scope(t);
+  run_case(GetParam(), false);
+  run_case(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
