@@ -10,7 +10,10 @@
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER)
 #              through scripts/sanitize_cases.sh: the biggest cases first,
 #              $SANITIZE_SHARDS processes at once, each killed after
-#              $SANITIZE_TIMEOUT s, none started after $SANITIZE_DEADLINE s;
+#              $SANITIZE_TIMEOUT s, none started after $SANITIZE_DEADLINE s
+#              and none running past $SANITIZE_WALL s (set it within the
+#              call's own limit: the units' statuses are then brought back;
+#              each also lands in <tool>.progress as it ends);
 #              initcheck and synccheck likewise
 #   sanitize_py  memcheck under pytest tests/python -k $SANITIZE_PY_FILTER
 #              through scripts/sanitize_py.sh ($SANITIZE_PY_CHUNK tests a

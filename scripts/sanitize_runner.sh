@@ -10,17 +10,24 @@
 # the unit runs CMD with <argument> appended, killed after LIMIT s, JOBS units
 # at once; it holds <count> NOUN (cases, tests) and <label> names it in the
 # report. No unit starts later than $SANITIZE_DEADLINE s (default: no
-# deadline) after this file was sourced. CMD must pass the sanitizer
+# deadline) after this file was sourced, and none runs past $SANITIZE_WALL s
+# after it (default: no wall): a unit's limit is cut to the time left, so a
+# caller's own time limit can be met (the twenty-third session's outer
+# `timeout` killed a racecheck run whose units' limits ran past it, and
+# nothing came back). CMD must pass the sanitizer
 # --error-exitcode 3, so that the statuses read: 0 clean, 3 errors reported,
 # 124 killed at the limit, anything else a failed run (a test failure, a
 # crash).
 #
 # Writes OUTDIR/NAME.log (each unit's output under "== <label>", in UNITS
 # order) and OUTDIR/NAME.status (a line a unit: "<exit> <count> <label>", the
-# exit "skipped" past the deadline or "lost" when the unit left no status);
+# exit "skipped" past the deadline or the wall, "lost" when the unit left
+# no status), and OUTDIR/NAME.progress: the same lines, each appended as its
+# unit ends (what is left when this script itself is killed);
 # prints one line of totals and the units that were not clean. Returns 0 only
 # when every unit ran clean.
 sanitize_deadline=$(($(date +%s) + ${SANITIZE_DEADLINE:-1000000}))
+sanitize_wall=$(($(date +%s) + ${SANITIZE_WALL:-1000000}))
 
 sanitize_units() {
   local name=$1 noun=$2 limit=$3 jobs=$4 units=$5 out=$6
@@ -28,18 +35,23 @@ sanitize_units() {
   local work n i
   work=$(mktemp -d)
   # xargs appends the unit's line ("index<TAB>count<TAB>label<TAB>argument")
-  # after CMD; the unit's log and status go to $work/<index>.{log,status}.
+  # after CMD; the unit's log and status go to $work/<index>.{log,status},
+  # the status also to OUTDIR/NAME.progress.
+  : > "$out/$name.progress"
   # shellcheck disable=SC2016
   nl -ba -w1 -s"$(printf '\t')" "$units" |
-    work=$work limit=$limit deadline=$sanitize_deadline xargs -d '\n' -P "$jobs" -n 1 bash -c '
+    work=$work limit=$limit deadline=$sanitize_deadline wall=$sanitize_wall progress=$out/$name.progress xargs -d '\n' -P "$jobs" -n 1 bash -c '
       IFS=$(printf "\t") read -r i count label arg <<< "${*: -1}"
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        printf "skipped %s %s\n" "$count" "$label" > "$work/$i.status"
+      now=$(date +%s)
+      if [ "$now" -ge "$deadline" ] || [ "$now" -ge "$wall" ]; then
+        printf "skipped %s %s\n" "$count" "$label" | tee "$work/$i.status" >> "$progress"
         exit 0
       fi
-      timeout "$limit" "${@:1:$#-1}" "$arg" > "$work/$i.log" 2>&1
+      lim=$limit
+      [ $((wall - now)) -lt "$lim" ] && lim=$((wall - now))
+      timeout "$lim" "${@:1:$#-1}" "$arg" > "$work/$i.log" 2>&1
       e=$?
-      printf "%d %s %s\n" "$e" "$count" "$label" > "$work/$i.status"' _ "$@"
+      printf "%d %s %s\n" "$e" "$count" "$label" | tee "$work/$i.status" >> "$progress"' _ "$@"
   : > "$out/$name.log"
   : > "$out/$name.status"
   n=$(wc -l < "$units")

@@ -166,6 +166,28 @@ def test_deadline_and_empty_filter(stand_ins):
     assert r.returncode == 1 and "no case matches" in r.stdout
 
 
+def test_wall_cuts_limits_and_progress_records_each_unit(stand_ins):
+    # SANITIZE_WALL=2 with a 10 s limit: Edge.Slow (5 s) is killed at the
+    # wall, not at its limit; each unit's status line is in TOOL.progress as
+    # it ends. A wall already passed starts nothing.
+    import time
+    tmp, out, env = stand_ins
+    env.update(SANITIZE_BATCH="1", SANITIZE_WALL="2")
+    t0 = time.monotonic()
+    r = run(env, out, filt="Edge.Slow:Ops/*", limit="10")
+    took = time.monotonic() - t0
+    assert took < 4.5, took
+    assert "killed at the limit: Edge.Slow" in r.stdout, r.stdout
+    progress = (out / "racecheck.progress").read_text().splitlines()
+    assert sorted(progress) == sorted((out / "racecheck.status").read_text().splitlines()), progress
+    assert "124 1 Edge.Slow" in progress and "0 1 Ops/WarpReduce.Sum/width1" in progress, progress
+    (tmp / "runs").unlink()
+    env["SANITIZE_WALL"] = "0"
+    r = run(env, out, filt="Ops/*")
+    assert r.returncode == 1 and "2 not started (deadline)" in r.stdout, r.stdout
+    assert not (tmp / "runs").exists()
+
+
 def test_clean_list_and_done_files(stand_ins):
     # A run writes the clean cases to TOOL.clean; a later run given it (and
     # a hand-written file with a comment) as $SANITIZE_DONE leaves them out.
