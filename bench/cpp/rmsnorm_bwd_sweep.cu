@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   if (Ns.empty()) Ns = {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576};
   const int es = quack::dtype_size(dt);
   if (!sweep::install_tuning_from_env()) return 2;
-  const bool layernorm = std::getenv("QUACK_SWEEP_LAYERNORM") != nullptr;
+  const bool layernorm = sweep::env_flag("QUACK_SWEEP_LAYERNORM");  // (until 2026-12-01 any value, 0 too)
 
   const size_t bytes = size_t(total) * es;
   const int64_t max_n = *std::max_element(Ns.begin(), Ns.end());

@@ -29,11 +29,9 @@ int main(int argc, char** argv) {
   if (Ns.empty())
     Ns = {256, 512, 1024, 2048, 4096, 8192, 16384, 24576, 32768, 40000, 65536, 98304, 131072, 262144, 524288, 1048576};
   const int es = quack::dtype_size(dt);
-  const char* ln_env = std::getenv("QUACK_SWEEP_LAYERNORM");
-  const bool ln = ln_env != nullptr && std::atoi(ln_env) != 0;
+  const bool ln = sweep::env_flag("QUACK_SWEEP_LAYERNORM");
   // QUACK_SWEEP_NO_WEIGHT=1: no weight (nor bias): what the weight's reads cost.
-  const char* nw_env = std::getenv("QUACK_SWEEP_NO_WEIGHT");
-  const bool no_weight = nw_env != nullptr && std::atoi(nw_env) != 0;
+  const bool no_weight = sweep::env_flag("QUACK_SWEEP_NO_WEIGHT");
   // Weight (and LayerNorm's bias): x's dtype, or fp32 for LayerNorm.
   // QUACK_SWEEP_WDT: another weight dtype (what the weight's bytes cost).
   const char* wdt_env = std::getenv("QUACK_SWEEP_WDT");

@@ -102,6 +102,13 @@ class Timer {
   cudaEvent_t e0_, e1_;
 };
 
+// An on/off environment switch: set to a nonzero number (unset, empty, 0:
+// off).
+inline bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) != 0;
+}
+
 // Installs QUACK_TUNE's overrides of the row-kernel tuning, if set:
 //   QUACK_TUNE="cta_target_kb=32,cta_max_kb=200,vpt=8,max_team=256,small_threads=256,rows=4,regs=128,
 //               reg=1,reg_vpt=4,reg_max_team=256,reg_wide_team=1024,reg_threads=256,
