@@ -262,7 +262,9 @@ RowTuning default_row_tuning() {
   // 72.1 / 58.0 (with dweight alone 16K 91.0 against 91.5, even);
   // LayerNorm 256 84.2 against 90.5, 1K / 4K / 16K / 32K / 64K / 128K 87.6
   // / 88.7 / 86.6 / 79.8 / 77.4 / 71.5 against 80.5 / 77.7 / 64.7 / 62.7 /
-  // 58.2 / 47.2. 8K and 512-1023 columns unmeasured.
+  // 58.2 / 47.2; and (15fa5dd, logs/2026-12-01-norm-bwd-threshold-15fa5dd.log)
+  // LayerNorm 512 / 2K / 8K 87.7 / 90.5 / 91.8 against 90.3 / 80.8 / 65.1.
+  // RMSNorm 8K unmeasured.
   t.bwd_pipe_vpt16 = 4;
   t.bwd_pipe_wide_min_cols = 16384;
   t.bwd_pipe_wide_min_cols_ln = 1024;
