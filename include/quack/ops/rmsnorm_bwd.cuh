@@ -921,8 +921,9 @@ constexpr int rmsnorm_bwd_pipe_max_vpt(DType x, bool centre) {
 }
 
 // The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
-// (the resident ones); rows past one CTA (cfg.cluster > 1) only at 2 vectors
-// a thread, in clusters, clamped at launch to the clusters that fit.
+// (the resident ones); rows past one CTA (cfg.cluster > 1) at 2 vectors a
+// thread, or 4 in small CTAs (kNormBwdPipeWideVpt), in clusters, clamped at
+// launch to the clusters that fit.
 template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, int64_t* launched) {
