@@ -595,6 +595,10 @@ size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int thr
 namespace {
 bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                              RegRowConfig* out);
+// The tile (16-byte vectors a thread) the tuning asks for x's dtype.
+int asked_pipe_vpt(const NormBwdPipeProblem& prob, const RowTuning& tune) {
+  return prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+}
 }  // namespace
 
 // The 4-vector tile where it is asked, the row is long enough
@@ -603,7 +607,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
 // 2-vector one.
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out) {
-  const int asked = prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+  const int asked = asked_pipe_vpt(prob, tune);
   const int64_t wide_min = prob.centre ? tune.bwd_pipe_wide_min_cols_ln : tune.bwd_pipe_wide_min_cols;
   if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out))
     return true;
@@ -632,7 +636,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   const int max_vpt = prob.max_vpt >= kNormBwdPipeWideVpt && small_ok ? kNormBwdPipeWideVpt
                       : prob.max_vpt >= 2                              ? 2
                                                                        : 1;
-  const int asked = prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
+  const int asked = asked_pipe_vpt(prob, tune);
   int vpt = asked >= kNormBwdPipeWideVpt ? std::min(max_vpt, kNormBwdPipeWideVpt) : asked >= 2 ? 2 : 1;
   if (vpt > max_vpt) return false;
   // (A 4-vector row stays at 4: past one small CTA it takes a cluster.)
