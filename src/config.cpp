@@ -287,6 +287,19 @@ RowTuning default_row_tuning() {
   // ba2a34f, bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 7).
   t.bwd_pipe_cluster = 16;
   t.bwd_pipe_cluster_threads = 1024;
+  // Rows past 128K columns: the grid kernel, both dtypes. UNMEASURED (the
+  // twenty-fourth session had no GPU): the prediction it is to be held to
+  // (docs/KERNELS.md) is bf16 / fp32 1M from 9 / 34% of copy to >= 80%
+  // (one read of h and dy, as the clusters' kernels, where the split path
+  // reads them twice through a run-time dtype switch), and 256K from the
+  // register kernel's 68% (RMSNorm bf16) / 40.5% (LayerNorm bf16) to >= 85%.
+  // Stages: 6 of 32 KB for 16-bit rows (the lag's 2 rows, 3 in flight), 3
+  // of 64 KB for fp32 rows (1 row's lag, 1 in flight).
+  t.bwd_grid = 3;
+  t.bwd_grid_min_cols = (int64_t(128) << 10) + 1;
+  t.bwd_grid_stages16 = 6;
+  t.bwd_grid_stages32 = 3;
+  t.bwd_grid_lag = 2;
   return t;
 }
 
@@ -822,6 +835,54 @@ const char* check_row_config(const RowConfig& c, const RowProblem& prob,
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
+  return nullptr;
+}
+
+bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormBwdGridConfig* out) {
+  if (x_elem_bytes != 2 && x_elem_bytes != 4) return false;
+  if (!(tune.bwd_grid & (x_elem_bytes == 4 ? 2 : 1)) || cols < std::max<int64_t>(tune.bwd_grid_min_cols, 1))
+    return false;
+  if (rows < 1 || rows >= (int64_t(1) << 31)) return false;  // the exchange's 32-bit row tags
+  NormBwdGridConfig c;
+  const int vec = 16 / x_elem_bytes;
+  const int64_t nvec = ceil_div(cols, vec);
+  const int64_t tile_max = int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec);
+  const int64_t ranks = ceil_div(nvec, tile_max);
+  if (ranks > lim.num_sms) return false;  // one CTA an SM, all resident
+  c.ranks = int(ranks);
+  c.tile_vecs = ceil_div(nvec, ranks);
+  c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
+  const size_t stage = size_t(c.tile_vecs) * 16 * 2;
+  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormBwdGridHeader)) / int64_t(stage);
+  const int asked = x_elem_bytes == 4 ? tune.bwd_grid_stages32 : tune.bwd_grid_stages16;
+  c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormBwdGridStagesMax)}));
+  // At least one row in flight past the lag where the stages allow it.
+  c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max(c.stages - 2, 1)});
+  if (c.stages < 2 || c.lag < 1) return false;
+  c.smem_bytes = kNormBwdGridHeader + size_t(c.stages) * stage;
+  c.grid = int64_t(c.ranks) * c.groups;
+  const size_t words = size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * (centre ? 2 : 1);
+  c.exchange_bytes = (words * 8 + 15) / 16 * 16;
+  *out = c;
+  return true;
+}
+
+const char* check_norm_bwd_grid_config(const NormBwdGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim) {
+  const int vec = 16 / x_elem_bytes;
+  const int64_t nvec = ceil_div(cols, vec);
+  if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
+  if (c.grid > lim.num_sms) return "more CTAs than SMs (one CTA an SM, all resident)";
+  if (c.groups > std::max<int64_t>(rows, 1)) return "more row groups than rows";
+  if (c.tile_vecs > int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec))
+    return "tile beyond kNormBwdGridCtaElems elements a thread";
+  if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
+  if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
+  if (c.stages < 2 || c.stages > kNormBwdGridStagesMax) return "stages outside [2, kNormBwdGridStagesMax]";
+  if (c.lag < 1 || c.lag >= c.stages || c.lag > kNormBwdGridMaxLag) return "lag outside [1, min(stages - 1, 7)]";
+  if (c.smem_bytes != kNormBwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 32) return "smem != header + stages";
+  if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   return nullptr;
 }
 
