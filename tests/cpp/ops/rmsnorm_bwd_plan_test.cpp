@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
@@ -464,13 +465,10 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   for (const Cell& c : cells) {
     const Kernel k = plan(c.call, c.ln);
     SCOPED_TRACE(k.text);
-    EXPECT_EQ(k.kind, "grid");
-    EXPECT_EQ(k.ranks, c.ranks);
-    EXPECT_EQ(k.groups, c.groups);
-    EXPECT_EQ(k.tile_vecs, c.tile_vecs);
-    EXPECT_EQ(k.stages, c.stages);
-    EXPECT_EQ(k.lag, c.lag);
-    EXPECT_EQ(k.smem, int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32);
+    // (kind, ranks, groups, tile vectors, stages, lag, shared memory)
+    EXPECT_EQ(std::make_tuple(k.kind, k.ranks, k.groups, k.tile_vecs, k.stages, k.lag, k.smem),
+              std::make_tuple(std::string("grid"), c.ranks, c.groups, c.tile_vecs, c.stages, c.lag,
+                              int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
   }
   // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
   // 114-SM H100 PCIe), rows up to 128K, mixed dtypes.
