@@ -850,6 +850,7 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
   const int64_t tile_max = int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec);
   const int64_t ranks = ceil_div(nvec, tile_max);
   if (ranks > lim.num_sms) return false;  // one CTA an SM, all resident
+  if (ranks > kNormBwdGridMaxRanks) return false;  // the header's collected words
   c.ranks = int(ranks);
   c.tile_vecs = ceil_div(nvec, ranks);
   c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
@@ -874,6 +875,7 @@ const char* check_norm_bwd_grid_config(const NormBwdGridConfig& c, int64_t rows,
   const int64_t nvec = ceil_div(cols, vec);
   if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
   if (c.grid > lim.num_sms) return "more CTAs than SMs (one CTA an SM, all resident)";
+  if (c.ranks > kNormBwdGridMaxRanks) return "more ranks than kNormBwdGridMaxRanks (the header's collected words)";
   if (c.groups > std::max<int64_t>(rows, 1)) return "more row groups than rows";
   if (c.tile_vecs > int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec))
     return "tile beyond kNormBwdGridCtaElems elements a thread";

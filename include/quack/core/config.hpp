@@ -328,12 +328,14 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPip
 // rank r of each group owns tile_vecs 16-byte vectors of the row (at most
 // kNormBwdGridCtaElems elements a thread), group g takes rows g, g + groups,
 // ...; the ranks exchange each row's sums through global memory
-// (core/grid_exchange.cuh). Shared memory: kNormBwdGridHeader bytes, then
-// `stages` stages of h and dy tiles. Workspace: the groups' exchange rings
+// (core/grid_exchange.cuh). Shared memory: kNormBwdGridHeader bytes (the
+// reduction scratch, the mbarriers, the collected words of up to
+// kNormBwdGridMaxRanks ranks), then `stages` stages of h and dy tiles. Workspace: the groups' exchange rings
 // (exchange_bytes, zeroed before each launch), then `groups` partial rows.
 constexpr int kNormBwdGridCtaThreads = 512;
 constexpr int kNormBwdGridCtaElems = 16;
-constexpr size_t kNormBwdGridHeader = 1024 + 128;
+constexpr int kNormBwdGridMaxRanks = 144;   // every rank's words collected at once: 2 * 144 <= 512 threads
+constexpr size_t kNormBwdGridHeader = 1024 + 128 + kNormBwdGridMaxRanks * 2 * 4;
 constexpr int kNormBwdGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
 constexpr int kNormBwdGridStagesMax = 8;
 constexpr int kNormBwdGridExchangeRing = 16;  // core::kGridExchangeRing

@@ -840,9 +840,14 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 constexpr int kNormBwdGridThreads = kNormBwdGridCtaThreads;
 constexpr int kNormBwdGridElems = kNormBwdGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
 constexpr uint32_t kNormBwdGridBarOffset = kRMSNormBwdScratchBytes;
-constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormBwdGridHeader);  // mbarriers, then the stages
-static_assert(kNormBwdGridHeader == kRMSNormBwdScratchBytes + 128 && 8 * kNormBwdGridStagesMax <= 128,
-              "grid kernel header: scratch, then the mbarriers");
+constexpr uint32_t kNormBwdGridValsOffset = kNormBwdGridBarOffset + 128;
+constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormBwdGridHeader);  // then the stages
+// The last thread publishes: its warp loads no collected word (2 * 144 <=
+// 480), so its release fence runs alongside the other warps' collect loads.
+constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
+static_assert(kNormBwdGridHeader == kNormBwdGridValsOffset + 4 * 2 * kNormBwdGridMaxRanks && 8 * kNormBwdGridStagesMax <= 128,
+              "grid kernel header: scratch, the mbarriers, the collected words");
+static_assert(2 * kNormBwdGridMaxRanks <= (kNormBwdGridPublisher & ~31), "grid kernel: a word a thread, not the publisher's warp");
 static_assert(kNormBwdGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormBwdGridMaxLag + 2,
               "grid kernel exchange ring");
 static_assert(core::RowReducer<core::SumPairOp>::scratch_bytes() + sizeof(float2) <= kRMSNormBwdScratchBytes,
@@ -860,7 +865,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   using V = RawVec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   DT* scratch = reinterpret_cast<DT*>(smem);  // [2][32] block partials
-  DT* total_slot = scratch + 64;              // a collected row's dots
+  float* vals = reinterpret_cast<float*>(smem + kNormBwdGridValsOffset);  // collected words
   const uint32_t bar0 = smem_addr(smem) + kNormBwdGridBarOffset;
   const uint32_t stage0 = smem_addr(smem) + kNormBwdGridHeaderBytes;
 
@@ -965,7 +970,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
         }
       }
       const DT dots = block_reduce<Op>(Dots::make(gh, gs), scratch + 32 * (i & 1));
-      if (tid == 0) ex.publish(i, dots);
+      if (tid == kNormBwdGridPublisher) ex.publish(i, dots);
     }
     if (i >= lag) {  // B: row q's dx and weight-gradient terms
       const int q = i - lag;
@@ -984,12 +989,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
           else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
         }
       }
-      if (tid < 32) {
-        const DT t = ex.collect(q);
-        if (tid == 0) *total_slot = t;
-      }
-      __syncthreads();
-      const DT t = *total_slot;
+      const DT t = ex.collect(q, vals);  // one barrier
       const float cm = Dots::gh(t) * rstd / float(cols), gm = Dots::g_mean(t, float(cols));
 #pragma unroll
       for (int k = 0; k < KV; ++k) {

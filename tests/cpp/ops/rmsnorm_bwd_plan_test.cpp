@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <tuple>
 
@@ -562,6 +563,19 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 2, false, lim, default_row_tuning(), &c));
   EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 2, false, lim, default_row_tuning(), &c));
   EXPECT_FALSE(choose_norm_bwd_grid_config(int64_t(1) << 31, 131073, 2, false, lim, default_row_tuning(), &c));
+  // A device of more SMs than the header's collected words cover: 145 ranks
+  // of 8192 bf16 columns are refused, 144 served.
+  DeviceLimits big = lim;
+  big.num_sms = 160;
+  EXPECT_FALSE(choose_norm_bwd_grid_config(1, int64_t(145) * 8192, 2, true, big, default_row_tuning(), &c));
+  ASSERT_TRUE(choose_norm_bwd_grid_config(1, int64_t(144) * 8192, 2, true, big, default_row_tuning(), &c));
+  EXPECT_EQ(c.ranks, kNormBwdGridMaxRanks);
+  EXPECT_EQ(check_norm_bwd_grid_config(c, 1, int64_t(144) * 8192, 2, big), nullptr);
+  c.ranks = c.ranks + 1;
+  c.grid = c.ranks;
+  const char* why = check_norm_bwd_grid_config(c, 1, int64_t(145) * 8192, 2, big);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::strstr(why, "kNormBwdGridMaxRanks"), nullptr) << why;
 }
 
 // The workspace covers the grid kernel (its rings, then a partial row a
