@@ -181,14 +181,16 @@ struct RowTuning {
   int bwd_pipe_small_cta;
   int64_t bwd_pipe_wide_min_cols;
   int64_t bwd_pipe_wide_min_cols_ln;
-  // Rows of at least bwd_grid_min_cols columns take the grid kernel
-  // (rmsnorm_bwd_grid_kernel, NormBwdGridConfig below) where it serves them:
-  // bit 0 for 16-bit rows, bit 1 for fp32 rows. bwd_grid_stages16 /
+  // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
+  // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
+  // NormBwdGridConfig below) where it serves them and bwd_grid has the
+  // dtype's bit: bit 0 for 16-bit rows, bit 1 for fp32 rows. bwd_grid_stages16 /
   // bwd_grid_stages32: its shared-memory stages (the most that fit, at most
   // this many); bwd_grid_lag: the rows a CTA collects a row's sums after
   // publishing its own (1..7, below the stages).
   int bwd_grid;
-  int64_t bwd_grid_min_cols;
+  int64_t bwd_grid_min_cols16;
+  int64_t bwd_grid_min_cols32;
   int bwd_grid_stages16;
   int bwd_grid_stages32;
   int bwd_grid_lag;
@@ -350,7 +352,7 @@ struct NormBwdGridConfig {
   size_t exchange_bytes = 0;  // the rings, 16-byte padded
 };
 // False where the tuning does not ask for it (tune.bwd_grid's dtype bit,
-// tune.bwd_grid_min_cols) or the row needs more CTAs than there are SMs.
+// tune.bwd_grid_min_cols16 / 32) or the row needs more CTAs than there are SMs.
 // centre: LayerNorm (two sums a row in the exchange).
 bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormBwdGridConfig* out);

@@ -438,8 +438,8 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   EXPECT_EQ(plan({65536, 512, kBF16, kF32}, true).vpt, 4);
 }
 
-// The grid kernel (src/config.cpp: aligned rows of one dtype past 128K
-// columns, both dtypes; UNMEASURED defaults): one 512-thread CTA an SM of
+// The grid kernel (src/config.cpp: aligned rows of one dtype, fp32 past
+// 128K columns, 16-bit past 256K): one 512-thread CTA an SM of
 // at most 16 elements a thread (16-bit: 1024 vectors, fp32: 2048), as few
 // ranks as cover the row with tiles spread evenly, as many row groups as
 // the SMs hold (never more than the rows), 6 stages of 32 KB for 16-bit
@@ -455,11 +455,12 @@ TEST_F(NormBwdPlan, GridKernelCells) {
       {{256, 1 << 20, kBF16, kBF16}, false, 128, 1, 1024, 6, 2},
       {{256, 1 << 20, kBF16, kF32}, true, 128, 1, 1024, 6, 2},
       {{256, 1 << 20, kF32, kF32}, false, 128, 1, 2048, 3, 1},
-      {{1024, 262144, kBF16, kBF16}, false, 32, 4, 1024, 6, 2},
-      {{1024, 262144, kBF16, kF32}, true, 32, 4, 1024, 6, 2},
+      {{512, 524288, kBF16, kBF16}, false, 64, 2, 1024, 6, 2},
+      {{512, 524288, kBF16, kF32}, true, 64, 2, 1024, 6, 2},
+      {{1024, 262144, kF32, kF32}, true, 32, 4, 2048, 3, 1},
       {{512, 524288, kF32, kF32}, false, 64, 2, 2048, 3, 1},
       {{2048, 131080, kF32, kF32}, false, 17, 7, 1928, 3, 1},  // 32770 vectors over 17 ranks
-      {{3, 139264, kF16, kF16}, false, 17, 3, 1024, 6, 2},     // fewer rows than groups
+      {{3, 270336, kF16, kF16}, false, 33, 3, 1024, 6, 2},     // fewer rows than groups
       {{8, 1 << 20, kBF16, kBF16, true, true}, false, 128, 1, 1024, 6, 2},  // dresidual_out (read from global)
       {{8, 1 << 20, kBF16, kBF16, false}, false, 128, 1, 1024, 6, 2},       // no weight
   };
@@ -472,7 +473,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
                               int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
   }
   // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
-  // 114-SM H100 PCIe), rows up to 128K, mixed dtypes.
+  // 114-SM H100 PCIe), rows up to 128K (fp32) / 256K (16-bit), mixed dtypes.
   EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16, true, false, 1}).kind, "split");
   EXPECT_EQ(plan({8, 1 << 21, kBF16, kBF16}).kind, "split");
   {
@@ -482,6 +483,10 @@ TEST_F(NormBwdPlan, GridKernelCells) {
     EXPECT_EQ(norm_bwd_plan_description(args_of({8, 786432, kBF16, kBF16}, false), false, pcie).rfind("grid", 0), 0u);
   }
   EXPECT_EQ(plan({1024, 131072, kBF16, kBF16}).kind, "pipe");
+  EXPECT_EQ(plan({1024, 131072, kF32, kF32}).kind, "pipe");
+  EXPECT_EQ(plan({1024, 131076, kF32, kF32}).kind, "grid");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262152, kBF16, kBF16}).kind, "grid");
   {
     RMSNormBwdArgs a = args_of({8, 1 << 20, kBF16, kBF16}, false);
     a.dy.dtype = kF32;
@@ -496,7 +501,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
     EXPECT_EQ(plan({256, 1 << 20, kF32, kF32}).kind, (bits & 2) ? "grid" : "split") << bits;
   }
   RowTuning t = default_row_tuning();
-  t.bwd_grid_min_cols = 1;
+  t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
   set_row_tuning(&t);
   Kernel k = plan({4096, 4096, kBF16, kBF16});
   EXPECT_EQ(k.kind, "grid") << k.text;
@@ -523,7 +528,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
 TEST_F(NormBwdPlan, GridConfigInvariants) {
   const DeviceLimits lim;
   RowTuning tunes[4] = {default_row_tuning(), default_row_tuning(), default_row_tuning(), default_row_tuning()};
-  for (RowTuning& t : tunes) t.bwd_grid_min_cols = 1;
+  for (RowTuning& t : tunes) t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
   tunes[1].bwd_grid_stages16 = tunes[1].bwd_grid_stages32 = 2;
   tunes[2].bwd_grid_lag = 7;
   tunes[2].bwd_grid_stages16 = tunes[2].bwd_grid_stages32 = 8;
@@ -560,8 +565,10 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   RowTuning off = default_row_tuning();
   off.bwd_grid = 0;
   EXPECT_FALSE(choose_norm_bwd_grid_config(256, 1 << 20, 2, false, lim, off, &c));
-  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 2, false, lim, default_row_tuning(), &c));
-  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 262144, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 262145, 2, false, lim, default_row_tuning(), &c));
   EXPECT_FALSE(choose_norm_bwd_grid_config(int64_t(1) << 31, 131073, 2, false, lim, default_row_tuning(), &c));
   // A device of more SMs than the header's collected words cover: 145 ranks
   // of 8192 bf16 columns are refused, 144 served.
