@@ -287,6 +287,30 @@ RowTuning default_row_tuning() {
   // ba2a34f, bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 7).
   t.bwd_pipe_cluster = 16;
   t.bwd_pipe_cluster_threads = 1024;
+  // The grid kernel: fp32 rows past 128K columns, 16-bit rows past 256K.
+  // rmsnorm_bwd_sweep, H200, 2026-12-01, commit 0c39bc9 against the plans
+  // before it (QUACK_TUNE=bwd_grid=0), % of copy bandwidth, dx / +dw / +dw,db
+  // (bench/results/logs/2026-12-01-rmsnorm-bwd-grid-0c39bc9.log):
+  //   fp32 RMSNorm 160K 76.7/75.2/75.8 (register kernel 51.1/49.8/49.6),
+  //     256K 79.7/78.6/78.5 (62.3/59.6/59.5), 1M 77.4/75.1/75.1 (split 34.7/34.3/34.3);
+  //     LayerNorm 160K 68.2/67.0/67.2 (44.3/42.4/42.3), 1M 67.3/65.6/65.7 (33.1/32.7/32.8);
+  //   bf16 RMSNorm 512K 54.4/52.7/52.6 (split 12.0/11.9/11.9), 1M 54.7/52.3/52.3 (9.2);
+  //     LayerNorm 1M 45.7/43.7/43.6 (9.0).
+  // 16-bit rows of 128K-256K stay on the register kernel, which wins dx and
+  // +dw at 192K-256K: RMSNorm 256K 72.9/68.6 against the grid's 55.1/53.8,
+  // LayerNorm 58.8/56.4 against 43.7/42.8. It loses +dw,db there (RMSNorm
+  // 48.4 against 53.4, LayerNorm 41.8 against 42.5) and everything at 160K
+  // (RMSNorm 45.7/44.6/33.4 against 51.2/50.1/50.2): the grid kernel's
+  // ~2.7 us a row step (a latency chain, docs/KERNELS.md) must fall before
+  // the threshold can come down. Stages: 6 of 32 KB for 16-bit rows, 3 of
+  // 64 KB for fp32 rows; a lag of 1 to 4 rows measured the same (bf16 256K
+  // and 1M within 0.3 points), 2 kept.
+  t.bwd_grid = 3;
+  t.bwd_grid_min_cols16 = (int64_t(256) << 10) + 1;
+  t.bwd_grid_min_cols32 = (int64_t(128) << 10) + 1;
+  t.bwd_grid_stages16 = 6;
+  t.bwd_grid_stages32 = 3;
+  t.bwd_grid_lag = 2;
   return t;
 }
 
@@ -822,6 +846,57 @@ const char* check_row_config(const RowConfig& c, const RowProblem& prob,
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
+  return nullptr;
+}
+
+bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormBwdGridConfig* out) {
+  if (x_elem_bytes != 2 && x_elem_bytes != 4) return false;
+  const int64_t min_cols = x_elem_bytes == 4 ? tune.bwd_grid_min_cols32 : tune.bwd_grid_min_cols16;
+  if (!(tune.bwd_grid & (x_elem_bytes == 4 ? 2 : 1)) || cols < std::max<int64_t>(min_cols, 1))
+    return false;
+  if (rows < 1 || rows >= (int64_t(1) << 31)) return false;  // the exchange's 32-bit row tags
+  NormBwdGridConfig c;
+  const int vec = 16 / x_elem_bytes;
+  const int64_t nvec = ceil_div(cols, vec);
+  const int64_t tile_max = int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec);
+  const int64_t ranks = ceil_div(nvec, tile_max);
+  if (ranks > lim.num_sms) return false;  // one CTA an SM, all resident
+  if (ranks > kNormBwdGridMaxRanks) return false;  // the header's collected words
+  c.ranks = int(ranks);
+  c.tile_vecs = ceil_div(nvec, ranks);
+  c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
+  const size_t stage = size_t(c.tile_vecs) * 16 * 2;
+  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormBwdGridHeader)) / int64_t(stage);
+  const int asked = x_elem_bytes == 4 ? tune.bwd_grid_stages32 : tune.bwd_grid_stages16;
+  c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormBwdGridStagesMax)}));
+  // At least one row in flight past the lag where the stages allow it.
+  c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max(c.stages - 2, 1)});
+  if (c.stages < 2 || c.lag < 1) return false;
+  c.smem_bytes = kNormBwdGridHeader + size_t(c.stages) * stage;
+  c.grid = int64_t(c.ranks) * c.groups;
+  const size_t words = size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * (centre ? 2 : 1);
+  c.exchange_bytes = (words * 8 + 15) / 16 * 16;
+  *out = c;
+  return true;
+}
+
+const char* check_norm_bwd_grid_config(const NormBwdGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim) {
+  const int vec = 16 / x_elem_bytes;
+  const int64_t nvec = ceil_div(cols, vec);
+  if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
+  if (c.grid > lim.num_sms) return "more CTAs than SMs (one CTA an SM, all resident)";
+  if (c.ranks > kNormBwdGridMaxRanks) return "more ranks than kNormBwdGridMaxRanks (the header's collected words)";
+  if (c.groups > std::max<int64_t>(rows, 1)) return "more row groups than rows";
+  if (c.tile_vecs > int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec))
+    return "tile beyond kNormBwdGridCtaElems elements a thread";
+  if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
+  if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
+  if (c.stages < 2 || c.stages > kNormBwdGridStagesMax) return "stages outside [2, kNormBwdGridStagesMax]";
+  if (c.lag < 1 || c.lag >= c.stages || c.lag > kNormBwdGridMaxLag) return "lag outside [1, min(stages - 1, 7)]";
+  if (c.smem_bytes != kNormBwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 32) return "smem != header + stages";
+  if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   return nullptr;
 }
 

@@ -69,6 +69,12 @@ struct Plan {
   bool split = false;
   int64_t splits = 0, rows_per_group = 0, groups = 0;
   size_t dot_bytes = 0;
+  // The grid kernel (ops/rmsnorm_bwd.cuh, 2''), ahead of the plan above,
+  // which stays the fallback for a grid that cannot be resident at launch:
+  // its exchange rings at the workspace's start, then gcfg.groups partial
+  // rows.
+  bool grid = false;
+  NormBwdGridConfig gcfg;
 };
 
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
@@ -135,15 +141,23 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     plan.parts = g;
   }
   if (!wants_grads(a)) plan.parts = 0;
+  plan.grid = uniform && aligned &&
+              choose_norm_bwd_grid_config(a.rows, a.cols, dtype_size(t), centre, lim, current_row_tuning(), &plan.gcfg) &&
+              check_norm_bwd_grid_config(plan.gcfg, a.rows, a.cols, dtype_size(t), lim) == nullptr;
   return plan;
 }
 
-size_t workspace_for(const Plan& plan, int64_t cols) {
-  return plan.dot_bytes + size_t(plan.parts) * size_t(cols) * 8;
+size_t grid_parts(const Plan& plan, bool grads) { return grads ? size_t(plan.gcfg.groups) : 0; }
+
+// The larger of the grid kernel's and its fallback's needs.
+size_t workspace_for(const Plan& plan, int64_t cols, bool grads) {
+  const size_t fallback = plan.dot_bytes + size_t(plan.parts) * size_t(cols) * 8;
+  if (!plan.grid) return fallback;
+  return std::max(fallback, plan.gcfg.exchange_bytes + grid_parts(plan, grads) * size_t(cols) * 8);
 }
 
 size_t workspace_bytes(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
-  return a.rows > 0 ? workspace_for(make_plan(a, centre, lim), a.cols) : 0;
+  return a.rows > 0 ? workspace_for(make_plan(a, centre, lim), a.cols, wants_grads(a)) : 0;
 }
 
 Status workspace_bytes(const RMSNormBwdArgs& a, bool centre, const float* mean, size_t* bytes) {
@@ -167,7 +181,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
   const Plan plan = make_plan(a, kCentre, lim);
   const bool grads = wants_grads(a);
-  const size_t need = a.rows > 0 ? workspace_for(plan, a.cols) : 0;
+  const size_t need = a.rows > 0 ? workspace_for(plan, a.cols, grads) : 0;
   if (need > 0) {
     if (a.workspace == nullptr || uintptr_t(a.workspace) % 16 != 0)
       return invalid("workspace: null or not 16-byte aligned (the call needs rmsnorm_bwd_workspace_bytes of it)");
@@ -205,8 +219,30 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   // The CTAs the row kernel launches: one partial row each (a cluster's
   // CTAs write one between them).
   int64_t launched = 0;
+  bool grid_ran = false;
   auto run_rows = [&]() -> Status {
     if (a.rows == 0) return Status::success();
+    if (plan.grid) {
+      const NormBwdGridConfig& g = plan.gcfg;
+      p.exchange = static_cast<uint64_t*>(a.workspace);
+      float2* const fallback_partial = p.partial;
+      if (grads) p.partial = reinterpret_cast<float2*>(static_cast<char*>(a.workspace) + g.exchange_bytes);
+      p.grid_ranks = g.ranks;
+      p.grid_groups = g.groups;
+      p.grid_lag = g.lag;
+      p.grid_tile_vecs = g.tile_vecs;
+      p.stages = g.stages;
+      bool not_resident = false;
+      Status st = detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
+        return ops::launch_rmsnorm_bwd_grid<decltype(dt)::value, kCentre>(p, g, plan.w_f32, device, stream,
+                                                                          &not_resident);
+      });
+      if (!not_resident) {
+        grid_ran = true;
+        return st;
+      }
+      p.partial = fallback_partial;  // the plan without the grid kernel
+    }
     if (plan.pipe) {
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
@@ -249,7 +285,8 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;
-  const int64_t parts = launched / (plan.reg || plan.pipe ? plan.cfg.cluster : 1);
+  const int64_t parts =
+      grid_ran ? int64_t(grid_parts(plan, true)) : launched / (plan.reg || plan.pipe ? plan.cfg.cluster : 1);
   // The weight gradients: a fixed-order sum of the partial rows.
   const int64_t blocks = (a.cols + 31) / 32;
   ops::rmsnorm_bwd_reduce_kernel<><<<unsigned(blocks), 32 * ops::kRMSNormBwdReduceSlices, 0, stream>>>(
@@ -267,6 +304,11 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   const Plan plan = make_plan(a, layernorm, lim);
   const RegRowConfig& c = plan.cfg;
   auto num = [](int64_t v) { return std::to_string(v); };
+  if (plan.grid) {
+    const NormBwdGridConfig& g = plan.gcfg;
+    return "grid ranks=" + num(g.ranks) + " groups=" + num(g.groups) + " tile_vecs=" + num(g.tile_vecs) + " stages=" +
+           num(g.stages) + " lag=" + num(g.lag) + " smem=" + num(int64_t(g.smem_bytes));
+  }
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
            num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "");

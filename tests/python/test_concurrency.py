@@ -81,6 +81,24 @@ def _rms_bad(leaves, others):
 
 
 # LayerNorm with weight and bias: y, dx, dweight, dbias.
+def _rms_plain_make(seed, m=12, n=524288, dtype=BF16):
+    # One dtype, no residual: 16-bit rows past 256K take the grid kernel (a
+    # cooperative launch whose CTAs wait for one another).
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [_leaf(_rand(g, m, n, dtype=dtype)), _leaf(_rand(g, n, dtype=dtype))], [_rand(g, m, n, dtype=dtype)]
+
+
+def _rms_plain_run(leaves, others):
+    x, w = leaves
+    y = quack_cpp.rmsnorm(x, w)
+    return [y] + _backward([y], others, leaves)
+
+
+def _rms_plain_bad(leaves, others):
+    x, w = leaves
+    quack_cpp.rmsnorm(x, w[:-1].detach())
+
+
 def _ln_make(seed, m=80, n=3000, dtype=F16):
     g = torch.Generator(device="cuda").manual_seed(seed)
     leaves = [_leaf(_rand(g, m, n, dtype=dtype)), _leaf(_rand(g, n, dtype=F32)), _leaf(_rand(g, n, dtype=F32))]
@@ -153,6 +171,9 @@ SM, LSM = quack_cpp.softmax, quack_cpp.log_softmax
 CASES = [
     Case("rmsnorm", _rms_make, _rms_run, _rms_bad, "weight must have shape"),
     Case("layernorm", _ln_make, _ln_run, _ln_bad, "bias must have shape"),
+    Case("rmsnorm_524288_bf16_grid", _rms_plain_make, _rms_plain_run, _rms_plain_bad, "weight must have shape"),
+    Case("layernorm_524288_f32_grid", lambda seed: _ln_make(seed, m=8, n=524288, dtype=F32), _ln_run, _ln_bad,
+         "bias must have shape"),
     Case("softmax_4096_bf16", _sm_make(4096, BF16), _sm_run(SM), _sm_bad(SM), "x must be"),
     Case("softmax_100000_f32", _sm_make(100000, F32), _sm_run(SM), _sm_bad(SM), "x must be"),
     Case("log_softmax_8191_f16", _sm_make(8191, F16), _sm_run(LSM), _sm_bad(LSM), "x must be"),

@@ -181,6 +181,19 @@ struct RowTuning {
   int bwd_pipe_small_cta;
   int64_t bwd_pipe_wide_min_cols;
   int64_t bwd_pipe_wide_min_cols_ln;
+  // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
+  // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
+  // NormBwdGridConfig below) where it serves them and bwd_grid has the
+  // dtype's bit: bit 0 for 16-bit rows, bit 1 for fp32 rows. bwd_grid_stages16 /
+  // bwd_grid_stages32: its shared-memory stages (the most that fit, at most
+  // this many); bwd_grid_lag: the rows a CTA collects a row's sums after
+  // publishing its own (1..7, below the stages).
+  int bwd_grid;
+  int64_t bwd_grid_min_cols16;
+  int64_t bwd_grid_min_cols32;
+  int bwd_grid_stages16;
+  int bwd_grid_stages32;
+  int bwd_grid_lag;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -311,8 +324,42 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
                                  RegRowConfig* out);
 const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPipeProblem& prob,
                                        const DeviceLimits& lim);
+// Grid norm backward (rmsnorm_bwd_grid_kernel): rows too long for a cluster
+// at the other kernels' tiles, read once. A cooperative grid of `groups`
+// groups of `ranks` CTAs of kNormBwdGridCtaThreads threads, one CTA an SM;
+// rank r of each group owns tile_vecs 16-byte vectors of the row (at most
+// kNormBwdGridCtaElems elements a thread), group g takes rows g, g + groups,
+// ...; the ranks exchange each row's sums through global memory
+// (core/grid_exchange.cuh). Shared memory: kNormBwdGridHeader bytes (the
+// reduction scratch, the mbarriers, the collected words of up to
+// kNormBwdGridMaxRanks ranks), then `stages` stages of h and dy tiles. Workspace: the groups' exchange rings
+// (exchange_bytes, zeroed before each launch), then `groups` partial rows.
+constexpr int kNormBwdGridCtaThreads = 512;
+constexpr int kNormBwdGridCtaElems = 16;
+constexpr int kNormBwdGridMaxRanks = 144;   // every rank's words collected at once: 2 * 144 <= 512 threads
+constexpr size_t kNormBwdGridHeader = 1024 + 128 + kNormBwdGridMaxRanks * 2 * 4;
+constexpr int kNormBwdGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
+constexpr int kNormBwdGridStagesMax = 8;
+constexpr int kNormBwdGridExchangeRing = 16;  // core::kGridExchangeRing
+struct NormBwdGridConfig {
+  int ranks = 0;           // CTAs a row
+  int groups = 0;          // rows in flight at once
+  int stages = 0;          // shared-memory stages a CTA
+  int lag = 0;             // rows between a CTA's publish and its collect
+  int64_t tile_vecs = 0;   // vectors of the row a CTA owns (the last rank may own fewer)
+  size_t smem_bytes = 0;   // a CTA's
+  int64_t grid = 0;        // ranks * groups
+  size_t exchange_bytes = 0;  // the rings, 16-byte padded
+};
+// False where the tuning does not ask for it (tune.bwd_grid's dtype bit,
+// tune.bwd_grid_min_cols16 / 32) or the row needs more CTAs than there are SMs.
+// centre: LayerNorm (two sums a row in the exchange).
+bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormBwdGridConfig* out);
+const char* check_norm_bwd_grid_config(const NormBwdGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim);
 // The kernel and configuration rmsnorm_bwd (layernorm: layernorm_bwd) takes
-// for these arguments, in words: "pipe", "reg", "general" or "split", then
+// for these arguments, in words: "pipe", "reg", "grid", "general" or "split", then
 // the layout (src/rmsnorm_bwd.cu). Reads no tensor.
 std::string norm_bwd_plan_description(const RMSNormBwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // rmsnorm_bwd_workspace_bytes for given device limits (src/rmsnorm_bwd.cu).

@@ -53,6 +53,12 @@ struct LaunchShape {
   // When set: receives the grid actually launched (after the clamp), e.g.
   // the number of partial rows a persistent kernel writes.
   int64_t* launched = nullptr;
+  // A cooperative launch: every CTA resident at once (kernels whose CTAs
+  // wait for one another, core/grid_exchange.cuh). When the grid cannot be
+  // resident, nothing is launched, *not_resident (required) is set and the
+  // status is kUnsupported: the caller takes another kernel.
+  bool cooperative = false;
+  bool* not_resident = nullptr;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
 // Register-resident kernels: one CTA per row block, persistent when clustered
@@ -89,14 +95,31 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
   lc.blockDim = dim3(unsigned(shape.threads), 1, 1);
   lc.dynamicSmemBytes = shape.smem_bytes;
   lc.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  lc.attrs = attr;
   if (shape.cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(shape.cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
+    attr[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[lc.numAttrs].val.clusterDim.x = unsigned(shape.cluster);
+    attr[lc.numAttrs].val.clusterDim.y = 1;
+    attr[lc.numAttrs].val.clusterDim.z = 1;
+    ++lc.numAttrs;
+  }
+  if (shape.cooperative) {
+    if (shape.cluster > 1 || shape.not_resident == nullptr)
+      return {Code::kUnsupported, "cooperative launch: clusters are not supported and not_resident is required"};
+    *shape.not_resident = false;
+    int per_sm = 0, sms = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads, shape.smem_bytes);
+    if (e != cudaSuccess) return cuda_status(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(multiprocessors)");
+    if (int64_t(per_sm) * sms < shape.grid) {
+      *shape.not_resident = true;
+      return {Code::kUnsupported, "cooperative grid of " + std::to_string(shape.grid) + " CTAs cannot be resident"};
+    }
+    attr[lc.numAttrs].id = cudaLaunchAttributeCooperative;
+    attr[lc.numAttrs].val.cooperative = 1;
+    ++lc.numAttrs;
   }
   if (shape.cluster > 1 && shape.persistent) {
     // A persistent grid must not ask for more clusters than can be resident
@@ -111,6 +134,12 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
   }
   if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x);
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
+  if (e == cudaErrorCooperativeLaunchTooLarge && shape.cooperative) {
+    // (MPS or a green context can hold fewer SMs than the device has.)
+    (void)cudaGetLastError();  // not sticky: clear it
+    *shape.not_resident = true;
+    return {Code::kUnsupported, "cooperative grid of " + std::to_string(shape.grid) + " CTAs cannot be resident"};
+  }
   return cuda_status(e, "kernel launch");
 }
 

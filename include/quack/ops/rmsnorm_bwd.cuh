@@ -33,7 +33,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "quack/core/bulk.cuh"
 #include "quack/core/config.hpp"
+#include "quack/core/grid_exchange.cuh"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
 #include "quack/core/row_tile.cuh"
@@ -69,6 +71,12 @@ struct RMSNormBwdParams {
   int team_log2;  // and its team, 1 << team_log2 threads
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   int64_t row_blocks;
+  // The grid kernel (2''): CTAs a row (ranks of a group), row groups, a
+  // CTA's tile of 16-byte vectors, the rows a collect trails its publish,
+  // and the groups' exchange rings (core/grid_exchange.cuh).
+  int grid_ranks, grid_groups, grid_lag;
+  int64_t grid_tile_vecs;
+  uint64_t* exchange;
 };
 
 // Shared memory before the accumulators: the row reduction's scratch.
@@ -812,6 +820,228 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 }
 
 // ---------------------------------------------------------------------------
+// 2''. Rows past a cluster's capacity, read once (h, dy in one dtype, 16-byte
+// aligned; rmsnorm_bwd_grid_kernel). A cooperative grid of `groups` groups
+// of `ranks` CTAs, one CTA an SM: rank r of every group owns the same tile
+// of columns (grid_tile_vecs vectors, at most kNormBwdGridElems elements a
+// thread), holds its weight and its dw / db sums in registers, and group g
+// takes rows g, g + groups, ... in order. Row j of a group:
+//   A. its tiles of h and dy arrive by bulk copy in a ring of `stages`
+//      shared-memory stages (issued up to stages - lag rows ahead); each CTA
+//      reduces its tile's dots and publishes them (core::GridExchange);
+//   B. `lag` rows later it collects the row's dots (by then every rank has
+//      usually published them), writes dx from the same stage and adds the
+//      tile's dy * xhat and dy to its sums, then refills the stage.
+// h and dy cross HBM once (6 bytes an element for 16-bit rows, against the
+// split path's 10); the exchange costs a 64-bit store a CTA and a row and
+// ranks loads, from L2. At the end each CTA writes its tile of its group's
+// partial row, which kernel 3 adds up.
+// Layout constants: core/config.hpp (kNormBwdGridCta*, kNormBwdGridHeader).
+constexpr int kNormBwdGridThreads = kNormBwdGridCtaThreads;
+constexpr int kNormBwdGridElems = kNormBwdGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
+constexpr uint32_t kNormBwdGridBarOffset = kRMSNormBwdScratchBytes;
+constexpr uint32_t kNormBwdGridValsOffset = kNormBwdGridBarOffset + 128;
+constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormBwdGridHeader);  // then the stages
+// The last thread publishes: its warp loads no collected word (2 * 144 <=
+// 480), so its release fence runs alongside the other warps' collect loads.
+constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
+static_assert(kNormBwdGridHeader == kNormBwdGridValsOffset + 4 * 2 * kNormBwdGridMaxRanks && 8 * kNormBwdGridStagesMax <= 128,
+              "grid kernel header: scratch, the mbarriers, the collected words");
+static_assert(2 * kNormBwdGridMaxRanks <= (kNormBwdGridPublisher & ~31), "grid kernel: a word a thread, not the publisher's warp");
+static_assert(kNormBwdGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormBwdGridMaxLag + 2,
+              "grid kernel exchange ring");
+static_assert(core::RowReducer<core::SumPairOp>::scratch_bytes() + sizeof(float2) <= kRMSNormBwdScratchBytes,
+              "grid kernel scratch");
+
+template <typename T, typename Tw, bool kCentre>
+__global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kernel(const RMSNormBwdParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int KV = kNormBwdGridElems / VEC;  // vectors a thread
+  constexpr bool kWeight = !std::is_void_v<Tw>;
+  using Dots = NormBwdDots<kCentre>;
+  using DT = typename Dots::T;
+  using Op = typename Dots::Op;
+  using V = RawVec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  DT* scratch = reinterpret_cast<DT*>(smem);  // [2][32] block partials
+  float* vals = reinterpret_cast<float*>(smem + kNormBwdGridValsOffset);  // collected words
+  const uint32_t bar0 = smem_addr(smem) + kNormBwdGridBarOffset;
+  const uint32_t stage0 = smem_addr(smem) + kNormBwdGridHeaderBytes;
+
+  const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
+  const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
+  const int64_t nvec = (cols + VEC - 1) / VEC, nfull = cols / VEC;
+  const int64_t vb = int64_t(rank) * p.grid_tile_vecs, ve = min(nvec, vb + p.grid_tile_vecs);
+  const int64_t bulk_vecs = max(int64_t(0), min(ve, nfull) - vb);  // whole vectors, copied in bulk
+  const uint32_t tile_bytes = uint32_t(p.grid_tile_vecs) * 16, bulk_bytes = uint32_t(bulk_vecs) * 16;
+  const int stages = p.stages, lag = p.grid_lag;
+  // Rows of this group (fewer than 2^31: choose_norm_bwd_grid_config).
+  const int rows_here = group < p.rows ? int((p.rows - group + groups - 1) / groups) : 0;
+  const GridExchange<Op> ex{p.exchange + group * GridExchange<Op>::words(ranks), ranks, rank};
+  const T* h = static_cast<const T*>(p.h);
+  const T* dy = static_cast<const T*>(p.dy);
+
+  float w[KV][VEC], aw[KV][VEC], ab[KV][VEC];
+#pragma unroll
+  for (int k = 0; k < KV; ++k) {
+    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) aw[k][e] = ab[k][e] = 0.0f;
+    if constexpr (kWeight) {
+      using Vw = RawVec<Tw, VEC>;
+      Vw wv;
+      wv.zero();
+      if (v < ve) {
+        const Tw* wp = static_cast<const Tw*>(p.w) + v * VEC;
+        if (v < nfull) wv.load(wp);
+        else wv.load_partial(wp, int(cols - v * VEC));
+      }
+      wv.widen(w[k]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) w[k][e] += p.weight_offset;
+    }
+  }
+  // g = dy * (w + weight_offset); dy alone without a weight.
+  auto gval = [&](int k, int e, float d) {
+    if constexpr (kWeight) return d * w[k][e];
+    else return (void)k, (void)e, d;
+  };
+
+  // Row j of this group into stage s = j % stages (thread 0).
+  auto issue = [&](int j, int s) {
+    const int64_t row = group + int64_t(j) * groups;
+    const uint32_t bar = bar0 + 8 * uint32_t(s), xs = stage0 + uint32_t(s) * 2 * tile_bytes;
+    mbar_arrive_expect_tx(bar, 2 * bulk_bytes);
+    if (bulk_bytes > 0) {
+      bulk_g2s(xs, h + row * p.h_stride + vb * VEC, bulk_bytes, bar);
+      bulk_g2s(xs + tile_bytes, dy + row * p.dy_stride + vb * VEC, bulk_bytes, bar);
+    }
+  };
+  // Vector k of this thread in row `row` (stage s): false past the tile.
+  // The row's partial last vector is not in the stage: read from global.
+  auto load = [&](int s, int64_t row, int k, V& xv, V& dv) -> bool {
+    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+    if (v >= ve) return false;
+    const int64_t off = v - vb;
+    if (off < bulk_vecs) {
+      const uint32_t a = stage0 + uint32_t(s) * 2 * tile_bytes + uint32_t(off) * 16;
+      lds<16>(a, xv.w);
+      lds<16>(a + tile_bytes, dv.w);
+    } else {
+      const int valid = int(cols - v * VEC);
+      xv.load_partial(h + row * p.h_stride + v * VEC, valid);
+      dv.load_partial(dy + row * p.dy_stride + v * VEC, valid);
+    }
+    return true;
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8 * uint32_t(s), 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
+
+  // Phase A's stage and its parity; phase B's stage.
+  int sa = 0, sb = 0;
+  uint32_t pa = 0;
+  for (int i = 0; i < rows_here + lag && rows_here > 0; ++i) {
+    if (i < rows_here) {  // A: publish row i's dots
+      const int64_t row = group + int64_t(i) * groups;
+      const int s = sa;
+      mbar_wait(bar0 + 8 * uint32_t(s), pa);
+      if (++sa == stages) sa = 0, pa ^= 1u;
+      const float mean = kCentre ? p.mean[row] : 0.0f;
+      float gh = 0.0f, gs = 0.0f;
+#pragma unroll
+      for (int k = 0; k < KV; ++k) {
+        V xv, dv;
+        if (!load(s, row, k, xv, dv)) continue;
+        float x[VEC], d[VEC];
+        xv.widen(x);
+        dv.widen(d);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float g = gval(k, e, d[e]);
+          gh = fmaf(g, x[e] - mean, gh);
+          if constexpr (kCentre) gs += g;
+        }
+      }
+      const DT dots = block_reduce<Op>(Dots::make(gh, gs), scratch + 32 * (i & 1));
+      if (tid == kNormBwdGridPublisher) ex.publish(i, dots);
+    }
+    if (i >= lag) {  // B: row q's dx and weight-gradient terms
+      const int q = i - lag;
+      const int64_t row = group + int64_t(q) * groups;
+      const int s = sb;
+      if (++sb == stages) sb = 0;
+      const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
+      V ro[KV];
+      if (p.dres_out != nullptr) {
+        const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+          const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+          ro[k].zero();
+          if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
+          else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
+        }
+      }
+      const DT t = ex.collect(q, vals);  // one barrier
+      const float cm = Dots::gh(t) * rstd / float(cols), gm = Dots::g_mean(t, float(cols));
+#pragma unroll
+      for (int k = 0; k < KV; ++k) {
+        V xv, dv;
+        if (!load(s, row, k, xv, dv)) continue;
+        const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+        float x[VEC], d[VEC], o[VEC];
+        xv.widen(x);
+        dv.widen(d);
+        if (p.dres_out != nullptr) ro[k].widen(o);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xh = (x[e] - mean) * rstd;
+          float r = rstd * fmaf(-xh, cm, gval(k, e, d[e]) - gm);
+          if (p.dres_out != nullptr) r += o[e];
+          o[e] = r;
+          aw[k][e] = fmaf(d[e], xh, aw[k][e]);
+          ab[k][e] += d[e];
+        }
+        V out;
+        out.narrow(o);
+        T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + v * VEC;
+        T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + v * VEC : nullptr;
+        if (v < nfull) {
+          out.store(dxp);
+          if (drp != nullptr) out.store(drp);
+        } else {
+          const int valid = int(cols - v * VEC);
+          out.store_partial(dxp, valid);
+          if (drp != nullptr) out.store_partial(drp, valid);
+        }
+      }
+      __syncthreads();  // every thread has read stage s
+      if (tid == 0 && q + stages < rows_here) {
+        fence_proxy_async_smem();
+        issue(q + stages, s);
+      }
+    }
+  }
+  if (p.partial == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < KV; ++k) {
+    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+    if (v >= ve) continue;
+    float2* out = p.partial + group * cols + v * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (v * VEC + e < cols) out[e] = make_float2(aw[k][e], ab[k][e]);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // 3. dweight / dbias: column c is the sum over partial rows k = 0, 1, ... in
 // that order, split into kSlices fixed strided slices added in slice order.
 // A CTA of 32 x kSlices threads covers 32 columns.
@@ -973,11 +1203,37 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
   return run(TypeTag<T>{});
 }
 
+// The grid kernel (2''; cfg from choose_norm_bwd_grid_config), a
+// cooperative launch after the exchange rings at p.exchange
+// (cfg.exchange_bytes) are zeroed. *not_resident: set when the grid cannot
+// be resident at once (nothing launched; the caller takes the split path).
+template <DType kX, bool kCentre>
+Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormBwdGridConfig& cfg, bool w_f32, int device,
+                               cudaStream_t stream, bool* not_resident) {
+  using T = typename core::TypeOf<kX>::type;
+  core::LaunchShape shape{cfg.grid, kNormBwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
+  shape.cooperative = true;
+  shape.not_resident = not_resident;
+  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
+                                "rmsnorm backward exchange reset");
+  if (!st.ok()) return st;
+  auto run = [&](auto tw) -> Status {
+    using Tw = typename decltype(tw)::type;
+    static core::KernelAttrCache cache;
+    return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre>, cache, device, shape, stream, p);
+  };
+  if (p.w == nullptr) return run(TypeTag<void>{});
+  if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});
+  return run(TypeTag<T>{});
+}
+
 #define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                        \
   EXTERN template Status launch_rmsnorm_bwd_reg<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
                                                             cudaStream_t, int64_t*);                              \
   EXTERN template Status launch_rmsnorm_bwd_pipe<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
-                                                             cudaStream_t, int64_t*);
+                                                             cudaStream_t, int64_t*);                             \
+  EXTERN template Status launch_rmsnorm_bwd_grid<DT, CENTRE>(const RMSNormBwdParams&, const NormBwdGridConfig&, bool, \
+                                                             int, cudaStream_t, bool*);
 #ifndef QUACK_RMSNORM_BWD_TU
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32, false)
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat16, false)

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <tuple>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
@@ -50,9 +52,10 @@ RMSNormBwdArgs args_of(const Call& c, bool layernorm) {
 }
 
 struct Kernel {
-  std::string kind;  // "pipe", "reg", "general" or "split"
+  std::string kind;  // "pipe", "reg", "grid", "general" or "split"
   int team = 0, threads = 0, cluster = 0, vpt = 0, stages = 0;
   int64_t grid = 0, smem = 0;
+  int ranks = 0, groups = 0, tile_vecs = 0, lag = 0;  // "grid"
   std::string text;
 };
 
@@ -66,6 +69,10 @@ Kernel plan(const Call& c, bool layernorm = false) {
   if (k.kind == "pipe" &&
       std::sscanf(k.text.c_str(), "pipe team=%d threads=%d cluster=%d vpt=%d stages=%d grid=%lld smem=%lld", &k.team,
                   &k.threads, &k.cluster, &k.vpt, &k.stages, &grid, &smem) != 7)
+    ADD_FAILURE() << "unparsed plan: " << k.text;
+  if (k.kind == "grid" &&
+      std::sscanf(k.text.c_str(), "grid ranks=%d groups=%d tile_vecs=%d stages=%d lag=%d smem=%lld", &k.ranks,
+                  &k.groups, &k.tile_vecs, &k.stages, &k.lag, &smem) != 6)
     ADD_FAILURE() << "unparsed plan: " << k.text;
   k.grid = grid;
   k.smem = smem;
@@ -93,10 +100,18 @@ class NormBwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
   // The 2-vector tile at every row length (the defaults take 4 vectors for
-  // long 16-bit rows: DefaultsTakeFourVectorsByRowLength).
+  // long 16-bit rows: DefaultsTakeFourVectorsByRowLength), and no grid
+  // kernel (rows past 128K keep the cluster layouts these tests describe).
   void two_vector_tile() {
     two_ = default_row_tuning();
     two_.bwd_pipe_vpt16 = 2;
+    two_.bwd_grid = 0;
+    set_row_tuning(&two_);
+  }
+  // The defaults without the grid kernel (GridKernelCells: with it).
+  void no_grid() {
+    two_ = default_row_tuning();
+    two_.bwd_grid = 0;
     set_row_tuning(&two_);
   }
   RowTuning two_{};
@@ -191,6 +206,7 @@ TEST_F(NormBwdPlan, ClusteredPipelinedCells) {
 // whose stages fit no cluster of 16 (16-bit 256K with dbias, RMSNorm or
 // LayerNorm), misaligned rows, long rows, and the knobs.
 TEST_F(NormBwdPlan, OtherKernels) {
+  no_grid();
   EXPECT_EQ(plan({1024, 262144, kBF16, kF32}, true).kind, "reg");  // LayerNorm (dbias): past a cluster of 16
   EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "reg");
   EXPECT_EQ(plan({1024, 131080, kF32, kF32}).kind, "reg");
@@ -200,6 +216,7 @@ TEST_F(NormBwdPlan, OtherKernels) {
   EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16}).kind, "split");
   {
     RowTuning t = default_row_tuning();
+    t.bwd_grid = 0;
     t.bwd_pipe_cluster = 1;
     set_row_tuning(&t);
     EXPECT_EQ(plan({8192, 32768, kBF16, kBF16}).kind, "reg");
@@ -212,6 +229,7 @@ TEST_F(NormBwdPlan, OtherKernels) {
   }
   for (int bits : {0, 1, 2}) {
     RowTuning t = default_row_tuning();
+    t.bwd_grid = 0;
     t.bwd_pipe = bits;
     set_row_tuning(&t);
     EXPECT_EQ(plan({65536, 4096, kBF16, kBF16}).kind, (bits & 1) ? "pipe" : "reg") << bits;
@@ -418,6 +436,173 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   set_row_tuning(&t);
   EXPECT_EQ(plan({65536, 4096, kBF16, kF32}).vpt, 4);
   EXPECT_EQ(plan({65536, 512, kBF16, kF32}, true).vpt, 4);
+}
+
+// The grid kernel (src/config.cpp: aligned rows of one dtype, fp32 past
+// 128K columns, 16-bit past 256K): one 512-thread CTA an SM of
+// at most 16 elements a thread (16-bit: 1024 vectors, fp32: 2048), as few
+// ranks as cover the row with tiles spread evenly, as many row groups as
+// the SMs hold (never more than the rows), 6 stages of 32 KB for 16-bit
+// rows and the 3 of 64 KB that fit for fp32 ones, a lag of 2 rows (1 where
+// only 3 stages fit: one row stays in flight past it).
+TEST_F(NormBwdPlan, GridKernelCells) {
+  struct Cell {
+    Call call;
+    bool ln;
+    int ranks, groups, tile_vecs, stages, lag;
+  };
+  const Cell cells[] = {
+      {{256, 1 << 20, kBF16, kBF16}, false, 128, 1, 1024, 6, 2},
+      {{256, 1 << 20, kBF16, kF32}, true, 128, 1, 1024, 6, 2},
+      {{256, 1 << 20, kF32, kF32}, false, 128, 1, 2048, 3, 1},
+      {{512, 524288, kBF16, kBF16}, false, 64, 2, 1024, 6, 2},
+      {{512, 524288, kBF16, kF32}, true, 64, 2, 1024, 6, 2},
+      {{1024, 262144, kF32, kF32}, true, 32, 4, 2048, 3, 1},
+      {{512, 524288, kF32, kF32}, false, 64, 2, 2048, 3, 1},
+      {{2048, 131080, kF32, kF32}, false, 17, 7, 1928, 3, 1},  // 32770 vectors over 17 ranks
+      {{3, 270336, kF16, kF16}, false, 33, 3, 1024, 6, 2},     // fewer rows than groups
+      {{8, 1 << 20, kBF16, kBF16, true, true}, false, 128, 1, 1024, 6, 2},  // dresidual_out (read from global)
+      {{8, 1 << 20, kBF16, kBF16, false}, false, 128, 1, 1024, 6, 2},       // no weight
+  };
+  for (const Cell& c : cells) {
+    const Kernel k = plan(c.call, c.ln);
+    SCOPED_TRACE(k.text);
+    // (kind, ranks, groups, tile vectors, stages, lag, shared memory)
+    EXPECT_EQ(std::make_tuple(k.kind, k.ranks, k.groups, k.tile_vecs, k.stages, k.lag, k.smem),
+              std::make_tuple(std::string("grid"), c.ranks, c.groups, c.tile_vecs, c.stages, c.lag,
+                              int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
+  }
+  // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
+  // 114-SM H100 PCIe), rows up to 128K (fp32) / 256K (16-bit), mixed dtypes.
+  EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16, true, false, 1}).kind, "split");
+  EXPECT_EQ(plan({8, 1 << 21, kBF16, kBF16}).kind, "split");
+  {
+    DeviceLimits pcie;
+    pcie.num_sms = 114;
+    EXPECT_EQ(norm_bwd_plan_description(args_of({8, 1 << 20, kBF16, kBF16}, false), false, pcie).rfind("split", 0), 0u);
+    EXPECT_EQ(norm_bwd_plan_description(args_of({8, 786432, kBF16, kBF16}, false), false, pcie).rfind("grid", 0), 0u);
+  }
+  EXPECT_EQ(plan({1024, 131072, kBF16, kBF16}).kind, "pipe");
+  EXPECT_EQ(plan({1024, 131072, kF32, kF32}).kind, "pipe");
+  EXPECT_EQ(plan({1024, 131076, kF32, kF32}).kind, "grid");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262152, kBF16, kBF16}).kind, "grid");
+  {
+    RMSNormBwdArgs a = args_of({8, 1 << 20, kBF16, kBF16}, false);
+    a.dy.dtype = kF32;
+    EXPECT_EQ(norm_bwd_plan_description(a, false, DeviceLimits{}).rfind("split", 0), 0u);
+  }
+  // The knobs: the dtype bits, the threshold, the stages and the lag.
+  for (int bits : {0, 1, 2, 3}) {
+    RowTuning t = default_row_tuning();
+    t.bwd_grid = bits;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({256, 1 << 20, kBF16, kBF16}).kind, (bits & 1) ? "grid" : "split") << bits;
+    EXPECT_EQ(plan({256, 1 << 20, kF32, kF32}).kind, (bits & 2) ? "grid" : "split") << bits;
+  }
+  RowTuning t = default_row_tuning();
+  t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
+  set_row_tuning(&t);
+  Kernel k = plan({4096, 4096, kBF16, kBF16});
+  EXPECT_EQ(k.kind, "grid") << k.text;
+  EXPECT_EQ(k.ranks, 1) << k.text;
+  EXPECT_EQ(k.groups, 132) << k.text;
+  EXPECT_EQ(k.tile_vecs, 512) << k.text;
+  EXPECT_EQ(plan({7, 1, kF32, kF32}).kind, "general");  // a 1-element row is not 16-byte aligned past row 0
+  t.bwd_grid_stages16 = 2;
+  t.bwd_grid_lag = 5;
+  set_row_tuning(&t);
+  k = plan({256, 1 << 20, kBF16, kBF16});
+  EXPECT_EQ(k.stages, 2) << k.text;
+  EXPECT_EQ(k.lag, 1) << k.text;
+  t.bwd_grid_stages16 = 8;
+  set_row_tuning(&t);
+  k = plan({256, 1 << 20, kBF16, kBF16});
+  EXPECT_EQ(k.stages, 7) << k.text;  // 7 of 32 KB fit
+  EXPECT_EQ(k.lag, 5) << k.text;
+}
+
+// Every configuration the grid chooser returns passes its checks, covers
+// the row with nonempty tiles, and sizes the exchange rings; it declines
+// exactly the rows that need more ranks than there are SMs.
+TEST_F(NormBwdPlan, GridConfigInvariants) {
+  const DeviceLimits lim;
+  RowTuning tunes[4] = {default_row_tuning(), default_row_tuning(), default_row_tuning(), default_row_tuning()};
+  for (RowTuning& t : tunes) t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
+  tunes[1].bwd_grid_stages16 = tunes[1].bwd_grid_stages32 = 2;
+  tunes[2].bwd_grid_lag = 7;
+  tunes[2].bwd_grid_stages16 = tunes[2].bwd_grid_stages32 = 8;
+  tunes[3].bwd_grid_lag = 0;
+  const int64_t cols_list[] = {1, 7, 8, 9, 1000, 8191, 8192, 8193, 65537, 131073, 262147, 500009,
+                               1 << 20, 1081344, 1081345, 2162688, 2162689, 3 << 20};
+  int served = 0;
+  for (const RowTuning& t : tunes)
+    for (const int eb : {2, 4})
+      for (const bool centre : {false, true})
+        for (const int64_t cols : cols_list)
+          for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(7), int64_t(200), int64_t(65536)}) {
+            NormBwdGridConfig c;
+            const bool ok = choose_norm_bwd_grid_config(rows, cols, eb, centre, lim, t, &c);
+            const int64_t vec = 16 / eb, nvec = (cols + vec - 1) / vec;
+            const int64_t ranks = (nvec + int64_t(kNormBwdGridCtaThreads) * kNormBwdGridCtaElems / vec - 1) /
+                                  (int64_t(kNormBwdGridCtaThreads) * kNormBwdGridCtaElems / vec);
+            SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " eb " +
+                         std::to_string(eb));
+            EXPECT_EQ(ok, ranks <= lim.num_sms);
+            if (!ok) continue;
+            ++served;
+            const char* why = check_norm_bwd_grid_config(c, rows, cols, eb, lim);
+            EXPECT_EQ(why, nullptr) << why;
+            EXPECT_EQ(c.ranks, ranks);
+            EXPECT_LE(c.groups, rows);
+            EXPECT_EQ(c.exchange_bytes % 16, 0u);
+            EXPECT_GE(c.exchange_bytes, size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * (centre ? 16 : 8));
+            EXPECT_LT(c.exchange_bytes, size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * (centre ? 16 : 8) + 16);
+          }
+  EXPECT_GT(served, 100);
+  // The tuning's own switch and threshold, and rows past the 32-bit tags.
+  NormBwdGridConfig c;
+  RowTuning off = default_row_tuning();
+  off.bwd_grid = 0;
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 1 << 20, 2, false, lim, off, &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 262144, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 262145, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(int64_t(1) << 31, 131073, 2, false, lim, default_row_tuning(), &c));
+  // A device of more SMs than the header's collected words cover: 145 ranks
+  // of 8192 bf16 columns are refused, 144 served.
+  DeviceLimits big = lim;
+  big.num_sms = 160;
+  EXPECT_FALSE(choose_norm_bwd_grid_config(1, int64_t(145) * 8192, 2, true, big, default_row_tuning(), &c));
+  ASSERT_TRUE(choose_norm_bwd_grid_config(1, int64_t(144) * 8192, 2, true, big, default_row_tuning(), &c));
+  EXPECT_EQ(c.ranks, kNormBwdGridMaxRanks);
+  EXPECT_EQ(check_norm_bwd_grid_config(c, 1, int64_t(144) * 8192, 2, big), nullptr);
+  c.ranks = c.ranks + 1;
+  c.grid = c.ranks;
+  const char* why = check_norm_bwd_grid_config(c, 1, int64_t(145) * 8192, 2, big);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::strstr(why, "kNormBwdGridMaxRanks"), nullptr) << why;
+}
+
+// The workspace covers the grid kernel (its rings, then a partial row a
+// group) and the plan it falls back to, with and without weight gradients
+// (the rings are needed for dx alone).
+TEST_F(NormBwdPlan, GridWorkspaceCoversItsFallback) {
+  for (const bool ln : {false, true})
+    for (const bool grads : {false, true}) {
+      RMSNormBwdArgs a = args_of({256, 1 << 20, kBF16, kBF16}, ln);
+      if (!grads) a.dweight = {}, a.dbias = {};
+      const DeviceLimits lim;
+      NormBwdGridConfig g;
+      ASSERT_TRUE(choose_norm_bwd_grid_config(256, 1 << 20, 2, ln, lim, default_row_tuning(), &g));
+      const size_t with = ln ? layernorm_bwd_workspace_bytes(LayerNormBwdArgs{a}, lim) : rmsnorm_bwd_workspace_bytes(a, lim);
+      no_grid();
+      const size_t without = ln ? layernorm_bwd_workspace_bytes(LayerNormBwdArgs{a}, lim) : rmsnorm_bwd_workspace_bytes(a, lim);
+      set_row_tuning(nullptr);
+      EXPECT_GE(with, without);
+      EXPECT_GE(with, g.exchange_bytes + (grads ? size_t(g.groups) << 23 : 0));
+    }
 }
 
 }  // namespace

@@ -118,7 +118,31 @@ std::vector<BwdCase> cases() {
   add({"N131073_bf16_M37_misaligned_split", 37, 131073, kBF16, kF32, true, true, true, true, true, 0.5f, 1});
   add({"N140000_f16_M100_odd_stride_split_groups", 100, 140000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
   add({"N1048576_bf16_M3_split_dx_only", 3, 1048576, kBF16, kBF16, true, false, false});
+  // The grid kernel (aligned rows past 128K; GridKernelMatchesFloat64 sends
+  // every case it serves there): 128 ranks of one group (bf16 and fp32 1M,
+  // fp32 weight, dresidual_out and dresidual), two groups of 64 (fp32 512K
+  // with a weight offset, dresidual_out), 4 groups of 32 over 300 rows (the
+  // stages and the exchange ring wrap many times), a partial last vector
+  // (N = 262147, rows padded to 16 bytes), fewer rows than groups, no weight.
+  add({"N1048576_bf16_M33_grid_fp32w_dres", 33, 1048576, kBF16, kF32, true, true, true, true, true});
+  add({"N1048576_f32_M5_grid", 5, 1048576, kF32, kF32});
+  add({"N524288_f32_M20_grid_groups2_dres_out", 20, 524288, kF32, kF32, true, true, true, true, false, 0.5f});
+  add({"N262144_bf16_M300_grid_groups4", 300, 262144, kBF16, kBF16, true, true, false});
+  add({"N262147_bf16_M9_grid_tail", 9, 262147, kBF16, kBF16, true, true, true, false, false, 0.0f, 0, 5});
+  add({"N139264_f16_M3_grid_rows_lt_groups", 3, 139264, kF16, kF16, true, true, true, true, true});
+  add({"N393216_bf16_M40_grid_noweight_dbias", 40, 393216, kBF16, kBF16, false, false, true});
   return v;
+}
+
+// Whether the grid kernel serves the case (src/rmsnorm_bwd.cu's plan: h, dy,
+// dx, dresidual* in one dtype, the weight in it or fp32, 16-byte-aligned
+// rows, at most one 512-thread CTA of 16 elements a thread per SM).
+bool grid_serves(const BwdCase& c) {
+  const int64_t vec = c.t == kF32 ? 4 : 8;
+  const bool uniform = (int(c.dy_t) < 0 || c.dy_t == c.t) && (int(c.dx_t) < 0 || c.dx_t == c.t) &&
+                       (!c.weight || c.wt == c.t || c.wt == kF32);
+  const int64_t nvec = (c.cols + vec - 1) / vec, tile = kNormBwdGridCtaThreads * (kNormBwdGridCtaElems / vec);
+  return uniform && c.offset == 0 && (c.cols + c.pad) % vec == 0 && (nvec + tile - 1) / tile <= DeviceLimits{}.num_sms;
 }
 
 void PrintTo(const BwdCase& c, std::ostream* os) { *os << c.name; }
@@ -335,31 +359,47 @@ TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
   run_case(GetParam(), true);
 }
 
+// Both norms under a tuning; want_in_plan as run_case's, for the cases
+// `wanted` picks (all: nullptr).
+void run_both_under(const RowTuning& t, const BwdCase& c, const std::string& want_in_plan = "",
+                    bool (*wanted)(const BwdCase&, bool centre) = nullptr) {
+  TuningScope scope(t);
+  for (const bool centre : {false, true}) {
+    SCOPED_TRACE(centre ? "LayerNorm" : "RMSNorm");
+    run_case(c, centre, wanted == nullptr || wanted(c, centre) ? want_in_plan : "");
+    if (testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// The defaults without the grid kernel: rows past 128K take the kernels
+// that served them before it (clusters, the register kernel, the split path).
+RowTuning without_grid() {
+  RowTuning t = default_row_tuning();
+  t.bwd_grid = 0;
+  return t;
+}
+
 // The same cases with the pipelined kernel off (rows it would serve take
 // the register kernel with shared-memory accumulators), and at one vector a
 // thread with up to four stages (most rows that fit one CTA at one vector
 // take three or four, longer ones two vectors, clusters two to four stages)
 // and the 64-register kernel with the dbias sums in shared memory (the
 // defaults take the small-CTA kernel, dbias sums in registers, in CTAs of
-// up to 256 threads).
+// up to 256 threads). None takes the grid kernel.
 TEST_P(RMSNormBwdGpu, RegisterKernelMatchesFloat64) {
   QUACK_REQUIRE_SM90();
-  RowTuning t = default_row_tuning();
+  RowTuning t = without_grid();
   t.bwd_pipe = 0;
-  TuningScope scope(t);
-  run_case(GetParam(), false);
-  run_case(GetParam(), true);
+  run_both_under(t, GetParam());
 }
 
 TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
   QUACK_REQUIRE_SM90();
-  RowTuning t = default_row_tuning();
+  RowTuning t = without_grid();
   t.bwd_pipe_stages = 4;
   t.bwd_pipe_vpt16 = t.bwd_pipe_vpt32 = 1;
   t.bwd_pipe_db_regs = t.bwd_pipe_small_cta = 0;
-  TuningScope scope(t);
-  run_case(GetParam(), false);
-  run_case(GetParam(), true);
+  run_both_under(t, GetParam());
 }
 
 // The 4-vector tile of the small-CTA pipelined kernel (bwd_pipe_vpt16 = 4):
@@ -367,16 +407,12 @@ TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
 // the tuning then gives.
 TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
   QUACK_REQUIRE_SM90();
-  RowTuning t = default_row_tuning();
+  RowTuning t = without_grid();
   t.bwd_pipe_vpt16 = 4;
   t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
-  TuningScope scope(t);
-  const BwdCase& c = GetParam();
-  for (const bool centre : {false, true}) {
-    SCOPED_TRACE(centre ? "LayerNorm" : "RMSNorm");
-    run_case(c, centre, c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16) ? "vpt=4" : "");
-    if (HasFatalFailure()) return;
-  }
+  run_both_under(t, GetParam(), "vpt=4", [](const BwdCase& c, bool centre) {
+    return c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16);
+  });
 }
 
 // The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
@@ -385,11 +421,26 @@ TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
 // fallback where 4 do not serve.
 TEST_P(RMSNormBwdGpu, TwoVectorPipelineMatchesFloat64) {
   QUACK_REQUIRE_SM90();
-  RowTuning t = default_row_tuning();
+  RowTuning t = without_grid();
   t.bwd_pipe_vpt16 = 2;
-  TuningScope scope(t);
-  run_case(GetParam(), false);
-  run_case(GetParam(), true);
+  run_both_under(t, GetParam());
+}
+
+// The grid kernel at every row length it serves (bwd_grid_min_cols16 / 32 = 1: a
+// 1-column row is one rank's partial vector; N = 8 over 10^6 rows is 132
+// one-rank groups walking ~7600 rows each), at its default stages and lag,
+// and at 2 stages and a lag of 1 (nothing in flight past the lag: every
+// collect waits on the slowest rank).
+TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
+  const auto serves = [](const BwdCase& c, bool) { return grid_serves(c); };
+  run_both_under(t, GetParam(), "grid ", serves);
+  if (HasFatalFailure()) return;
+  t.bwd_grid_stages16 = t.bwd_grid_stages32 = 2;
+  t.bwd_grid_lag = 1;
+  run_both_under(t, GetParam(), "stages=2 lag=1", serves);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),

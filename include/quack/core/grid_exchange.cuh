@@ -1,0 +1,143 @@
+// A row's reduction across a group of CTAs that is larger than a cluster:
+// the CTAs of a cooperative launch (all resident at once) exchange one value
+// each per row through global memory. The third level of the reduction
+// stack, after the block (shared memory) and the cluster (distributed shared
+// memory): what rows longer than a 16-CTA cluster holds use.
+//
+// Protocol. A group of S CTAs (ranks 0..S-1) reduces a sequence of rows
+// j = 0, 1, 2, ... in order. For each, every rank publishes its partial once
+// (one thread: one release fence, then relaxed stores), and any rank may then
+// collect the S partials (the whole CTA: one thread a word, every load in
+// flight at once, so a collect costs one L2 round trip however many ranks),
+// which every warp combines in rank order from shared memory: the same bits
+// in every CTA, every warp and every run. (The first version collected with
+// one warp, each lane's words one after another: 4 serial round trips a row
+// at 128 ranks, 8 for LayerNorm's pairs -- a 1M-column bf16 row ran at 40%
+// of copy bandwidth, RMSNorm, and 28%, LayerNorm; H200, 2026-12-01.)
+// A partial is kWords 64-bit words, each {32-bit tag, the float's bits}; the
+// tag of row j is j + 1, so a word is ready once its tag matches. The words
+// live in a ring of kGridExchangeRing rows ([ring][S][kWords] per group),
+// zeroed (tag 0: nothing ready) by the launcher before each launch.
+//
+// Ring reuse. A rank publishes row j + kGridExchangeRing into row j's slot.
+// Where a rank collects row j at most `lag` rows after publishing it, and
+// collects a row only once every rank has published it, a rank that has
+// published j + ring - lag - 1 finished collecting j when ring >= 2 lag + 2:
+// the slot is free. Publishing after a release fence and collecting with
+// acquire orders the collector's reads of a slot before the overwrite that
+// follows the publication it observed (the collect ends in a CTA barrier
+// before the collecting CTA's next publication).
+//
+// A collect that waits for more than kGridExchangeTimeoutNs traps (an
+// error reported by the launch, not a hang): only a group whose CTAs are
+// not all resident -- which a cooperative launch rules out -- could wait
+// that long.
+#pragma once
+
+#include <cstdint>
+
+#include "quack/core/reduce.cuh"
+
+namespace quack {
+namespace core {
+
+constexpr int kGridExchangeRing = 16;  // a power of two
+constexpr uint64_t kGridExchangeTimeoutNs = uint64_t(60) * 1000 * 1000 * 1000;
+
+__device__ __forceinline__ void fence_release_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ void st_relaxed_gpu(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// The words of a reduction's value type: float (SumOp) or float2 (SumPairOp).
+template <class V>
+struct GridWords;
+template <>
+struct GridWords<float> {
+  static constexpr int kWords = 1;
+  __device__ __forceinline__ static float get(const float (&w)[1]) { return w[0]; }
+  __device__ __forceinline__ static void put(float v, float (&w)[1]) { w[0] = v; }
+};
+template <>
+struct GridWords<float2> {
+  static constexpr int kWords = 2;
+  __device__ __forceinline__ static float2 get(const float (&w)[2]) { return make_float2(w[0], w[1]); }
+  __device__ __forceinline__ static void put(float2 v, float (&w)[2]) { w[0] = v.x, w[1] = v.y; }
+};
+
+template <class Op>
+struct GridExchange {
+  using T = typename Op::T;
+  using Words = GridWords<T>;
+  static constexpr int kWords = Words::kWords;
+  uint64_t* ring;  // this group's [kGridExchangeRing][ranks][kWords]
+  int ranks, rank;
+
+  // Global words a group's ring takes.
+  __host__ __device__ static constexpr int64_t words(int ranks) { return int64_t(kGridExchangeRing) * ranks * kWords; }
+
+  __device__ __forceinline__ uint64_t* slot(int j, int r) const {
+    return ring + ((j & (kGridExchangeRing - 1)) * ranks + r) * kWords;
+  }
+
+  // One thread: this rank's partial of row j. One fence for all its words
+  // (a st.release each was a MEMBAR.GPU each: two, serial, for a pair).
+  __device__ __forceinline__ void publish(int j, T v) const {
+    float w[kWords];
+    Words::put(v, w);
+    uint64_t* s = slot(j, rank);
+    const uint64_t tag = uint64_t(uint32_t(j) + 1u) << 32;
+    fence_release_gpu();
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
+  }
+
+  // Shared floats collect() needs: one a word of every rank.
+  __host__ __device__ static constexpr int collect_floats(int ranks) { return ranks * kWords; }
+
+  // The whole CTA (at least collect_floats(ranks) threads): row j's
+  // reduction over every rank, returned to every thread. Thread t waits for
+  // word t (rank t / kWords) and parks its value in `vals` (shared, at least
+  // collect_floats(ranks) floats); after one barrier every lane of every
+  // warp combines ranks lane, lane + 32, ... in order, then the butterfly.
+  // `vals` may be reused once every thread has passed a later barrier.
+  __device__ __forceinline__ T collect(int j, float* vals) const {
+    const int tid = int(threadIdx.x);
+    if (tid < ranks * kWords) {
+      const uint32_t tag = uint32_t(j) + 1u;
+      const uint64_t* s = slot(j, 0) + tid;  // [ranks][kWords]: word tid
+      uint64_t v = ld_acquire_gpu(s);
+      uint64_t start = 0;
+      while (uint32_t(v >> 32) != tag) {
+        if (start == 0) start = global_timer_ns();
+        else if (global_timer_ns() - start > kGridExchangeTimeoutNs) __trap();
+        __nanosleep(64);
+        v = ld_acquire_gpu(s);
+      }
+      vals[tid] = __uint_as_float(uint32_t(v));
+    }
+    __syncthreads();
+    const int lane = tid & 31;
+    T acc = Op::identity();
+    for (int r = lane; r < ranks; r += 32) {
+      float w[kWords];
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) w[k] = vals[r * kWords + k];
+      acc = Op::combine(acc, Words::get(w));
+    }
+    return warp_reduce<Op>(acc);
+  }
+};
+
+}  // namespace core
+}  // namespace quack
