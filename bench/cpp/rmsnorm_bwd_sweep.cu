@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   const int64_t total = argc > 2 ? std::atoll(argv[2]) : (int64_t(1) << 28);
   std::vector<int64_t> Ns;
   for (int i = 3; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
-  if (Ns.empty()) Ns = {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+  if (Ns.empty()) Ns = {256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576};
   const int es = quack::dtype_size(dt);
   if (!sweep::install_tuning_from_env()) return 2;
   const bool layernorm = sweep::env_flag("QUACK_SWEEP_LAYERNORM");  // (until 2026-12-01 any value, 0 too)
