@@ -6,7 +6,10 @@
 # parts (default: tests sweep bench):
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
-#              quick check of a kernel change before a sweep)
+#              quick check of a kernel change before a sweep), in
+#              $CASES_JOBS (default 8) gtest shards at once: the float64
+#              references are CPU-bound (the 43 grid cases ran 215 s in one
+#              process, 2026-12-01); cases.log is the shards' logs in turn
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER)
 #              through scripts/sanitize_cases.sh: the biggest cases first,
 #              $SANITIZE_SHARDS processes at once, each killed after
@@ -107,8 +110,21 @@ for part in $parts; do
     cases)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
-        && build/tests/cpp/quack_gpu_tests --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.log" 2>&1 || status=1
-      tail -n 3 "$out/cases_build.log" "$out/cases.log" ;;
+        || { status=1; tail -n 20 "$out/cases_build.log"; continue; }
+      shards=${CASES_JOBS:-8}
+      pids=()
+      for ((k = 0; k < shards; ++k)); do
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$k build/tests/cpp/quack_gpu_tests \
+          --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.$k.log" 2>&1 &
+        pids+=("$!")
+      done
+      for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+      for ((k = 0; k < shards; ++k)); do cat "$out/cases.$k.log"; rm -f "$out/cases.$k.log"; done > "$out/cases.log"
+      tail -n 3 "$out/cases_build.log"
+      # The shards' totals: ran, passed, skipped, failed.
+      awk '/^\[==========\] [0-9]+ tests? from .* ran/ {r += $2} /^\[  PASSED  \] [0-9]+/ {p += $4}
+           /^\[  SKIPPED \] [0-9]+/ {s += $4} /^\[  FAILED  \] [0-9]+ tests?,/ {f += $4}
+           END {printf "cases: %d ran, %d passed, %d skipped, %d failed\n", r, p, s, f}' "$out/cases.log" ;;
     sanitize|initcheck|synccheck)
       # memcheck (sanitize), initcheck or synccheck over the C++ GPU cases
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
