@@ -118,7 +118,8 @@ std::vector<BwdCase> cases() {
   add({"N131073_bf16_M37_misaligned_split", 37, 131073, kBF16, kF32, true, true, true, true, true, 0.5f, 1});
   add({"N140000_f16_M100_odd_stride_split_groups", 100, 140000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
   add({"N1048576_bf16_M3_split_dx_only", 3, 1048576, kBF16, kBF16, true, false, false});
-  // The grid kernel (aligned rows past 128K; GridKernelMatchesFloat64 sends
+  // The grid kernel (aligned rows past 128K fp32 / 256K 16-bit by default;
+  // GridKernelMatchesFloat64, at a threshold of 1 column, sends
   // every case it serves there): 128 ranks of one group (bf16 and fp32 1M,
   // fp32 weight, dresidual_out and dresidual), two groups of 64 (fp32 512K
   // with a weight offset, dresidual_out), 4 groups of 32 over 300 rows (the
