@@ -872,7 +872,7 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
   c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormBwdGridStagesMax)}));
   // At least one row in flight past the lag where the stages allow it.
   c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max(c.stages - 2, 1)});
-  if (c.stages < 2 || c.lag < 1) return false;
+  if (c.stages < 2) return false;
   c.smem_bytes = kNormBwdGridHeader + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
   const size_t words = size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * (centre ? 2 : 1);

@@ -102,13 +102,10 @@ struct GridExchange {
     for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
   }
 
-  // Shared floats collect() needs: one a word of every rank.
-  __host__ __device__ static constexpr int collect_floats(int ranks) { return ranks * kWords; }
-
-  // The whole CTA (at least collect_floats(ranks) threads): row j's
-  // reduction over every rank, returned to every thread. Thread t waits for
-  // word t (rank t / kWords) and parks its value in `vals` (shared, at least
-  // collect_floats(ranks) floats); after one barrier every lane of every
+  // The whole CTA (at least ranks * kWords threads): row j's reduction over
+  // every rank, returned to every thread. Thread t waits for word t (rank
+  // t / kWords) and parks its value in `vals` (shared, at least ranks *
+  // kWords floats); after one barrier every lane of every
   // warp combines ranks lane, lane + 32, ... in order, then the butterfly.
   // `vals` may be reused once every thread has passed a later barrier.
   __device__ __forceinline__ T collect(int j, float* vals) const {
