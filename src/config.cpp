@@ -311,6 +311,14 @@ RowTuning default_row_tuning() {
   t.bwd_grid_stages16 = 6;
   t.bwd_grid_stages32 = 3;
   t.bwd_grid_lag = 2;
+  // Two 16-bit rows a step: UNMEASURED (branch wip/norm-bwd-grid-2rows).
+  // A 16-bit row step costs ~2.7 us for 48 KB a CTA where fp32's costs ~3.9
+  // us for 96 KB (0c39bc9's sweep): a fixed ~1.5 us of barriers and L2 round
+  // trips a step. Two rows a step pay it once for both: predicted bf16 1M
+  // RMSNorm 54.7 -> >= 72% (fp32's bytes a step, and fp32 runs 77%),
+  // LayerNorm 45.7 -> >= 60%; the lag becomes 1 step (2 rows), as 6 stages
+  // of 32 KB hold 2 steps and leave 2 rows in flight.
+  t.bwd_grid_rows16 = 2;
   return t;
 }
 
@@ -870,12 +878,17 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
   const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormBwdGridHeader)) / int64_t(stage);
   const int asked = x_elem_bytes == 4 ? tune.bwd_grid_stages32 : tune.bwd_grid_stages16;
   c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormBwdGridStagesMax)}));
-  // At least one row in flight past the lag where the stages allow it.
-  c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max(c.stages - 2, 1)});
+  // Rows a step: where (lag + 1) steps of them and a row in flight fit.
+  c.rows = x_elem_bytes == 2 ? std::min(std::max(tune.bwd_grid_rows16, 1), kNormBwdGridMaxRowsPerStep) : 1;
+  if (c.stages < 2 * c.rows + 1) c.rows = 1;
+  // At least one row in flight past the lag where the stages allow it: the
+  // lag's steps and the step being reduced hold (lag + 1) * rows stages.
+  c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
   if (c.stages < 2) return false;
   c.smem_bytes = kNormBwdGridHeader + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
-  const size_t words = size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * (centre ? 2 : 1);
+  const size_t words =
+      size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
   c.exchange_bytes = (words * 8 + 15) / 16 * 16;
   *out = c;
   return true;
@@ -894,7 +907,10 @@ const char* check_norm_bwd_grid_config(const NormBwdGridConfig& c, int64_t rows,
   if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
   if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
   if (c.stages < 2 || c.stages > kNormBwdGridStagesMax) return "stages outside [2, kNormBwdGridStagesMax]";
-  if (c.lag < 1 || c.lag >= c.stages || c.lag > kNormBwdGridMaxLag) return "lag outside [1, min(stages - 1, 7)]";
+  if (c.rows < 1 || c.rows > kNormBwdGridMaxRowsPerStep || (c.rows > 1 && x_elem_bytes != 2))
+    return "rows a step outside [1, 2] (1 for fp32 rows)";
+  if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormBwdGridMaxLag)
+    return "lag outside [1, 7] or (lag + 1) * rows beyond the stages";
   if (c.smem_bytes != kNormBwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 32) return "smem != header + stages";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   return nullptr;

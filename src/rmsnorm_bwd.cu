@@ -307,7 +307,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   if (plan.grid) {
     const NormBwdGridConfig& g = plan.gcfg;
     return "grid ranks=" + num(g.ranks) + " groups=" + num(g.groups) + " tile_vecs=" + num(g.tile_vecs) + " stages=" +
-           num(g.stages) + " lag=" + num(g.lag) + " smem=" + num(int64_t(g.smem_bytes));
+           num(g.stages) + " lag=" + num(g.lag) + " rows=" + num(g.rows) + " smem=" + num(int64_t(g.smem_bytes));
   }
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +

@@ -187,13 +187,17 @@ struct RowTuning {
   // dtype's bit: bit 0 for 16-bit rows, bit 1 for fp32 rows. bwd_grid_stages16 /
   // bwd_grid_stages32: its shared-memory stages (the most that fit, at most
   // this many); bwd_grid_lag: the rows a CTA collects a row's sums after
-  // publishing its own (1..7, below the stages).
+  // publishing its own (1..7, below the stages); bwd_grid_rows16: rows
+  // of a 16-bit tensor a CTA reduces and exchanges together, a step (1 or
+  // 2; fp32 rows take 1: their 64 KB stages fit 3), the lag then counted in
+  // steps.
   int bwd_grid;
   int64_t bwd_grid_min_cols16;
   int64_t bwd_grid_min_cols32;
   int bwd_grid_stages16;
   int bwd_grid_stages32;
   int bwd_grid_lag;
+  int bwd_grid_rows16;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -329,15 +333,18 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPip
 // groups of `ranks` CTAs of kNormBwdGridCtaThreads threads, one CTA an SM;
 // rank r of each group owns tile_vecs 16-byte vectors of the row (at most
 // kNormBwdGridCtaElems elements a thread), group g takes rows g, g + groups,
-// ...; the ranks exchange each row's sums through global memory
-// (core/grid_exchange.cuh). Shared memory: kNormBwdGridHeader bytes (the
-// reduction scratch, the mbarriers, the collected words of up to
-// kNormBwdGridMaxRanks ranks), then `stages` stages of h and dy tiles. Workspace: the groups' exchange rings
-// (exchange_bytes, zeroed before each launch), then `groups` partial rows.
+// ... in steps of `rows` of its rows; the ranks exchange each step's sums
+// through global memory (core/grid_exchange.cuh). Shared memory:
+// kNormBwdGridHeader bytes (the reduction scratch, the mbarriers, the
+// collected words of up to kNormBwdGridMaxRanks ranks), then `stages`
+// stages of h and dy tiles, a row each. Workspace: the groups' exchange
+// rings (exchange_bytes, zeroed before each launch), then `groups` partial
+// rows.
 constexpr int kNormBwdGridCtaThreads = 512;
 constexpr int kNormBwdGridCtaElems = 16;
-constexpr int kNormBwdGridMaxRanks = 144;   // every rank's words collected at once: 2 * 144 <= 512 threads
-constexpr size_t kNormBwdGridHeader = 1024 + 128 + kNormBwdGridMaxRanks * 2 * 4;
+constexpr int kNormBwdGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
+constexpr int kNormBwdGridMaxRowsPerStep = 2;
+constexpr size_t kNormBwdGridHeader = 1024 + 128 + kNormBwdGridMaxRanks * 4 * 4;
 constexpr int kNormBwdGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
 constexpr int kNormBwdGridStagesMax = 8;
 constexpr int kNormBwdGridExchangeRing = 16;  // core::kGridExchangeRing
@@ -345,7 +352,8 @@ struct NormBwdGridConfig {
   int ranks = 0;           // CTAs a row
   int groups = 0;          // rows in flight at once
   int stages = 0;          // shared-memory stages a CTA
-  int lag = 0;             // rows between a CTA's publish and its collect
+  int lag = 0;             // steps between a CTA's publish and its collect
+  int rows = 1;            // rows a step: one exchange for all of them (1 or 2)
   int64_t tile_vecs = 0;   // vectors of the row a CTA owns (the last rank may own fewer)
   size_t smem_bytes = 0;   // a CTA's
   int64_t grid = 0;        // ranks * groups

@@ -17,7 +17,9 @@
 // A partial is kWords 64-bit words, each {32-bit tag, the float's bits}; the
 // tag of row j is j + 1, so a word is ready once its tag matches. The words
 // live in a ring of kGridExchangeRing rows ([ring][S][kWords] per group),
-// zeroed (tag 0: nothing ready) by the launcher before each launch.
+// zeroed (tag 0: nothing ready) by the launcher before each launch. (A
+// "row" here is one reduction of the sequence: the grid backward reduces a
+// step of one or two rows of the tensor in each.)
 //
 // Ring reuse. A rank publishes row j + kGridExchangeRing into row j's slot.
 // Where a rank collects row j at most `lag` rows after publishing it, and
@@ -59,7 +61,8 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
-// The words of a reduction's value type: float (SumOp) or float2 (SumPairOp).
+// The words of a reduction's value type: float (SumOp), float2 (SumPairOp)
+// or float4 (SumQuadOp).
 template <class V>
 struct GridWords;
 template <>
@@ -73,6 +76,12 @@ struct GridWords<float2> {
   static constexpr int kWords = 2;
   __device__ __forceinline__ static float2 get(const float (&w)[2]) { return make_float2(w[0], w[1]); }
   __device__ __forceinline__ static void put(float2 v, float (&w)[2]) { w[0] = v.x, w[1] = v.y; }
+};
+template <>
+struct GridWords<float4> {
+  static constexpr int kWords = 4;
+  __device__ __forceinline__ static float4 get(const float (&w)[4]) { return make_float4(w[0], w[1], w[2], w[3]); }
+  __device__ __forceinline__ static void put(float4 v, float (&w)[4]) { w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w; }
 };
 
 template <class Op>
@@ -102,26 +111,26 @@ struct GridExchange {
     for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
   }
 
-  // The whole CTA (at least ranks * kWords threads): row j's reduction over
-  // every rank, returned to every thread. Thread t waits for word t (rank
-  // t / kWords) and parks its value in `vals` (shared, at least ranks *
-  // kWords floats); after one barrier every lane of every
+  // The whole CTA: row j's reduction over every rank, returned to every
+  // thread. Thread t < loaders waits for words t, t + loaders, ... of the
+  // [ranks][kWords] row and parks their values in `vals` (shared, at least
+  // ranks * kWords floats); after one barrier every lane of every
   // warp combines ranks lane, lane + 32, ... in order, then the butterfly.
   // `vals` may be reused once every thread has passed a later barrier.
-  __device__ __forceinline__ T collect(int j, float* vals) const {
+  __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
     const int tid = int(threadIdx.x);
-    if (tid < ranks * kWords) {
-      const uint32_t tag = uint32_t(j) + 1u;
-      const uint64_t* s = slot(j, 0) + tid;  // [ranks][kWords]: word tid
+    const uint32_t tag = uint32_t(j) + 1u;
+    uint64_t start = 0;
+    for (int t = tid; tid < loaders && t < ranks * kWords; t += loaders) {
+      const uint64_t* s = slot(j, 0) + t;
       uint64_t v = ld_acquire_gpu(s);
-      uint64_t start = 0;
       while (uint32_t(v >> 32) != tag) {
         if (start == 0) start = global_timer_ns();
         else if (global_timer_ns() - start > kGridExchangeTimeoutNs) __trap();
         __nanosleep(64);
         v = ld_acquire_gpu(s);
       }
-      vals[tid] = __uint_as_float(uint32_t(v));
+      vals[t] = __uint_as_float(uint32_t(v));
     }
     __syncthreads();
     const int lane = tid & 31;

@@ -79,6 +79,16 @@ struct SumPairOp {
   __device__ __forceinline__ static float2 combine(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
 };
 
+// Four plain sums (the grid backward's two rows a step, LayerNorm's pair
+// for each).
+struct SumQuadOp {
+  using T = float4;
+  __device__ __forceinline__ static float4 identity() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+  __device__ __forceinline__ static float4 combine(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  }
+};
+
 // Cross-entropy's row statistics: the online-softmax pair, a plain sum (the
 // row's logits, or their class-weighted sum, for label smoothing) and a
 // second plain sum x (the target's logit: one thread of the row holds it,
@@ -104,6 +114,10 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 }
 __device__ __forceinline__ float2 shfl_xor(float2 v, int mask) {
   return make_float2(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask));
+}
+__device__ __forceinline__ float4 shfl_xor(float4 v, int mask) {
+  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
+                     __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
 }
 __device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int mask) {
   return {__shfl_xor_sync(0xffffffffu, v.m, mask), __shfl_xor_sync(0xffffffffu, v.s, mask)};

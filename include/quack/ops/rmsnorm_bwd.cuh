@@ -825,13 +825,16 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 // of `ranks` CTAs, one CTA an SM: rank r of every group owns the same tile
 // of columns (grid_tile_vecs vectors, at most kNormBwdGridElems elements a
 // thread), holds its weight and its dw / db sums in registers, and group g
-// takes rows g, g + groups, ... in order. Row j of a group:
-//   A. its tiles of h and dy arrive by bulk copy in a ring of `stages`
-//      shared-memory stages (issued up to stages - lag rows ahead); each CTA
-//      reduces its tile's dots and publishes them (core::GridExchange);
-//   B. `lag` rows later it collects the row's dots (by then every rank has
-//      usually published them), writes dx from the same stage and adds the
-//      tile's dy * xhat and dy to its sums, then refills the stage.
+// takes rows g, g + groups, ... in order, R of its rows a step (R = 1, or 2
+// for 16-bit rows: the step's barriers and exchange paid once for both).
+// Step i of a group:
+//   A. the tiles of h and dy of its R rows arrive by bulk copy in a ring of
+//      `stages` shared-memory stages, a row a stage (each issued `stages`
+//      rows ahead); each CTA reduces its tiles' dots (R rows' in one block
+//      reduction) and publishes them (core::GridExchange, one word a dot);
+//   B. `lag` steps later it collects the step's dots (by then every rank
+//      has usually published them), writes dx from the same stages and adds
+//      the tiles' dy * xhat and dy to its sums, then refills the stages.
 // h and dy cross HBM once (6 bytes an element for 16-bit rows, against the
 // split path's 10); the exchange costs a 64-bit store a CTA and a row and
 // ranks loads, from L2. At the end each CTA writes its tile of its group's
@@ -842,24 +845,60 @@ constexpr int kNormBwdGridElems = kNormBwdGridCtaElems;  // 8: no spill at 1024 
 constexpr uint32_t kNormBwdGridBarOffset = kRMSNormBwdScratchBytes;
 constexpr uint32_t kNormBwdGridValsOffset = kNormBwdGridBarOffset + 128;
 constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormBwdGridHeader);  // then the stages
-// The last thread publishes: its warp loads no collected word (2 * 144 <=
-// 480), so its release fence runs alongside the other warps' collect loads.
+// The last thread publishes and its warp loads no collected word (the
+// other warps' threads load them, two at most each), so its release fence
+// runs alongside the collect's loads.
 constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
-static_assert(kNormBwdGridHeader == kNormBwdGridValsOffset + 4 * 2 * kNormBwdGridMaxRanks && 8 * kNormBwdGridStagesMax <= 128,
+constexpr int kNormBwdGridLoaders = kNormBwdGridPublisher & ~31;
+static_assert(kNormBwdGridHeader == kNormBwdGridValsOffset + 4 * 4 * kNormBwdGridMaxRanks && 8 * kNormBwdGridStagesMax <= 128,
               "grid kernel header: scratch, the mbarriers, the collected words");
-static_assert(2 * kNormBwdGridMaxRanks <= (kNormBwdGridPublisher & ~31), "grid kernel: a word a thread, not the publisher's warp");
 static_assert(kNormBwdGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormBwdGridMaxLag + 2,
               "grid kernel exchange ring");
-static_assert(core::RowReducer<core::SumPairOp>::scratch_bytes() + sizeof(float2) <= kRMSNormBwdScratchBytes,
-              "grid kernel scratch");
+static_assert(2 * 32 * sizeof(float4) <= kRMSNormBwdScratchBytes, "grid kernel scratch: block_reduce's [2][32] partials");
 
-template <typename T, typename Tw, bool kCentre>
+// A step's dots: (sum g * xhat-numerator, sum g) of R rows -- one word a dot
+// for RMSNorm's R, two a row for LayerNorm -- as one reduction's value.
+template <bool kCentre, int R>
+struct GridStepDots {
+  static constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
+  using Op = std::conditional_t<kWords == 1, core::SumOp,
+                                std::conditional_t<kWords == 2, core::SumPairOp, core::SumQuadOp>>;
+  using T = typename Op::T;
+  using Words = core::GridWords<T>;
+  static_assert(Words::kWords == kWords, "a word a dot");
+  // Row r's dots into v, and out of it (the second 0 for RMSNorm). r is a
+  // run-time index (the kernel keeps its row loop rolled: unrolled, the
+  // second row's loads are hoisted over the first row's arithmetic and the
+  // fp32-weight instances spill), so these select rather than index.
+  __device__ __forceinline__ static void set(T& v, int r, float gh, float g) {
+    float w[kWords];
+    Words::put(v, w);
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      if (q == r) {
+        w[q * kPer] = gh;
+        if constexpr (kCentre) w[q * kPer + 1] = g;
+      }
+    v = Words::get(w);
+  }
+  __device__ __forceinline__ static float2 row(T v, int r) {
+    float w[kWords];
+    Words::put(v, w);
+    float2 out = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      if (q == r) out = make_float2(w[q * kPer], kCentre ? w[q * kPer + kPer - 1] : 0.0f);
+    return out;
+  }
+};
+
+template <typename T, typename Tw, bool kCentre, int R>
 __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kernel(const RMSNormBwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int KV = kNormBwdGridElems / VEC;  // vectors a thread
   constexpr bool kWeight = !std::is_void_v<Tw>;
-  using Dots = NormBwdDots<kCentre>;
+  using Dots = GridStepDots<kCentre, R>;
   using DT = typename Dots::T;
   using Op = typename Dots::Op;
   using V = RawVec<T, VEC>;
@@ -944,88 +983,107 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   if (tid == 0)
     for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
 
-  // Phase A's stage and its parity; phase B's stage.
+  // Phase A's stage and its parity; phase B's stage. Rows j of the group
+  // go to stages j % stages in order, one each.
   int sa = 0, sb = 0;
   uint32_t pa = 0;
-  for (int i = 0; i < rows_here + lag && rows_here > 0; ++i) {
-    if (i < rows_here) {  // A: publish row i's dots
-      const int64_t row = group + int64_t(i) * groups;
-      const int s = sa;
-      mbar_wait(bar0 + 8 * uint32_t(s), pa);
-      if (++sa == stages) sa = 0, pa ^= 1u;
-      const float mean = kCentre ? p.mean[row] : 0.0f;
-      float gh = 0.0f, gs = 0.0f;
-#pragma unroll
-      for (int k = 0; k < KV; ++k) {
-        V xv, dv;
-        if (!load(s, row, k, xv, dv)) continue;
-        float x[VEC], d[VEC];
-        xv.widen(x);
-        dv.widen(d);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float g = gval(k, e, d[e]);
-          gh = fmaf(g, x[e] - mean, gh);
-          if constexpr (kCentre) gs += g;
-        }
-      }
-      const DT dots = block_reduce<Op>(Dots::make(gh, gs), scratch + 32 * (i & 1));
-      if (tid == kNormBwdGridPublisher) ex.publish(i, dots);
-    }
-    if (i >= lag) {  // B: row q's dx and weight-gradient terms
-      const int q = i - lag;
-      const int64_t row = group + int64_t(q) * groups;
-      const int s = sb;
-      if (++sb == stages) sb = 0;
-      const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
-      V ro[KV];
-      if (p.dres_out != nullptr) {
-        const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
+  const int steps = (rows_here + R - 1) / R;
+  for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
+    if (i < steps) {  // A: publish step i's dots
+      DT step_dots = Op::identity();
+#pragma unroll 1
+      for (int r = 0; r < R; ++r) {
+        const int j = i * R + r;
+        if (R > 1 && j >= rows_here) break;  // the group's last step: fewer rows
+        const int64_t row = group + int64_t(j) * groups;
+        const int s = sa;
+        mbar_wait(bar0 + 8 * uint32_t(s), pa);
+        if (++sa == stages) sa = 0, pa ^= 1u;
+        const float mean = kCentre ? p.mean[row] : 0.0f;
+        float gh = 0.0f, gs = 0.0f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
+          V xv, dv;
+          if (!load(s, row, k, xv, dv)) continue;
+          float x[VEC], d[VEC];
+          xv.widen(x);
+          dv.widen(d);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float g = gval(k, e, d[e]);
+            gh = fmaf(g, x[e] - mean, gh);
+            if constexpr (kCentre) gs += g;
+          }
+        }
+        Dots::set(step_dots, r, gh, gs);
+      }
+      const DT dots = block_reduce<Op>(step_dots, scratch + 32 * (i & 1));
+      if (tid == kNormBwdGridPublisher) ex.publish(i, dots);
+    }
+    if (i >= lag) {  // B: step q's dx and weight-gradient terms
+      const int q = i - lag;
+      const DT t = ex.collect(q, vals, kNormBwdGridLoaders);  // one barrier
+#pragma unroll 1
+      for (int r = 0; r < R; ++r) {
+        const int j = q * R + r;
+        if (R > 1 && j >= rows_here) break;
+        const int64_t row = group + int64_t(j) * groups;
+        const int s = sb;
+        if (++sb == stages) sb = 0;
+        const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
+        V ro[KV];
+        if (p.dres_out != nullptr) {
+          const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
+#pragma unroll
+          for (int k = 0; k < KV; ++k) {
+            const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+            ro[k].zero();
+            if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
+            else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
+          }
+        }
+        const float2 rt = Dots::row(t, r);
+        const float cm = rt.x * rstd / float(cols), gm = kCentre ? rt.y / float(cols) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+          V xv, dv;
+          if (!load(s, row, k, xv, dv)) continue;
           const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-          ro[k].zero();
-          if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
-          else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
+          float x[VEC], d[VEC], o[VEC];
+          xv.widen(x);
+          dv.widen(d);
+          if (p.dres_out != nullptr) ro[k].widen(o);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float xh = (x[e] - mean) * rstd;
+            float res = rstd * fmaf(-xh, cm, gval(k, e, d[e]) - gm);
+            if (p.dres_out != nullptr) res += o[e];
+            o[e] = res;
+            aw[k][e] = fmaf(d[e], xh, aw[k][e]);
+            ab[k][e] += d[e];
+          }
+          V out;
+          out.narrow(o);
+          T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + v * VEC;
+          T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + v * VEC : nullptr;
+          if (v < nfull) {
+            out.store(dxp);
+            if (drp != nullptr) out.store(drp);
+          } else {
+            const int valid = int(cols - v * VEC);
+            out.store_partial(dxp, valid);
+            if (drp != nullptr) out.store_partial(drp, valid);
+          }
         }
       }
-      const DT t = ex.collect(q, vals);  // one barrier
-      const float cm = Dots::gh(t) * rstd / float(cols), gm = Dots::g_mean(t, float(cols));
-#pragma unroll
-      for (int k = 0; k < KV; ++k) {
-        V xv, dv;
-        if (!load(s, row, k, xv, dv)) continue;
-        const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-        float x[VEC], d[VEC], o[VEC];
-        xv.widen(x);
-        dv.widen(d);
-        if (p.dres_out != nullptr) ro[k].widen(o);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float xh = (x[e] - mean) * rstd;
-          float r = rstd * fmaf(-xh, cm, gval(k, e, d[e]) - gm);
-          if (p.dres_out != nullptr) r += o[e];
-          o[e] = r;
-          aw[k][e] = fmaf(d[e], xh, aw[k][e]);
-          ab[k][e] += d[e];
-        }
-        V out;
-        out.narrow(o);
-        T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + v * VEC;
-        T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + v * VEC : nullptr;
-        if (v < nfull) {
-          out.store(dxp);
-          if (drp != nullptr) out.store(drp);
-        } else {
-          const int valid = int(cols - v * VEC);
-          out.store_partial(dxp, valid);
-          if (drp != nullptr) out.store_partial(drp, valid);
-        }
-      }
-      __syncthreads();  // every thread has read stage s
-      if (tid == 0 && q + stages < rows_here) {
+      __syncthreads();  // every thread has read the step's stages
+      if (tid == 0 && q * R + stages < rows_here) {
         fence_proxy_async_smem();
-        issue(q + stages, s);
+        // Row j sat in stage j % stages: it takes row j + stages.
+        for (int r = 0; r < R; ++r) {
+          const int j = q * R + r;
+          if (j + stages < rows_here) issue(j + stages, j % stages);
+        }
       }
     }
   }
@@ -1219,8 +1277,15 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormBwdGridConfi
   if (!st.ok()) return st;
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
+    if constexpr (sizeof(T) == 2) {
+      if (cfg.rows == 2) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
+      }
+    }
+    if (cfg.rows != 1) return {Code::kUnsupported, "rmsnorm backward: grid rows a step outside the built kernels"};
     static core::KernelAttrCache cache;
-    return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre>, cache, device, shape, stream, p);
+    return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 1>, cache, device, shape, stream, p);
   };
   if (p.w == nullptr) return run(TypeTag<void>{});
   if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});

@@ -55,7 +55,7 @@ struct Kernel {
   std::string kind;  // "pipe", "reg", "grid", "general" or "split"
   int team = 0, threads = 0, cluster = 0, vpt = 0, stages = 0;
   int64_t grid = 0, smem = 0;
-  int ranks = 0, groups = 0, tile_vecs = 0, lag = 0;  // "grid"
+  int ranks = 0, groups = 0, tile_vecs = 0, lag = 0, rows = 0;  // "grid"
   std::string text;
 };
 
@@ -71,8 +71,8 @@ Kernel plan(const Call& c, bool layernorm = false) {
                   &k.threads, &k.cluster, &k.vpt, &k.stages, &grid, &smem) != 7)
     ADD_FAILURE() << "unparsed plan: " << k.text;
   if (k.kind == "grid" &&
-      std::sscanf(k.text.c_str(), "grid ranks=%d groups=%d tile_vecs=%d stages=%d lag=%d smem=%lld", &k.ranks,
-                  &k.groups, &k.tile_vecs, &k.stages, &k.lag, &smem) != 6)
+      std::sscanf(k.text.c_str(), "grid ranks=%d groups=%d tile_vecs=%d stages=%d lag=%d rows=%d smem=%lld",
+                  &k.ranks, &k.groups, &k.tile_vecs, &k.stages, &k.lag, &k.rows, &smem) != 7)
     ADD_FAILURE() << "unparsed plan: " << k.text;
   k.grid = grid;
   k.smem = smem;
@@ -443,33 +443,33 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
 // at most 16 elements a thread (16-bit: 1024 vectors, fp32: 2048), as few
 // ranks as cover the row with tiles spread evenly, as many row groups as
 // the SMs hold (never more than the rows), 6 stages of 32 KB for 16-bit
-// rows and the 3 of 64 KB that fit for fp32 ones, a lag of 2 rows (1 where
-// only 3 stages fit: one row stays in flight past it).
+// rows, two rows a step and a lag of 1 step (2 rows in flight past it),
+// and for fp32 rows the 3 of 64 KB that fit, a row a step and a lag of 1.
 TEST_F(NormBwdPlan, GridKernelCells) {
   struct Cell {
     Call call;
     bool ln;
-    int ranks, groups, tile_vecs, stages, lag;
+    int ranks, groups, tile_vecs, stages, lag, rows;
   };
   const Cell cells[] = {
-      {{256, 1 << 20, kBF16, kBF16}, false, 128, 1, 1024, 6, 2},
-      {{256, 1 << 20, kBF16, kF32}, true, 128, 1, 1024, 6, 2},
-      {{256, 1 << 20, kF32, kF32}, false, 128, 1, 2048, 3, 1},
-      {{512, 524288, kBF16, kBF16}, false, 64, 2, 1024, 6, 2},
-      {{512, 524288, kBF16, kF32}, true, 64, 2, 1024, 6, 2},
-      {{1024, 262144, kF32, kF32}, true, 32, 4, 2048, 3, 1},
-      {{512, 524288, kF32, kF32}, false, 64, 2, 2048, 3, 1},
-      {{2048, 131080, kF32, kF32}, false, 17, 7, 1928, 3, 1},  // 32770 vectors over 17 ranks
-      {{3, 270336, kF16, kF16}, false, 33, 3, 1024, 6, 2},     // fewer rows than groups
-      {{8, 1 << 20, kBF16, kBF16, true, true}, false, 128, 1, 1024, 6, 2},  // dresidual_out (read from global)
-      {{8, 1 << 20, kBF16, kBF16, false}, false, 128, 1, 1024, 6, 2},       // no weight
+      {{256, 1 << 20, kBF16, kBF16}, false, 128, 1, 1024, 6, 1, 2},
+      {{256, 1 << 20, kBF16, kF32}, true, 128, 1, 1024, 6, 1, 2},
+      {{256, 1 << 20, kF32, kF32}, false, 128, 1, 2048, 3, 1, 1},
+      {{512, 524288, kBF16, kBF16}, false, 64, 2, 1024, 6, 1, 2},
+      {{512, 524288, kBF16, kF32}, true, 64, 2, 1024, 6, 1, 2},
+      {{1024, 262144, kF32, kF32}, true, 32, 4, 2048, 3, 1, 1},
+      {{512, 524288, kF32, kF32}, false, 64, 2, 2048, 3, 1, 1},
+      {{2048, 131080, kF32, kF32}, false, 17, 7, 1928, 3, 1, 1},  // 32770 vectors over 17 ranks
+      {{3, 270336, kF16, kF16}, false, 33, 3, 1024, 6, 1, 2},     // fewer rows than groups
+      {{8, 1 << 20, kBF16, kBF16, true, true}, false, 128, 1, 1024, 6, 1, 2},  // dresidual_out (read from global)
+      {{8, 1 << 20, kBF16, kBF16, false}, false, 128, 1, 1024, 6, 1, 2},       // no weight
   };
   for (const Cell& c : cells) {
     const Kernel k = plan(c.call, c.ln);
     SCOPED_TRACE(k.text);
-    // (kind, ranks, groups, tile vectors, stages, lag, shared memory)
-    EXPECT_EQ(std::make_tuple(k.kind, k.ranks, k.groups, k.tile_vecs, k.stages, k.lag, k.smem),
-              std::make_tuple(std::string("grid"), c.ranks, c.groups, c.tile_vecs, c.stages, c.lag,
+    // (kind, ranks, groups, tile vectors, stages, lag, rows a step, shared memory)
+    EXPECT_EQ(std::make_tuple(k.kind, k.ranks, k.groups, k.tile_vecs, k.stages, k.lag, k.rows, k.smem),
+              std::make_tuple(std::string("grid"), c.ranks, c.groups, c.tile_vecs, c.stages, c.lag, c.rows,
                               int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
   }
   // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
@@ -515,11 +515,30 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   k = plan({256, 1 << 20, kBF16, kBF16});
   EXPECT_EQ(k.stages, 2) << k.text;
   EXPECT_EQ(k.lag, 1) << k.text;
+  EXPECT_EQ(k.rows, 1) << k.text;  // 2 stages hold no two steps of 2 rows
   t.bwd_grid_stages16 = 8;
   set_row_tuning(&t);
   k = plan({256, 1 << 20, kBF16, kBF16});
-  EXPECT_EQ(k.stages, 7) << k.text;  // 7 of 32 KB fit
-  EXPECT_EQ(k.lag, 5) << k.text;
+  EXPECT_EQ(k.stages, 6) << k.text;  // 6 of 32 KB fit after the header
+  EXPECT_EQ(k.rows, 2) << k.text;
+  EXPECT_EQ(k.lag, 1) << k.text;  // (lag + 1) 2-row steps and a row in flight in 6 stages
+  t.bwd_grid_stages16 = 5;
+  set_row_tuning(&t);
+  k = plan({256, 1 << 20, kBF16, kBF16});
+  EXPECT_EQ(std::make_tuple(k.stages, k.rows, k.lag), std::make_tuple(5, 2, 1)) << k.text;
+  t.bwd_grid_stages16 = 4;  // no room for 2 steps of 2 rows and one in flight: a row a step
+  set_row_tuning(&t);
+  k = plan({256, 1 << 20, kBF16, kBF16});
+  EXPECT_EQ(std::make_tuple(k.stages, k.rows, k.lag), std::make_tuple(4, 1, 2)) << k.text;
+  t.bwd_grid_stages16 = 8;
+  t.bwd_grid_rows16 = 1;
+  set_row_tuning(&t);
+  k = plan({256, 1 << 20, kBF16, kBF16});
+  EXPECT_EQ(std::make_tuple(k.stages, k.rows, k.lag), std::make_tuple(6, 1, 4)) << k.text;
+  t.bwd_grid_rows16 = 7;  // clamped to 2
+  set_row_tuning(&t);
+  EXPECT_EQ(plan({256, 1 << 20, kBF16, kBF16}).rows, 2);
+  EXPECT_EQ(plan({256, 1 << 20, kF32, kF32}).rows, 1);  // fp32: a row a step
 }
 
 // Every configuration the grid chooser returns passes its checks, covers
@@ -533,6 +552,7 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   tunes[2].bwd_grid_lag = 7;
   tunes[2].bwd_grid_stages16 = tunes[2].bwd_grid_stages32 = 8;
   tunes[3].bwd_grid_lag = 0;
+  tunes[3].bwd_grid_rows16 = 1;
   const int64_t cols_list[] = {1, 7, 8, 9, 1000, 8191, 8192, 8193, 65537, 131073, 262147, 500009,
                                1 << 20, 1081344, 1081345, 2162688, 2162689, 3 << 20};
   int served = 0;
@@ -556,8 +576,11 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
             EXPECT_EQ(c.ranks, ranks);
             EXPECT_LE(c.groups, rows);
             EXPECT_EQ(c.exchange_bytes % 16, 0u);
-            EXPECT_GE(c.exchange_bytes, size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * (centre ? 16 : 8));
-            EXPECT_LT(c.exchange_bytes, size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * (centre ? 16 : 8) + 16);
+            const size_t ring_bytes = size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * c.rows * (centre ? 16 : 8);
+            EXPECT_GE(c.exchange_bytes, ring_bytes);
+            EXPECT_LT(c.exchange_bytes, ring_bytes + 16);
+            EXPECT_EQ(c.rows, eb == 2 && c.stages >= 5 && t.bwd_grid_rows16 >= 2 ? 2 : 1);
+            EXPECT_LE((c.lag + 1) * c.rows, c.stages);
           }
   EXPECT_GT(served, 100);
   // The tuning's own switch and threshold, and rows past the 32-bit tags.

@@ -430,14 +430,19 @@ TEST_P(RMSNormBwdGpu, TwoVectorPipelineMatchesFloat64) {
 // The grid kernel at every row length it serves (bwd_grid_min_cols16 / 32 = 1: a
 // 1-column row is one rank's partial vector; N = 8 over 10^6 rows is 132
 // one-rank groups walking ~7600 rows each), at its default stages and lag,
-// and at 2 stages and a lag of 1 (nothing in flight past the lag: every
-// collect waits on the slowest rank).
+// a row a step (16-bit rows take 2 by default), and at 2 stages and a lag
+// of 1 (nothing in flight past the lag: every collect waits on the slowest
+// rank).
 TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
   t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
   const auto serves = [](const BwdCase& c, bool) { return grid_serves(c); };
   run_both_under(t, GetParam(), "grid ", serves);
+  if (HasFatalFailure()) return;
+  RowTuning one = t;  // a row a step at the default stages (16-bit rows' default is 2)
+  one.bwd_grid_rows16 = 1;
+  run_both_under(one, GetParam(), "rows=1", serves);
   if (HasFatalFailure()) return;
   t.bwd_grid_stages16 = t.bwd_grid_stages32 = 2;
   t.bwd_grid_lag = 1;
