@@ -836,8 +836,8 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 //      has usually published them), writes dx from the same stages and adds
 //      the tiles' dy * xhat and dy to its sums, then refills the stages.
 // h and dy cross HBM once (6 bytes an element for 16-bit rows, against the
-// split path's 10); the exchange costs a 64-bit store a CTA and a row and
-// ranks loads, from L2. At the end each CTA writes its tile of its group's
+// split path's 10); the exchange costs a 64-bit store a CTA and a dot (R
+// or 2R a step) and as many loads a rank, from L2, spread over the CTA. At the end each CTA writes its tile of its group's
 // partial row, which kernel 3 adds up.
 // Layout constants: core/config.hpp (kNormBwdGridCta*, kNormBwdGridHeader).
 constexpr int kNormBwdGridThreads = kNormBwdGridCtaThreads;
