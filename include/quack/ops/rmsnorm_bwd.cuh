@@ -892,6 +892,17 @@ struct GridStepDots {
   }
 };
 
+// a[r] for a run-time r, by selects (an indexed local array would live in
+// local memory: the kernel's row loops stay rolled).
+template <int R>
+__device__ __forceinline__ float grid_pick(const float (&a)[R], int r) {
+  float v = a[0];
+#pragma unroll
+  for (int q = 1; q < R; ++q)
+    if (q == r) v = a[q];
+  return v;
+}
+
 template <typename T, typename Tw, bool kCentre, int R>
 __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kernel(const RMSNormBwdParams p) {
   using namespace core;
@@ -988,7 +999,34 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   int sa = 0, sb = 0;
   uint32_t pa = 0;
   const int steps = (rows_here + R - 1) / R;
+  // dres_out's vectors of row `row` into ro (zero past the row).
+  V ro[KV];
+  auto load_res = [&](int64_t row) {
+    const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+      const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
+      ro[k].zero();
+      if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
+      else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
+    }
+  };
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
+    // The step's per-row scalars, loaded first so that their L2 round trips
+    // overlap phase A's work and the collect instead of following them:
+    // after the collect, 24d0feb's rows=1 kernel lost 0c39bc9's 77.4% (fp32
+    // RMSNorm 1M) to 68.9%, and its two rows a step paid two of them.
+    float a_mean[R], b_rstd[R], b_mean[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int ja = i * R + r, jb = (i - lag) * R + r;
+      a_mean[r] = b_rstd[r] = b_mean[r] = 0.0f;
+      if (kCentre && i < steps && ja < rows_here) a_mean[r] = p.mean[group + int64_t(ja) * groups];
+      if (i >= lag && jb < rows_here) {
+        b_rstd[r] = p.rstd[group + int64_t(jb) * groups];
+        if constexpr (kCentre) b_mean[r] = p.mean[group + int64_t(jb) * groups];
+      }
+    }
     if (i < steps) {  // A: publish step i's dots
       DT step_dots = Op::identity();
 #pragma unroll 1
@@ -999,7 +1037,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
         const int s = sa;
         mbar_wait(bar0 + 8 * uint32_t(s), pa);
         if (++sa == stages) sa = 0, pa ^= 1u;
-        const float mean = kCentre ? p.mean[row] : 0.0f;
+        const float mean = grid_pick(a_mean, r);
         float gh = 0.0f, gs = 0.0f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
@@ -1022,6 +1060,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
     }
     if (i >= lag) {  // B: step q's dx and weight-gradient terms
       const int q = i - lag;
+      if (p.dres_out != nullptr) load_res(group + int64_t(q) * R * groups);  // the first row's, before the collect
       const DT t = ex.collect(q, vals, kNormBwdGridLoaders);  // one barrier
 #pragma unroll 1
       for (int r = 0; r < R; ++r) {
@@ -1030,18 +1069,8 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
         const int64_t row = group + int64_t(j) * groups;
         const int s = sb;
         if (++sb == stages) sb = 0;
-        const float rstd = p.rstd[row], mean = kCentre ? p.mean[row] : 0.0f;
-        V ro[KV];
-        if (p.dres_out != nullptr) {
-          const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
-#pragma unroll
-          for (int k = 0; k < KV; ++k) {
-            const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-            ro[k].zero();
-            if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
-            else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
-          }
-        }
+        const float rstd = grid_pick(b_rstd, r), mean = grid_pick(b_mean, r);
+        if (r > 0 && p.dres_out != nullptr) load_res(row);  // (two ro sets would not fit the registers)
         const float2 rt = Dots::row(t, r);
         const float cm = rt.x * rstd / float(cols), gm = kCentre ? rt.y / float(cols) : 0.0f;
 #pragma unroll
