@@ -287,38 +287,46 @@ RowTuning default_row_tuning() {
   // ba2a34f, bench/results/2026-11-30-rmsnorm-bwd-sweep.md run 7).
   t.bwd_pipe_cluster = 16;
   t.bwd_pipe_cluster_threads = 1024;
-  // The grid kernel: fp32 rows past 128K columns, 16-bit rows past 256K.
-  // rmsnorm_bwd_sweep, H200, 2026-12-01, commit 0c39bc9 against the plans
-  // before it (QUACK_TUNE=bwd_grid=0), % of copy bandwidth, dx / +dw / +dw,db
-  // (bench/results/logs/2026-12-01-rmsnorm-bwd-grid-0c39bc9.log):
-  //   fp32 RMSNorm 160K 76.7/75.2/75.8 (register kernel 51.1/49.8/49.6),
-  //     256K 79.7/78.6/78.5 (62.3/59.6/59.5), 1M 77.4/75.1/75.1 (split 34.7/34.3/34.3);
-  //     LayerNorm 160K 68.2/67.0/67.2 (44.3/42.4/42.3), 1M 67.3/65.6/65.7 (33.1/32.7/32.8);
-  //   bf16 RMSNorm 512K 54.4/52.7/52.6 (split 12.0/11.9/11.9), 1M 54.7/52.3/52.3 (9.2);
-  //     LayerNorm 1M 45.7/43.7/43.6 (9.0).
-  // 16-bit rows of 128K-256K stay on the register kernel, which wins dx and
-  // +dw at 192K-256K: RMSNorm 256K 72.9/68.6 against the grid's 55.1/53.8,
-  // LayerNorm 58.8/56.4 against 43.7/42.8. It loses +dw,db there (RMSNorm
-  // 48.4 against 53.4, LayerNorm 41.8 against 42.5) and everything at 160K
-  // (RMSNorm 45.7/44.6/33.4 against 51.2/50.1/50.2): the grid kernel's
-  // ~2.7 us a row step (a latency chain, docs/KERNELS.md) must fall before
-  // the threshold can come down. Stages: 6 of 32 KB for 16-bit rows, 3 of
-  // 64 KB for fp32 rows; a lag of 1 to 4 rows measured the same (bf16 256K
-  // and 1M within 0.3 points), 2 kept.
+  // The grid kernel: rows past 128K columns (fp32 since 0c39bc9, 16-bit since
+  // 8a13d2b), but for 16-bit rows a full 16-CTA register cluster holds
+  // without dbias. rmsnorm_bwd_sweep, H200, % of copy bandwidth, dx / +dw /
+  // +dw,db, the plan before in brackets:
+  //   0c39bc9 (bench/results/logs/2026-12-01-rmsnorm-bwd-grid-0c39bc9.log,
+  //   against QUACK_TUNE=bwd_grid=0): fp32 RMSNorm 160K 76.7/75.2/75.8
+  //     (register kernel 51.1/49.8/49.6), 256K 79.7/78.6/78.5 (62.3/59.6/59.5),
+  //     1M 77.4/75.1/75.1 (split 34.7/34.3/34.3); LayerNorm 160K 68.2/67.0/67.2
+  //     (44.3/42.4/42.3), 1M 67.3/65.6/65.7 (33.1/32.7/32.8).
+  //   8a13d2b, two 16-bit rows a step (bench/results/logs/
+  //   2026-12-02-norm-bwd-grid-2rows.log; the register kernel from the same
+  //   session's run of 24d0feb, whose register kernels are the same):
+  //     bf16 RMSNorm 160K 61.6/59.7/59.6 (reg 45.7/44.7/33.3), 192K
+  //     61.5/59.2/59.5 (55.8/53.8/39.3), 256K 64.1/61.6/61.8 (72.8/68.7/48.3),
+  //     512K 62.9/60.4/60.4, 1M 62.4/58.3/58.4 (split 9.2); LayerNorm 160K
+  //     52.0/50.7/50.8 (37.1/36.3/28.1), 192K 52.0/50.9/51.0 (44.6/43.4/33.2),
+  //     256K 55.5/53.8/54.0 (59.1/56.3/41.7), 1M 53.0/50.4/50.0;
+  //     fp32 RMSNorm 256K 87.0/85.1/84.9, 1M 75.5/73.1/73.1; LayerNorm 256K
+  //     80.7/79.7/79.4, 1M 73.5/71.1/71.0.
+  // So 256K (the register kernel's 16-CTA cluster) keeps the register
+  // kernel for dx and +dw, and gives +dw,db to the grid kernel
+  // (bwd_grid_keep_cluster16; rows of 240K-256K, the other 16-CTA
+  // clusters, follow it unmeasured). Stages: 6 of 32 KB for 16-bit rows
+  // (7 do not fit the 3456-byte header), 3 of 64 KB for fp32 rows; a lag of
+  // 1 to 4 rows measured the same at a row a step (bf16 256K and 1M within
+  // 0.3 points, 0c39bc9), 2 kept: with two rows a step, 6 stages leave a
+  // lag of 1 step.
   t.bwd_grid = 3;
-  t.bwd_grid_min_cols16 = (int64_t(256) << 10) + 1;
+  t.bwd_grid_min_cols16 = (int64_t(128) << 10) + 1;
   t.bwd_grid_min_cols32 = (int64_t(128) << 10) + 1;
   t.bwd_grid_stages16 = 6;
   t.bwd_grid_stages32 = 3;
   t.bwd_grid_lag = 2;
-  // Two 16-bit rows a step: UNMEASURED (branch wip/norm-bwd-grid-2rows).
-  // A 16-bit row step costs ~2.7 us for 48 KB a CTA where fp32's costs ~3.9
-  // us for 96 KB (0c39bc9's sweep): a fixed ~1.5 us of barriers and L2 round
-  // trips a step. Two rows a step pay it once for both: predicted bf16 1M
-  // RMSNorm 54.7 -> >= 72% (fp32's bytes a step, and fp32 runs 77%),
-  // LayerNorm 45.7 -> >= 60%; the lag becomes 1 step (2 rows), as 6 stages
-  // of 32 KB hold 2 steps and leave 2 rows in flight.
+  // Two 16-bit rows a step (one block reduction, one exchange and one
+  // collect for both): bf16 RMSNorm 1M 62.4/58.3/58.4 against a row a
+  // step's 51.1/49.2/49.0, LayerNorm 53.0/50.4/50.0 against 45.7/44.2/44.1
+  // (8a13d2b, the same run). Predicted >= 72 / 60: missed; the step still
+  // costs ~4.9 us for fp32's bytes, where fp32 takes ~4.0 (docs/KERNELS.md).
   t.bwd_grid_rows16 = 2;
+  t.bwd_grid_keep_cluster16 = 16;
   return t;
 }
 

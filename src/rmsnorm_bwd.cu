@@ -73,7 +73,10 @@ struct Plan {
   // which stays the fallback for a grid that cannot be resident at launch:
   // its exchange rings at the workspace's start, then gcfg.groups partial
   // rows.
-  bool grid = false;
+  // grid: the configuration exists (it sizes the workspace, which depends
+  // on no option); grid_runs: it is launched -- not for 16-bit rows that a
+  // full register cluster holds without dbias (make_plan).
+  bool grid = false, grid_runs = false;
   NormBwdGridConfig gcfg;
 };
 
@@ -144,6 +147,11 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   plan.grid = uniform && aligned &&
               choose_norm_bwd_grid_config(a.rows, a.cols, dtype_size(t), centre, lim, current_row_tuning(), &plan.gcfg) &&
               check_norm_bwd_grid_config(plan.gcfg, a.rows, a.cols, dtype_size(t), lim) == nullptr;
+  // 16-bit rows in a full register cluster stay there without dbias
+  // (src/config.cpp: bwd_grid_keep_cluster16's measurement).
+  const int keep = current_row_tuning().bwd_grid_keep_cluster16;
+  plan.grid_runs = plan.grid && !(dtype_size(t) == 2 && (plan.pipe || plan.reg) && keep > 0 &&
+                                  plan.cfg.cluster >= keep && a.dbias.ptr == nullptr);
   return plan;
 }
 
@@ -222,7 +230,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   bool grid_ran = false;
   auto run_rows = [&]() -> Status {
     if (a.rows == 0) return Status::success();
-    if (plan.grid) {
+    if (plan.grid_runs) {
       const NormBwdGridConfig& g = plan.gcfg;
       p.exchange = static_cast<uint64_t*>(a.workspace);
       float2* const fallback_partial = p.partial;
@@ -304,7 +312,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   const Plan plan = make_plan(a, layernorm, lim);
   const RegRowConfig& c = plan.cfg;
   auto num = [](int64_t v) { return std::to_string(v); };
-  if (plan.grid) {
+  if (plan.grid_runs) {
     const NormBwdGridConfig& g = plan.gcfg;
     return "grid ranks=" + num(g.ranks) + " groups=" + num(g.groups) + " tile_vecs=" + num(g.tile_vecs) + " stages=" +
            num(g.stages) + " lag=" + num(g.lag) + " rows=" + num(g.rows) + " smem=" + num(int64_t(g.smem_bytes));

@@ -117,11 +117,12 @@ struct RMSNormBwdArgs {
 
 Status can_implement(const RMSNormBwdArgs& args);
 // *bytes: the device memory the call needs in args.workspace: the weight
-// gradients' partial sums, and for rows longer than 128K (with or without
-// dweight / dbias) the row sums the CTAs of a row exchange -- except aligned
-// 16-bit rows of one dtype up to 256K, which one cluster holds; 0 when
-// neither dweight nor dbias is asked for and no row sums are exchanged. Depends on the
-// shape, dtypes, alignment and the current device only.
+// gradients' partial sums, and for aligned rows of one dtype longer than
+// 128K (with or without dweight / dbias) the row sums the CTAs of a row
+// exchange (asked for also where one register cluster runs the row instead:
+// 16-bit rows of 240K-256K without dbias); 0 when neither dweight nor dbias
+// is asked for and no row sums are exchanged. Depends on the shape, dtypes,
+// alignment, the gradients asked for and the current device only.
 Status rmsnorm_bwd_workspace_bytes(const RMSNormBwdArgs& args, size_t* bytes);
 Status rmsnorm_bwd(const RMSNormBwdArgs& args, cudaStream_t stream);
 

@@ -190,7 +190,9 @@ struct RowTuning {
   // publishing its own (1..7, below the stages); bwd_grid_rows16: rows
   // of a 16-bit tensor a CTA reduces and exchanges together, a step (1 or
   // 2; fp32 rows take 1: their 64 KB stages fit 3), the lag then counted in
-  // steps.
+  // steps. bwd_grid_keep_cluster16: 16-bit rows the register / pipelined
+  // kernel serves in a cluster of at least this many CTAs stay on it when
+  // no dbias is asked for (0: never).
   int bwd_grid;
   int64_t bwd_grid_min_cols16;
   int64_t bwd_grid_min_cols32;
@@ -198,6 +200,7 @@ struct RowTuning {
   int bwd_grid_stages32;
   int bwd_grid_lag;
   int bwd_grid_rows16;
+  int bwd_grid_keep_cluster16;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others

@@ -473,7 +473,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
                               int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
   }
   // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
-  // 114-SM H100 PCIe), rows up to 128K (fp32) / 256K (16-bit), mixed dtypes.
+  // 114-SM H100 PCIe), rows up to 128K, mixed dtypes.
   EXPECT_EQ(plan({8, 1 << 20, kBF16, kBF16, true, false, 1}).kind, "split");
   EXPECT_EQ(plan({8, 1 << 21, kBF16, kBF16}).kind, "split");
   {
@@ -485,8 +485,28 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   EXPECT_EQ(plan({1024, 131072, kBF16, kBF16}).kind, "pipe");
   EXPECT_EQ(plan({1024, 131072, kF32, kF32}).kind, "pipe");
   EXPECT_EQ(plan({1024, 131076, kF32, kF32}).kind, "grid");
-  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "pipe");  // a cluster of 16 (with dweight, no dbias)
+  EXPECT_EQ(plan({1024, 131080, kBF16, kBF16}).kind, "grid");
+  EXPECT_EQ(plan({1024, 163840, kBF16, kBF16}).kind, "grid");  // pipe: a cluster of 10
+  EXPECT_EQ(plan({1024, 196608, kBF16, kBF16}, true).kind, "grid");
+  // 16-bit rows in a full 16-CTA register cluster keep it, but with dbias.
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "pipe");  // with dweight
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "grid");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kF32}, true).kind, "grid");  // LayerNorm: dbias
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}, true).kind, "grid");
+  EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "grid");  // fp32: no such rule
   EXPECT_EQ(plan({1024, 262152, kBF16, kBF16}).kind, "grid");
+  {
+    RowTuning t = default_row_tuning();
+    t.bwd_grid_keep_cluster16 = 0;
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "grid");
+    t.bwd_grid_keep_cluster16 = 10;  // 160K's cluster of 10 kept too
+    set_row_tuning(&t);
+    EXPECT_EQ(plan({1024, 163840, kBF16, kBF16}).kind, "pipe");
+    EXPECT_EQ(plan({1024, 131080, kBF16, kBF16}).kind, "grid");  // a cluster of 9
+    set_row_tuning(nullptr);
+  }
   {
     RMSNormBwdArgs a = args_of({8, 1 << 20, kBF16, kBF16}, false);
     a.dy.dtype = kF32;
@@ -590,8 +610,8 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   EXPECT_FALSE(choose_norm_bwd_grid_config(256, 1 << 20, 2, false, lim, off, &c));
   EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 4, false, lim, default_row_tuning(), &c));
   EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 4, false, lim, default_row_tuning(), &c));
-  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 262144, 2, false, lim, default_row_tuning(), &c));
-  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 262145, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_bwd_grid_config(256, 131072, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_bwd_grid_config(256, 131073, 2, false, lim, default_row_tuning(), &c));
   EXPECT_FALSE(choose_norm_bwd_grid_config(int64_t(1) << 31, 131073, 2, false, lim, default_row_tuning(), &c));
   // A device of more SMs than the header's collected words cover: 145 ranks
   // of 8192 bf16 columns are refused, 144 served.

@@ -157,16 +157,23 @@ TEST(RMSNormBwdWorkspace, OnePartialRowPerClusterOrGeneralCta) {
     EXPECT_EQ(bytes % (size_t(n) * 8), 0u) << n;
     EXPECT_LE(bytes / (size_t(n) * 8), size_t(lim.num_sms) * 32) << n;
   }
-  // Without weight gradients: nothing, but for rows the grid kernel takes
-  // (16-bit past 256K), whose exchange rings the workspace holds.
+  // Without weight gradients: nothing, but for rows the grid kernel serves
+  // (past 128K), whose exchange rings the workspace holds -- also where a
+  // 16-CTA register cluster runs instead (16-bit 256K without dbias): the
+  // size follows the grid's configuration, not the options.
   a.dweight = {};
   a.dbias = {};
   a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = 524288;
   NormBwdGridConfig g;
   ASSERT_TRUE(choose_norm_bwd_grid_config(a.rows, a.cols, 2, false, lim, default_row_tuning(), &g));
   EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), g.exchange_bytes);
-  a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = 262144;
-  EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), 0u);  // a cluster of 16 holds the row: nothing exchanged
+  for (const int64_t n : {int64_t(131080), int64_t(262144)}) {
+    a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = n;
+    ASSERT_TRUE(choose_norm_bwd_grid_config(a.rows, a.cols, 2, false, lim, default_row_tuning(), &g));
+    EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), g.exchange_bytes) << n;
+  }
+  a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = 131072;
+  EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), 0u);  // a cluster of 8 holds the row: nothing exchanged
   a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = 65536;
   EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), 0u);
   // Misaligned rows take the general kernel: at most 256 MB of partial rows.
