@@ -490,7 +490,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   EXPECT_EQ(plan({1024, 196608, kBF16, kBF16}, true).kind, "grid");
   // 16-bit rows in a full 16-CTA register cluster keep it, but with dbias.
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "pipe");  // with dweight
-  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "reg");
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "pipe");  // without a weight
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "grid");
   EXPECT_EQ(plan({1024, 262144, kBF16, kF32}, true).kind, "grid");  // LayerNorm: dbias
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}, true).kind, "grid");

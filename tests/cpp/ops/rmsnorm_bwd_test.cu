@@ -427,7 +427,8 @@ TEST_P(RMSNormBwdGpu, TwoVectorPipelineMatchesFloat64) {
   run_both_under(t, GetParam());
 }
 
-// The grid kernel at every row length it serves (bwd_grid_min_cols16 / 32 = 1: a
+// The grid kernel at every row length it serves (bwd_grid_min_cols16 / 32 = 1
+// and no register cluster kept: a
 // 1-column row is one rank's partial vector; N = 8 over 10^6 rows is 132
 // one-rank groups walking ~7600 rows each), at its default stages and lag,
 // a row a step (16-bit rows take 2 by default), and at 2 stages and a lag
@@ -437,6 +438,7 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
   t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
+  t.bwd_grid_keep_cluster16 = 0;
   const auto serves = [](const BwdCase& c, bool) { return grid_serves(c); };
   run_both_under(t, GetParam(), "grid ", serves);
   if (HasFatalFailure()) return;
