@@ -82,7 +82,7 @@ def _rms_bad(leaves, others):
 
 # LayerNorm with weight and bias: y, dx, dweight, dbias.
 def _rms_plain_make(seed, m=12, n=524288, dtype=BF16):
-    # One dtype, no residual: 16-bit rows past 256K take the grid kernel (a
+    # One dtype, no residual: 16-bit rows past 128K take the grid kernel (a
     # cooperative launch whose CTAs wait for one another).
     g = torch.Generator(device="cuda").manual_seed(seed)
     return [_leaf(_rand(g, m, n, dtype=dtype)), _leaf(_rand(g, n, dtype=dtype))], [_rand(g, m, n, dtype=dtype)]

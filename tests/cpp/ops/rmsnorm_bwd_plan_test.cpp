@@ -439,7 +439,7 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
 }
 
 // The grid kernel (src/config.cpp: aligned rows of one dtype, fp32 past
-// 128K columns, 16-bit past 256K): one 512-thread CTA an SM of
+// 128K columns, but 16-bit rows a 16-CTA register cluster keeps): one 512-thread CTA an SM of
 // at most 16 elements a thread (16-bit: 1024 vectors, fp32: 2048), as few
 // ranks as cover the row with tiles spread evenly, as many row groups as
 // the SMs hold (never more than the rows), 6 stages of 32 KB for 16-bit
