@@ -4,7 +4,8 @@
 #   OUT=/some/dir bash scripts/gpu_session.sh <commit> [parts...]
 #
 # parts (default: tests sweep bench):
-#   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers)
+#   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers;
+#              QUACK_KEEP_GOING: pytest runs even after a ctest failure)
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep), in
 #              $CASES_JOBS (default 8) gtest shards at once: the float64
@@ -105,7 +106,8 @@ for part in $parts; do
   start=$SECONDS
   case $part in
     tests)
-      PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 || status=1
+      QUACK_KEEP_GOING=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 \
+        || status=1
       grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6 ;;
     cases)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
