@@ -39,6 +39,9 @@
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32")
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
+#   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
+#              decode-sized call per implementation (quack_cpp, Liger, torch;
+#              $LATENCY_PROBE_ARGS), with the peers carried in .whl/
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
 #              (the eleventh session's unexplained illegal address), one
 #              variable changed a run, each killed after $PROBE_TIMEOUT (120) s
@@ -263,6 +266,20 @@ PROBES
           > "$out/ncu_$i.txt" 2>&1 || status=1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
+    ncu_latency)
+      # Every kernel of bench/latency_probe.py (decode-sized calls of each
+      # implementation, $LATENCY_PROBE_ARGS, in NVTX ranges "<op>/<impl>"),
+      # with the peers carried in .whl/: ncu_latency.txt; the kernels'
+      # durations and launch shapes are grepped to the summary.
+      ensure_package || { status=1; continue; }
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      # shellcheck disable=SC2086
+      timeout "${NCU_TIMEOUT:-300}" ncu --clock-control none --nvtx --section SpeedOfLight --section LaunchStats \
+        --section WarpStateStats --section Occupancy python3 bench/latency_probe.py ${LATENCY_PROBE_ARGS:-} \
+        > "$out/ncu_latency.txt" 2>&1 || status=1
+      grep -E "^  [A-Za-z_].*\(|NVTX Push/Pop|Duration|Block Size|Grid Size|Registers Per|event time|n/a" \
+        "$out/ncu_latency.txt" | head -120 ;;
     bench)
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null

@@ -118,3 +118,18 @@ def test_report():
     assert "| softmax | quack_cpp | 0.9 | 0.1 | 0.020 |" in text
     assert "| torch eager | `import torch` | 1.50 |" in text
     assert "1 WRONG, 1 n/a" in text and "QuACK softmax M = 1 N = 4096 (error / bound 7.50)" in text
+
+
+def test_latency_probe_runs_each_peer_and_names_the_ones_that_cannot(capsys):
+    # bench/latency_probe.py's loop on CPU tensors: torch's forward runs and
+    # is timed; an unknown implementation is reported n/a with its reason.
+    probe = load("latency_probe")
+    probe.main(["--device", "cpu", "--ops", "rmsnorm,softmax", "--peers", "torch,nosuchpeer", "--n", "64",
+                "--calls", "2", "--dtype", "fp32"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    for op in ("rmsnorm", "softmax"):
+        (ran,) = [ln for ln in lines if ln.startswith(op) and " torch " in ln]
+        assert "M=1 N=64: wall time a call" in ran
+        (na,) = [ln for ln in lines if ln.startswith(op) and "nosuchpeer" in ln]
+        assert "n/a:" in na
