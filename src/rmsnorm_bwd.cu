@@ -85,6 +85,7 @@ struct Plan {
 // aligned, rows within its tiles. Everything else takes the general kernel.
 Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   Plan plan;
+  const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
   const DType t = a.h.dtype;
   const int vec = 16 / dtype_size(t);
   bool uniform = a.dy.dtype == t && a.dx.dtype == t && (a.dresidual_out.ptr == nullptr || a.dresidual_out.dtype == t) &&
@@ -108,7 +109,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.small_cta_ok = ops::rmsnorm_bwd_pipe_small_cta(t, centre);
     pp.centre = centre;
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
-    plan.pipe = choose_norm_bwd_pipe_config(pp, lim, current_row_tuning(), &plan.cfg) &&
+    plan.pipe = choose_norm_bwd_pipe_config(pp, lim, tune, &plan.cfg) &&
                 check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;
   }
   if (uniform && aligned && !plan.pipe) {
@@ -145,11 +146,11 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   }
   if (!wants_grads(a)) plan.parts = 0;
   plan.grid = uniform && aligned &&
-              choose_norm_bwd_grid_config(a.rows, a.cols, dtype_size(t), centre, lim, current_row_tuning(), &plan.gcfg) &&
+              choose_norm_bwd_grid_config(a.rows, a.cols, dtype_size(t), centre, lim, tune, &plan.gcfg) &&
               check_norm_bwd_grid_config(plan.gcfg, a.rows, a.cols, dtype_size(t), lim) == nullptr;
   // 16-bit rows in a full register cluster stay there without dbias
   // (src/config.cpp: bwd_grid_keep_cluster16's measurement).
-  const int keep = current_row_tuning().bwd_grid_keep_cluster16;
+  const int keep = tune.bwd_grid_keep_cluster16;
   plan.grid_runs = plan.grid && !(dtype_size(t) == 2 && (plan.pipe || plan.reg) && keep > 0 &&
                                   plan.cfg.cluster >= keep && a.dbias.ptr == nullptr);
   return plan;
