@@ -9,11 +9,10 @@ replay; softmax 3.11 against 1.87 and torch eager's 2.86).
 Runs each implementation's forward (bench_latency.py's, so the same calls as
 the benchmark) --calls times on one set of inputs, each call between
 torch.cuda.synchronize() and an NVTX range "<op>/<impl>", after a warm-up
-outside any range. Under `ncu --nvtx --print-nvtx-rename kernel` (or just in
-launch order) each kernel then carries the implementation that launched it;
-scripts/gpu_session.sh's ncu_latency part runs it so. Prints one line an
-implementation: what it launched (CUDA-event time of the calls, us) -- or the
-reason it cannot run.
+outside any range. Under `ncu --nvtx` (scripts/gpu_session.sh's ncu_latency
+part) each kernel's report then names the range, so the implementation that
+launched it. Prints one line an implementation: the fastest call's
+CUDA-event time (us) -- or the reason it cannot run.
 """
 from __future__ import annotations
 
@@ -58,7 +57,8 @@ def main(argv=None):
                         torch.cuda.nvtx.range_push(f"{op}/{key}")
                         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         start.record()
-                    t0 = time.perf_counter()
+                    else:
+                        t0 = time.perf_counter()
                     fwd(*inputs)
                     if cuda:
                         end.record()
