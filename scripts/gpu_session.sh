@@ -37,7 +37,8 @@
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
-#              (default "bf16 f32")
+#              (default "bf16 f32"), $SWEEP_NS the forward norms' N (default: the
+#              sweep's own list)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
@@ -221,12 +222,15 @@ PROBES
         for dt in ${SWEEP_DTYPES:-bf16 f32}; do
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm "* ]]; then
             echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
-            QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" >> "$out/sweep.log" 2>&1 || status=1
+            # shellcheck disable=SC2086
+            QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} >> "$out/sweep.log" 2>&1 \
+              || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm "* ]]; then
             echo "== layernorm $dt ${tune:-defaults}" >> "$out/layernorm_sweep.log"
-            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" >> "$out/layernorm_sweep.log" 2>&1 \
-              || status=1
+            # shellcheck disable=SC2086
+            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
+              >> "$out/layernorm_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"

@@ -327,6 +327,23 @@ RowTuning default_row_tuning() {
   // costs ~4.9 us for fp32's bytes, where fp32 takes ~4.0 (docs/KERNELS.md).
   t.bwd_grid_rows16 = 2;
   t.bwd_grid_keep_cluster16 = 16;
+  // The grid forward (rmsnorm_fwd_grid_kernel; not yet measured: these
+  // defaults are the design's, the sweep that sets them is in
+  // bench/results once run): rows past 512K -- fp32 1M took the chunked
+  // two-pass kernel (45.6% of copy, README's table) and 16-bit x with fp32
+  // weights the staged 32-vector tile (LayerNorm bf16 1M 23.4%) -- but
+  // 16-bit rows with weights in x's dtype keep the register clusters that
+  // serve them (bf16 RMSNorm 1M 70.5%). Stages: the most that fit, up to 8
+  // (fp32 1M: 6 of 32 KB; 16-bit: 8 of 16 KB); two 16-bit rows a step as
+  // in the backward.
+  t.fwd_grid = 3;
+  t.fwd_grid_min_cols16 = (int64_t(512) << 10) + 1;
+  t.fwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
+  t.fwd_grid_keep_reg = 1;
+  t.fwd_grid_stages16 = 8;
+  t.fwd_grid_stages32 = 8;
+  t.fwd_grid_lag = 2;
+  t.fwd_grid_rows16 = 2;
   return t;
 }
 
@@ -865,63 +882,101 @@ const char* check_row_config(const RowConfig& c, const RowProblem& prob,
   return nullptr;
 }
 
-bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
-                                 const RowTuning& tune, NormBwdGridConfig* out) {
+namespace {
+
+// The grid kernels' layout for `tiles` tiles of the row a stage (backward: h
+// and dy; forward: x), the tuning's knobs for the direction passed in.
+struct GridKnobs {
+  int bits;
+  int64_t min_cols16, min_cols32;
+  int stages16, stages32, lag, rows16;
+};
+
+bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, int tiles,
+                             const DeviceLimits& lim, const GridKnobs& k, NormGridConfig* out) {
   if (x_elem_bytes != 2 && x_elem_bytes != 4) return false;
-  const int64_t min_cols = x_elem_bytes == 4 ? tune.bwd_grid_min_cols32 : tune.bwd_grid_min_cols16;
-  if (!(tune.bwd_grid & (x_elem_bytes == 4 ? 2 : 1)) || cols < std::max<int64_t>(min_cols, 1))
+  const int64_t min_cols = x_elem_bytes == 4 ? k.min_cols32 : k.min_cols16;
+  if (!(k.bits & (x_elem_bytes == 4 ? 2 : 1)) || cols < std::max<int64_t>(min_cols, 1))
     return false;
   if (rows < 1 || rows >= (int64_t(1) << 31)) return false;  // the exchange's 32-bit row tags
-  NormBwdGridConfig c;
+  NormGridConfig c;
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
-  const int64_t tile_max = int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec);
+  const int64_t tile_max = int64_t(kNormGridCtaThreads) * (kNormGridCtaElems / vec);
   const int64_t ranks = ceil_div(nvec, tile_max);
   if (ranks > lim.num_sms) return false;  // one CTA an SM, all resident
-  if (ranks > kNormBwdGridMaxRanks) return false;  // the header's collected words
+  if (ranks > kNormGridMaxRanks) return false;  // the header's collected words
   c.ranks = int(ranks);
   c.tile_vecs = ceil_div(nvec, ranks);
   c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
-  const size_t stage = size_t(c.tile_vecs) * 16 * 2;
-  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormBwdGridHeader)) / int64_t(stage);
-  const int asked = x_elem_bytes == 4 ? tune.bwd_grid_stages32 : tune.bwd_grid_stages16;
-  c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormBwdGridStagesMax)}));
+  const size_t stage = size_t(c.tile_vecs) * 16 * size_t(tiles);
+  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormGridHeader)) / int64_t(stage);
+  const int asked = x_elem_bytes == 4 ? k.stages32 : k.stages16;
+  c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormGridStagesMax)}));
   // Rows a step: where (lag + 1) steps of them and a row in flight fit.
-  c.rows = x_elem_bytes == 2 ? std::min(std::max(tune.bwd_grid_rows16, 1), kNormBwdGridMaxRowsPerStep) : 1;
+  c.rows = x_elem_bytes == 2 ? std::min(std::max(k.rows16, 1), kNormGridMaxRowsPerStep) : 1;
   if (c.stages < 2 * c.rows + 1) c.rows = 1;
   // At least one row in flight past the lag where the stages allow it: the
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
-  c.lag = std::min({std::max(tune.bwd_grid_lag, 1), kNormBwdGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
+  c.lag = std::min({std::max(k.lag, 1), kNormGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
   if (c.stages < 2) return false;
-  c.smem_bytes = kNormBwdGridHeader + size_t(c.stages) * stage;
+  c.smem_bytes = kNormGridHeader + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
-  const size_t words =
-      size_t(c.groups) * kNormBwdGridExchangeRing * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
+  const size_t words = size_t(c.groups) * kNormGridExchangeRing * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
   c.exchange_bytes = (words * 8 + 15) / 16 * 16;
   *out = c;
   return true;
 }
 
-const char* check_norm_bwd_grid_config(const NormBwdGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim) {
+const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
+                                   const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
   if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
   if (c.grid > lim.num_sms) return "more CTAs than SMs (one CTA an SM, all resident)";
-  if (c.ranks > kNormBwdGridMaxRanks) return "more ranks than kNormBwdGridMaxRanks (the header's collected words)";
+  if (c.ranks > kNormGridMaxRanks) return "more ranks than kNormGridMaxRanks (the header's collected words)";
   if (c.groups > std::max<int64_t>(rows, 1)) return "more row groups than rows";
-  if (c.tile_vecs > int64_t(kNormBwdGridCtaThreads) * (kNormBwdGridCtaElems / vec))
-    return "tile beyond kNormBwdGridCtaElems elements a thread";
+  if (c.tile_vecs > int64_t(kNormGridCtaThreads) * (kNormGridCtaElems / vec))
+    return "tile beyond kNormGridCtaElems elements a thread";
   if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
   if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
-  if (c.stages < 2 || c.stages > kNormBwdGridStagesMax) return "stages outside [2, kNormBwdGridStagesMax]";
-  if (c.rows < 1 || c.rows > kNormBwdGridMaxRowsPerStep || (c.rows > 1 && x_elem_bytes != 2))
+  if (c.stages < 2 || c.stages > kNormGridStagesMax) return "stages outside [2, kNormGridStagesMax]";
+  if (c.rows < 1 || c.rows > kNormGridMaxRowsPerStep || (c.rows > 1 && x_elem_bytes != 2))
     return "rows a step outside [1, 2] (1 for fp32 rows)";
-  if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormBwdGridMaxLag)
+  if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormGridMaxLag)
     return "lag outside [1, 7] or (lag + 1) * rows beyond the stages";
-  if (c.smem_bytes != kNormBwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 32) return "smem != header + stages";
+  if (c.smem_bytes != kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
+    return "smem != header + stages";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   return nullptr;
+}
+
+}  // namespace
+
+bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormGridConfig* out) {
+  const GridKnobs k{tune.bwd_grid,        tune.bwd_grid_min_cols16, tune.bwd_grid_min_cols32, tune.bwd_grid_stages16,
+                    tune.bwd_grid_stages32, tune.bwd_grid_lag,      tune.bwd_grid_rows16};
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 2, lim, k, out);
+}
+
+const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim) {
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, lim);
+}
+
+bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormGridConfig* out) {
+  if (cols < kNormFwdGridMinCols) return false;
+  const GridKnobs k{tune.fwd_grid,        tune.fwd_grid_min_cols16, tune.fwd_grid_min_cols32, tune.fwd_grid_stages16,
+                    tune.fwd_grid_stages32, tune.fwd_grid_lag,      tune.fwd_grid_rows16};
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 1, lim, k, out);
+}
+
+const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim) {
+  if (cols < kNormFwdGridMinCols) return "a row shorter than kNormFwdGridMinCols";
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
 }
 
 }  // namespace quack

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "quack/core/config.hpp"
+#include "quack/ops/norm_fwd_grid.cuh"
 #include "quack/ops/rmsnorm.cuh"
 #include "quack/quack.hpp"
 #include "validate.hpp"
@@ -26,6 +27,8 @@ Status can_implement(const RMSNormFwdArgs& a) {
   if (a.rstd != nullptr && uintptr_t(a.rstd) % 4 != 0) return invalid("rstd: pointer is not 4-byte aligned");
   if (!(st = detail::check_finite("eps", a.eps, true)).ok()) return st;
   if (!(st = detail::check_finite("weight_offset", a.weight_offset, false)).ok()) return st;
+  if (a.workspace != nullptr && uintptr_t(a.workspace) % 16 != 0)
+    return invalid("workspace: pointer is not 16-byte aligned");
   return Status::success();
 }
 
@@ -112,7 +115,33 @@ struct NormFwdPlan {
   RowConfig cfg;
   const char* why = nullptr;  // cfg is not valid (never expected)
   bool uniform = false;       // every present tensor in x's dtype
+  // 0. Ahead of both, the grid kernel (ops/norm_fwd_grid.cuh) where the
+  // call has a workspace: grid, the configuration exists (it sizes the
+  // workspace, which does not depend on args.workspace); grid_runs: it is
+  // launched. The plan above stays the fallback for a grid that cannot be
+  // resident at launch.
+  bool grid = false, grid_runs = false;
+  NormGridConfig gcfg;
+  bool grid_w_f32 = false;
 };
+
+// The grid kernel's layouts: x and out in one dtype, no residual stream,
+// the weight and bias in one dtype (x's or fp32), 16-byte vectors
+// (vec_io), a row the grid serves.
+bool grid_path(const RMSNormFwdArgs& a, bool centre, bool vec_io, const DeviceLimits& lim, const RowTuning& tune,
+               NormGridConfig* cfg, bool* w_f32) {
+  const DType x = a.x.dtype;
+  if (!vec_io || a.out.dtype != x || a.residual.ptr != nullptr || a.residual_out.ptr != nullptr) return false;
+  if (a.weight.ptr != nullptr && a.bias.ptr != nullptr && a.weight.dtype != a.bias.dtype) return false;
+  const DType w = a.weight.ptr != nullptr ? a.weight.dtype : a.bias.ptr != nullptr ? a.bias.dtype : x;
+  if (w != x && w != DType::kFloat32) return false;
+  *w_f32 = w == DType::kFloat32 && x != DType::kFloat32;
+  return choose_norm_fwd_grid_config(a.rows, a.cols, dtype_size(x), centre, lim, tune, cfg) &&
+         check_norm_fwd_grid_config(*cfg, a.rows, a.cols, dtype_size(x), lim) == nullptr;
+}
+
+// fwd_grid_keep_reg's bit for this layout (config.hpp).
+int keep_reg_bit(DType x, bool w_f32) { return x == DType::kFloat32 ? 4 : w_f32 ? 2 : 1; }
 
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
@@ -125,6 +154,9 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                 detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
                 detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
+  plan.grid = grid_path(a, centre, plan.vec_io, lim, tune, &plan.gcfg, &plan.grid_w_f32);
+  plan.grid_runs = plan.grid && a.workspace != nullptr &&
+                   !(plan.reg && (tune.fwd_grid_keep_reg & keep_reg_bit(a.x.dtype, plan.grid_w_f32)));
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
                           !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
@@ -181,6 +213,25 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   p.inv_cols = 1.0f / float(a.cols);
 
   const NormFwdPlan plan = plan_norm_fwd(a, kCentre, lim);
+  if (plan.grid && a.workspace != nullptr && a.workspace_bytes < plan.gcfg.exchange_bytes)
+    return invalid("workspace_bytes: " + std::to_string(a.workspace_bytes) + " bytes given, the call needs " +
+                   std::to_string(plan.gcfg.exchange_bytes) + " (rmsnorm_fwd_workspace_bytes)");
+  if (plan.grid_runs) {
+    const NormGridConfig& g = plan.gcfg;
+    ops::RMSNormFwdParams gp = p;
+    gp.exchange = static_cast<uint64_t*>(a.workspace);
+    gp.grid_ranks = g.ranks;
+    gp.grid_groups = g.groups;
+    gp.grid_lag = g.lag;
+    gp.grid_stages = g.stages;
+    gp.grid_tile_vecs = g.tile_vecs;
+    bool not_resident = false;
+    Status gst = detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
+      return ops::launch_rmsnorm_fwd_grid<decltype(dt)::value, kCentre>(gp, g, plan.grid_w_f32, device, stream,
+                                                                        &not_resident);
+    });
+    if (!not_resident) return gst;  // else the plan without the grid kernel
+  }
   if (plan.reg) {
     const RegRowConfig& rcfg = plan.reg_cfg;
     p.team = rcfg.team;  // (and team_shift: the register kernel reads no other layout field)
@@ -227,10 +278,43 @@ Status layernorm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
   return st.ok() ? norm_fwd<true>(a, a.mean, stream) : st;
 }
 
+size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& a, bool layernorm, const DeviceLimits& lim) {
+  if (a.rows == 0 || a.cols < kNormFwdGridMinCols) return 0;
+  const NormFwdPlan plan = plan_norm_fwd(a, layernorm, lim);
+  return plan.grid ? plan.gcfg.exchange_bytes : 0;
+}
+
+namespace {
+
+template <class Args>
+Status fwd_workspace_bytes(const Args& a, bool layernorm, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes: null pointer");
+  *bytes = 0;
+  Status st = can_implement(a);
+  if (!st.ok() || a.rows == 0 || a.cols < kNormFwdGridMinCols) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
+  *bytes = norm_fwd_workspace_bytes(a, layernorm, lim);
+  return Status::success();
+}
+
+}  // namespace
+
+Status rmsnorm_fwd_workspace_bytes(const RMSNormFwdArgs& a, size_t* bytes) { return fwd_workspace_bytes(a, false, bytes); }
+
+Status layernorm_fwd_workspace_bytes(const LayerNormFwdArgs& a, size_t* bytes) {
+  return fwd_workspace_bytes(a, true, bytes);
+}
+
 std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, const DeviceLimits& lim) {
   const NormFwdPlan plan = plan_norm_fwd(a, layernorm, lim);
   char buf[160];
-  if (plan.reg) {
+  if (plan.grid_runs) {
+    const NormGridConfig& g = plan.gcfg;
+    std::snprintf(buf, sizeof buf, "grid    ranks %3d groups %2d rows %d stages %d lag %d tile %lld smem %6zu grid %lld",
+                  g.ranks, g.groups, g.rows, g.stages, g.lag, (long long)g.tile_vecs, g.smem_bytes, (long long)g.grid);
+  } else if (plan.reg) {
     const RegRowConfig& c = plan.reg_cfg;
     std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %2d smem %6zu grid %lld",
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,

@@ -77,7 +77,7 @@ struct Plan {
   // on no option); grid_runs: it is launched -- not for 16-bit rows that a
   // full register cluster holds without dbias (make_plan).
   bool grid = false, grid_runs = false;
-  NormBwdGridConfig gcfg;
+  NormGridConfig gcfg;
 };
 
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
@@ -232,7 +232,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
   auto run_rows = [&]() -> Status {
     if (a.rows == 0) return Status::success();
     if (plan.grid_runs) {
-      const NormBwdGridConfig& g = plan.gcfg;
+      const NormGridConfig& g = plan.gcfg;
       p.exchange = static_cast<uint64_t*>(a.workspace);
       float2* const fallback_partial = p.partial;
       if (grads) p.partial = reinterpret_cast<float2*>(static_cast<char*>(a.workspace) + g.exchange_bytes);
@@ -314,7 +314,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   const RegRowConfig& c = plan.cfg;
   auto num = [](int64_t v) { return std::to_string(v); };
   if (plan.grid_runs) {
-    const NormBwdGridConfig& g = plan.gcfg;
+    const NormGridConfig& g = plan.gcfg;
     return "grid ranks=" + num(g.ranks) + " groups=" + num(g.groups) + " tile_vecs=" + num(g.tile_vecs) + " stages=" +
            num(g.stages) + " lag=" + num(g.lag) + " rows=" + num(g.rows) + " smem=" + num(int64_t(g.smem_bytes));
   }

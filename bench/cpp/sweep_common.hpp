@@ -116,7 +116,9 @@ inline bool env_flag(const char* name) {
 //               chunk_clustered_fwd=1,softmax_staged_fwd=2,softmax_staged_vpt=16,chunk_cta_kb=128,chunk_stage_kb=96,chunk_threads=512,ce_fwd_stream_min_bytes=49152,ce_grad_split_min_cols=32000,
 //               bwd_pipe=3,bwd_pipe_vpt16=4,bwd_pipe_wide_min_cols=16384,bwd_pipe_wide_min_cols_ln=1024,bwd_pipe_vpt32=2,bwd_pipe_stages=4,bwd_pipe_threads=256,bwd_pipe_cluster=16,bwd_pipe_cluster_threads=1024,bwd_pipe_db_regs=1,bwd_pipe_small_cta=1,
 //               bwd_grid=3,bwd_grid_min_cols16=131073,bwd_grid_min_cols32=131073,bwd_grid_stages16=6,bwd_grid_stages32=3,bwd_grid_lag=2,bwd_grid_rows16=2,
-//               bwd_grid_keep_cluster16=16"
+//               bwd_grid_keep_cluster16=16,
+//               fwd_grid=3,fwd_grid_min_cols16=524289,fwd_grid_min_cols32=524289,fwd_grid_keep_reg=1,fwd_grid_stages16=8,
+//               fwd_grid_stages32=8,fwd_grid_lag=2,fwd_grid_rows16=2"
 // Returns false (after printing the key) on an unknown key.
 inline bool install_tuning_from_env() {
   const char* env = std::getenv("QUACK_TUNE");
@@ -189,6 +191,15 @@ inline bool install_tuning_from_env() {
     else if (k == "bwd_grid_lag") tune.bwd_grid_lag = int(v);
     else if (k == "bwd_grid_rows16") tune.bwd_grid_rows16 = int(v);
     else if (k == "bwd_grid_keep_cluster16") tune.bwd_grid_keep_cluster16 = int(v);
+    else if (k == "fwd_grid") tune.fwd_grid = int(v);
+    else if (k == "fwd_grid_min_cols") tune.fwd_grid_min_cols16 = tune.fwd_grid_min_cols32 = v;
+    else if (k == "fwd_grid_min_cols16") tune.fwd_grid_min_cols16 = v;
+    else if (k == "fwd_grid_min_cols32") tune.fwd_grid_min_cols32 = v;
+    else if (k == "fwd_grid_keep_reg") tune.fwd_grid_keep_reg = int(v);
+    else if (k == "fwd_grid_stages16") tune.fwd_grid_stages16 = int(v);
+    else if (k == "fwd_grid_stages32") tune.fwd_grid_stages32 = int(v);
+    else if (k == "fwd_grid_lag") tune.fwd_grid_lag = int(v);
+    else if (k == "fwd_grid_rows16") tune.fwd_grid_rows16 = int(v);
     else {
       std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());
       return false;

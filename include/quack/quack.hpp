@@ -75,12 +75,28 @@ struct RMSNormFwdArgs {
   float* rstd = nullptr;     // [rows] fp32, optional
   float eps = 1e-6f;
   float weight_offset = 0.0f;
+  // Optional device memory (rmsnorm_fwd_workspace_bytes(args) bytes, 16-byte
+  // aligned, not used by another call at the same time). Rows of at least
+  // kNormFwdGridMinCols columns may then take the grid kernel: a row spread
+  // over every SM, its CTAs exchanging their partial sums through this
+  // memory (fp32 and 16-bit x with fp32 weights at 1M columns are much
+  // faster so). Without one (nullptr) every row takes the other kernels:
+  // the results are the same within rounding, only the speed differs.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // Checks everything that can be checked without touching device memory.
 Status can_implement(const RMSNormFwdArgs& args);
+// *bytes: the device memory the call may use in args.workspace (0: none;
+// args.workspace is then ignored). Validates args first, the workspace
+// fields aside.
+Status rmsnorm_fwd_workspace_bytes(const RMSNormFwdArgs& args, size_t* bytes);
 // Validates, then launches on `stream`.
 Status rmsnorm_fwd(const RMSNormFwdArgs& args, cudaStream_t stream);
+// The shortest row (columns) that can need a forward workspace: below it
+// the workspace queries return 0 whatever the arguments.
+inline constexpr int64_t kNormFwdWorkspaceMinCols = int64_t(64) << 10;
 
 // ---------------------------------------------------------------------------
 // RMSNorm backward: the gradients of RMSNormFwdArgs' outputs, from the
@@ -140,6 +156,7 @@ struct LayerNormFwdArgs : RMSNormFwdArgs {
   LayerNormFwdArgs() { eps = 1e-5f; }  // torch.nn.LayerNorm's default
 };
 Status can_implement(const LayerNormFwdArgs& args);
+Status layernorm_fwd_workspace_bytes(const LayerNormFwdArgs& args, size_t* bytes);
 Status layernorm_fwd(const LayerNormFwdArgs& args, cudaStream_t stream);
 
 // LayerNorm backward, from the forward's h, mean and rstd:

@@ -50,6 +50,18 @@ def layernorm_fwd(
     res_out_ptr: int, res_out_dtype: int, res_out_stride: int,
     rstd_ptr: int, eps: float, weight_offset: float, stream: int, mean_ptr: int, check_only: bool,
 ) -> None: ...
+def norm_fwd_ws(
+    centre: bool, rows: int, cols: int,
+    x_ptr: int, x_dtype: int, x_stride: int,
+    res_ptr: int, res_dtype: int, res_stride: int,
+    w_ptr: int, w_dtype: int,
+    b_ptr: int, b_dtype: int,
+    out_ptr: int, out_dtype: int, out_stride: int,
+    res_out_ptr: int, res_out_dtype: int, res_out_stride: int,
+    rstd_ptr: int, eps: float, weight_offset: float, stream: int, mean_ptr: int,
+    ws_ptr: int, ws_bytes: int, mode: int,
+) -> int: ...
+NORM_FWD_WORKSPACE_MIN_COLS: int
 def layernorm_bwd(
     rows: int, cols: int,
     h_ptr: int, h_dtype: int, h_stride: int,

@@ -38,6 +38,10 @@ _NAME = "quack_cpp.rmsnorm"
 _rmsnorm_fwd = _C.rmsnorm_fwd
 _rmsnorm_bwd = _C.rmsnorm_bwd
 _layernorm_fwd = _C.layernorm_fwd
+_norm_fwd_ws = _C.norm_fwd_ws
+# Rows from this length on may take the grid forward, which needs a
+# workspace (quack::RMSNormFwdArgs::workspace): the launch asks for it.
+_FWD_WS_MIN_COLS = _C.NORM_FWD_WORKSPACE_MIN_COLS
 _layernorm_bwd = _C.layernorm_bwd
 _empty_like = torch.empty_like
 
@@ -202,10 +206,22 @@ def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, w
             b_ptr, b_code, out.data_ptr(), _DTYPE_CODE[out_dtype], n,
             0 if res_out is None else res_out.data_ptr(), _DTYPE_CODE[residual_dtype], n,
             0 if rstd is None else rstd.data_ptr(), eps, weight_offset, _raw_stream(dev))
+    if n >= _FWD_WS_MIN_COLS:
+        _on_device(dev, _launch_long, x, centre, args, 0 if mean is None else mean.data_ptr())
+        return out, res_out, rstd, mean
     if centre:
         args += (0 if mean is None else mean.data_ptr(), False)
     _on_device(dev, _layernorm_fwd if centre else _rmsnorm_fwd, *args)
     return out, res_out, rstd, mean
+
+
+def _launch_long(x: Tensor, centre: bool, args: tuple, mean_ptr: int) -> None:
+    """Long rows: the forward with the workspace it asks for (the grid
+    kernel's exchange rings, from torch's caching allocator on x's stream;
+    none where the grid does not serve the row)."""
+    nbytes = _norm_fwd_ws(centre, *args, mean_ptr, 0, 0, 2)
+    ws = x.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
+    _norm_fwd_ws(centre, *args, mean_ptr, 0 if ws is None else ws.data_ptr(), nbytes, 0)
 
 
 # ---------------------------------------------------------------------------

@@ -143,6 +143,38 @@ void layernorm_fwd(int64_t rows, int64_t cols,
   if (!st.ok()) raise_status(st, kLayerNorm);
 }
 
+// Either norm's forward with a workspace (the Python front calls it for rows
+// of at least kNormFwdWorkspaceMinCols columns): rmsnorm_fwd's arguments,
+// then LayerNorm's mean output (centre; 0 for RMSNorm), the workspace and
+// the mode: 0 launches on `stream`, 2 returns the workspace bytes the launch
+// may use (0: none; ws_ptr ignored).
+size_t norm_fwd_ws(bool centre, int64_t rows, int64_t cols,
+                   uintptr_t x_ptr, int32_t x_dtype, int64_t x_stride,
+                   uintptr_t res_ptr, int32_t res_dtype, int64_t res_stride,
+                   uintptr_t w_ptr, int32_t w_dtype,
+                   uintptr_t b_ptr, int32_t b_dtype,
+                   uintptr_t out_ptr, int32_t out_dtype, int64_t out_stride,
+                   uintptr_t res_out_ptr, int32_t res_out_dtype, int64_t res_out_stride,
+                   uintptr_t rstd_ptr, double eps, double weight_offset, uintptr_t stream, uintptr_t mean_ptr,
+                   uintptr_t ws_ptr, size_t ws_bytes, int mode) {
+  const char* op = centre ? kLayerNorm : kRMSNorm;
+  quack::LayerNormFwdArgs a;
+  static_cast<quack::RMSNormFwdArgs&>(a) = rmsnorm_fwd_args(
+      rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr, b_dtype,
+      out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps, weight_offset, op);
+  a.mean = reinterpret_cast<float*>(mean_ptr);
+  a.workspace = reinterpret_cast<void*>(ws_ptr);
+  a.workspace_bytes = ws_bytes;
+  const quack::RMSNormFwdArgs& r = a;
+  size_t bytes = 0;
+  quack::Status st;
+  if (mode == 2) st = centre ? quack::layernorm_fwd_workspace_bytes(a, &bytes) : quack::rmsnorm_fwd_workspace_bytes(r, &bytes);
+  else st = centre ? quack::layernorm_fwd(a, reinterpret_cast<cudaStream_t>(stream))
+                   : quack::rmsnorm_fwd(r, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, op);
+  return bytes;
+}
+
 // Both RMSNorm entry points take the same keyword-capable argument list.
 template <typename Fn>
 void def_rmsnorm_fwd(nb::module_& m, const char* name, Fn* fn, const char* doc) {
@@ -373,6 +405,16 @@ NB_MODULE(_C, m) {
   m.def("cross_entropy_scale_grad", &cross_entropy_scale_grad, nb::arg("rows"), nb::arg("cols"), nb::arg("dx_ptr"),
         nb::arg("dtype"), nb::arg("dx_stride"), nb::arg("dloss_ptr"), nb::arg("per_row"), nb::arg("stream"),
         "dx *= dloss (per row, or one scalar), skipping rows whose factor is exactly 1 (read on the device).");
+  m.def("norm_fwd_ws", &norm_fwd_ws, nb::arg("centre"), nb::arg("rows"), nb::arg("cols"), nb::arg("x_ptr"),
+        nb::arg("x_dtype"), nb::arg("x_stride"), nb::arg("res_ptr"), nb::arg("res_dtype"), nb::arg("res_stride"),
+        nb::arg("w_ptr"), nb::arg("w_dtype"), nb::arg("b_ptr"), nb::arg("b_dtype"), nb::arg("out_ptr"),
+        nb::arg("out_dtype"), nb::arg("out_stride"), nb::arg("res_out_ptr"), nb::arg("res_out_dtype"),
+        nb::arg("res_out_stride"), nb::arg("rstd_ptr"), nb::arg("eps"), nb::arg("weight_offset"), nb::arg("stream"),
+        nb::arg("mean_ptr"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"),
+        "RMSNorm (centre False) or LayerNorm forward with a workspace (quack::RMSNormFwdArgs::workspace):\n"
+        "rmsnorm_fwd's arguments, LayerNorm's mean output (0 for RMSNorm), the workspace and a mode:\n"
+        "0 launches on `stream`, 2 returns the workspace bytes the launch may use (0: none).");
+  m.attr("NORM_FWD_WORKSPACE_MIN_COLS") = quack::kNormFwdWorkspaceMinCols;
   def_rmsnorm_fwd(m, "rmsnorm_fwd_check", &rmsnorm_fwd_check,
                   "rmsnorm_fwd's argument validation (quack::can_implement) alone: raises ValueError\n"
                   "as rmsnorm_fwd would; launches nothing and touches no device.");

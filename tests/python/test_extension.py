@@ -67,6 +67,31 @@ def test_types_are_checked():
 
 
 # ---------------------------------------------------------------------------
+# The forward with a workspace (norm_fwd_ws): the same validation, the
+# workspace's alignment, the op's name; mode 2 sizes nothing below the
+# shortest row a grid serves, without touching a device.
+
+def fwd_ws(centre=False, **kw):
+    args = dict(rows=1, cols=N, x_ptr=256, x_dtype=0, x_stride=N, res_ptr=0, res_dtype=0, res_stride=0,
+                w_ptr=0, w_dtype=0, b_ptr=0, b_dtype=0, out_ptr=512, out_dtype=0, out_stride=N,
+                res_out_ptr=0, res_out_dtype=0, res_out_stride=0, rstd_ptr=0, eps=1e-6, weight_offset=0.0,
+                stream=0, mean_ptr=0, ws_ptr=0, ws_bytes=0, mode=2)
+    args.update(kw)
+    return _C.norm_fwd_ws(centre, **args)
+
+
+@pytest.mark.parametrize("centre, op", [(False, "rmsnorm"), (True, "layernorm")])
+def test_forward_workspace_binding(centre, op):
+    assert _C.NORM_FWD_WORKSPACE_MIN_COLS == 65536
+    assert fwd_ws(centre) == 0
+    assert fwd_ws(centre, rows=0, x_ptr=0, out_ptr=0, mode=0) == 0
+    with pytest.raises(ValueError, match=f"^quack_cpp.{op}: workspace: pointer is not 16-byte aligned"):
+        fwd_ws(centre, ws_ptr=4096 + 8, ws_bytes=1 << 20)
+    with pytest.raises(ValueError, match=f"^quack_cpp.{op}: eps"):
+        fwd_ws(centre, eps=-1.0)
+
+
+# ---------------------------------------------------------------------------
 # Cross-entropy through the binding: mode 1 validates, mode 2 sizes the
 # workspace; neither touches a device.
 

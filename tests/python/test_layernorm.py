@@ -47,6 +47,26 @@ def test_sweep(m, n, dtype):
                   centre=True)
 
 
+# Rows past 512K columns of fp32 x, or of 16-bit x with fp32 weights, take
+# the grid forward: the front passes the workspace the call asks for (the
+# query says so), and results, rstd and mean match the float64 reference.
+@pytest.mark.parametrize("centre", [False, True], ids=["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("m, n, x_dtype, w_dtype", [
+    (9, 1 << 20, F32, F32), (5, 1 << 20, BF16, F32), (3, 600008, F16, F32), (4, 1 << 20, F32, None)], ids=str)
+def test_long_rows_take_the_grid_forward(centre, m, n, x_dtype, w_dtype):
+    from quack_cpp import _C
+    x = rand(m, n, dtype=x_dtype)
+    w = None if w_dtype is None else wrand(n, w_dtype)
+    b = wrand(n, w_dtype) - 1 if w_dtype is not None else None
+    codes = {F32: 0, F16: 1, BF16: 2}
+    wc = 0 if w is None else codes[w.dtype]
+    ws = _C.norm_fwd_ws(centre, m, n, x.data_ptr(), codes[x_dtype], n, 0, 0, 0, 0 if w is None else w.data_ptr(), wc,
+                        0 if b is None else b.data_ptr(), wc, x.data_ptr(), codes[x_dtype], n, 0, 0, 0, 0, 1e-5, 0.0,
+                        0, 0, 0, 0, 2)
+    assert ws > 0
+    run_and_check(x, w, b, eps=1e-5, return_rstd=True, centre=centre)
+
+
 @pytest.mark.parametrize("n", [7, 1000, 4097, 65537, 262144])
 @pytest.mark.parametrize("x_dtype, r_dtype, w_dtype, residual_dtype, out_dtype", [
     (BF16, F32, F32, F32, None), (F16, F16, BF16, None, F32), (BF16, BF16, BF16, BF16, BF16),

@@ -183,7 +183,7 @@ struct RowTuning {
   int64_t bwd_pipe_wide_min_cols_ln;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
-  // NormBwdGridConfig below) where it serves them and bwd_grid has the
+  // NormGridConfig below) where it serves them and bwd_grid has the
   // dtype's bit: bit 0 for 16-bit rows, bit 1 for fp32 rows. bwd_grid_stages16 /
   // bwd_grid_stages32: its shared-memory stages (the most that fit, at most
   // this many); bwd_grid_lag: the rows a CTA collects a row's sums after
@@ -201,6 +201,23 @@ struct RowTuning {
   int bwd_grid_lag;
   int bwd_grid_rows16;
   int bwd_grid_keep_cluster16;
+  // Forward rows of at least fwd_grid_min_cols16 (16-bit x) / 32 (fp32 x)
+  // columns (never below kNormFwdGridMinCols) take the grid forward
+  // (rmsnorm_fwd_grid_kernel) where the call passes a workspace, the layout
+  // allows (x and out in one dtype, no residual, 16-byte aligned) and
+  // fwd_grid has the dtype's bit (bit 0 16-bit x, bit 1 fp32 x) -- unless
+  // the register kernels serve the row and fwd_grid_keep_reg has the
+  // layout's bit: bit 0 16-bit x with its weight and bias in x's dtype (or
+  // none), bit 1 16-bit x with fp32 ones, bit 2 fp32 x. fwd_grid_stages16 /
+  // 32, fwd_grid_lag, fwd_grid_rows16: as the backward's.
+  int fwd_grid;
+  int64_t fwd_grid_min_cols16;
+  int64_t fwd_grid_min_cols32;
+  int fwd_grid_keep_reg;
+  int fwd_grid_stages16;
+  int fwd_grid_stages32;
+  int fwd_grid_lag;
+  int fwd_grid_rows16;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -331,27 +348,34 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
                                  RegRowConfig* out);
 const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPipeProblem& prob,
                                        const DeviceLimits& lim);
-// Grid norm backward (rmsnorm_bwd_grid_kernel): rows too long for a cluster
-// at the other kernels' tiles, read once. A cooperative grid of `groups`
-// groups of `ranks` CTAs of kNormBwdGridCtaThreads threads, one CTA an SM;
-// rank r of each group owns tile_vecs 16-byte vectors of the row (at most
-// kNormBwdGridCtaElems elements a thread), group g takes rows g, g + groups,
-// ... in steps of `rows` of its rows; the ranks exchange each step's sums
-// through global memory (core/grid_exchange.cuh). Shared memory:
-// kNormBwdGridHeader bytes (the reduction scratch, the mbarriers, the
-// collected words of up to kNormBwdGridMaxRanks ranks), then `stages`
-// stages of h and dy tiles, a row each. Workspace: the groups' exchange
-// rings (exchange_bytes, zeroed before each launch), then `groups` partial
-// rows.
-constexpr int kNormBwdGridCtaThreads = 512;
-constexpr int kNormBwdGridCtaElems = 16;
-constexpr int kNormBwdGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
-constexpr int kNormBwdGridMaxRowsPerStep = 2;
-constexpr size_t kNormBwdGridHeader = 1024 + 128 + kNormBwdGridMaxRanks * 4 * 4;
-constexpr int kNormBwdGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
-constexpr int kNormBwdGridStagesMax = 8;
-constexpr int kNormBwdGridExchangeRing = 16;  // core::kGridExchangeRing
-struct NormBwdGridConfig {
+// The grid norm kernels (rmsnorm_bwd_grid_kernel, rmsnorm_fwd_grid_kernel):
+// rows too long for a cluster at the other kernels' tiles, read once. A
+// cooperative grid of `groups` groups of `ranks` CTAs of kNormGridCtaThreads
+// threads, one CTA an SM; rank r of each group owns tile_vecs 16-byte vectors
+// of the row (at most kNormGridCtaElems elements a thread), group g takes
+// rows g, g + groups, ... in steps of `rows` of its rows; the ranks exchange
+// each step's sums through global memory (core/grid_exchange.cuh). Shared
+// memory: kNormGridHeader bytes (the reduction scratch, the mbarriers, the
+// collected words of up to kNormGridMaxRanks ranks), then `stages` stages of
+// a row's tiles each: h and dy (backward) or x (forward). Workspace: the
+// groups' exchange rings (exchange_bytes, zeroed before each launch); the
+// backward's `groups` partial rows follow them.
+constexpr int kNormGridCtaThreads = 512;
+constexpr int kNormGridCtaElems = 16;
+constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
+constexpr int kNormGridMaxRowsPerStep = 2;
+constexpr uint32_t kNormGridScratchBytes = 1024;                      // block reductions' partials
+constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the stages' mbarriers, 8 B each
+constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each
+constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 * 4;
+constexpr int kNormGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
+constexpr int kNormGridStagesMax = 8;
+constexpr int kNormGridExchangeRing = 16;  // core::kGridExchangeRing
+// The forward's grid serves no row shorter than this, whatever the tuning:
+// a caller that passes no workspace below it loses nothing (the Python
+// front asks for one from here on).
+constexpr int64_t kNormFwdGridMinCols = kNormFwdWorkspaceMinCols;
+struct NormGridConfig {
   int ranks = 0;           // CTAs a row
   int groups = 0;          // rows in flight at once
   int stages = 0;          // shared-memory stages a CTA
@@ -366,8 +390,13 @@ struct NormBwdGridConfig {
 // tune.bwd_grid_min_cols16 / 32) or the row needs more CTAs than there are SMs.
 // centre: LayerNorm (two sums a row in the exchange).
 bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
-                                 const RowTuning& tune, NormBwdGridConfig* out);
-const char* check_norm_bwd_grid_config(const NormBwdGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
+                                 const RowTuning& tune, NormGridConfig* out);
+const char* check_norm_bwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
+                                       const DeviceLimits& lim);
+// The forward's (x's tile alone a stage; tune.fwd_grid*), as the backward's.
+bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
+                                 const RowTuning& tune, NormGridConfig* out);
+const char* check_norm_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim);
 // The kernel and configuration rmsnorm_bwd (layernorm: layernorm_bwd) takes
 // for these arguments, in words: "pipe", "reg", "grid", "general" or "split", then
@@ -414,7 +443,13 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
 // "reg" (register-resident) or "general" (the general staged kernel),
 // then the layout (src/rmsnorm.cu). Reads no tensor: the pointers only
 // decide alignment.
+// "grid" (rmsnorm_fwd_grid_kernel) where args.workspace is set and the
+// grid serves the row.
 std::string norm_fwd_plan_description(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
+// The forward's workspace for given device limits: the grid kernel's
+// exchange rings where it serves the row (whether or not args.workspace is
+// set), else 0 (src/rmsnorm.cu).
+size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the
 // plain forward (no gradient, softcap or class-weighted smoothing), else the
 // plain options' gradient ("2-pass: <the forward's kernel>" from

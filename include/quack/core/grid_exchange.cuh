@@ -111,13 +111,11 @@ struct GridExchange {
     for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
   }
 
-  // The whole CTA: row j's reduction over every rank, returned to every
-  // thread. Thread t < loaders waits for words t, t + loaders, ... of the
-  // [ranks][kWords] row and parks their values in `vals` (shared, at least
-  // ranks * kWords floats); after one barrier every lane of every
-  // warp combines ranks lane, lane + 32, ... in order, then the butterfly.
+  // The whole CTA: waits for row j's words of every rank and parks them in
+  // `vals` (shared, at least ranks * kWords floats, [rank][word]): thread
+  // t < loaders waits for words t, t + loaders, ... Ends in one barrier.
   // `vals` may be reused once every thread has passed a later barrier.
-  __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
+  __device__ __forceinline__ void gather(int j, float* vals, int loaders) const {
     const int tid = int(threadIdx.x);
     const uint32_t tag = uint32_t(j) + 1u;
     uint64_t start = 0;
@@ -133,7 +131,15 @@ struct GridExchange {
       vals[t] = __uint_as_float(uint32_t(v));
     }
     __syncthreads();
-    const int lane = tid & 31;
+  }
+
+  // The whole CTA: row j's reduction over every rank, returned to every
+  // thread: gather, then every lane of every warp combines ranks lane,
+  // lane + 32, ... in order, then the butterfly -- the same bits in every
+  // warp and every CTA.
+  __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
+    gather(j, vals, loaders);
+    const int lane = int(threadIdx.x) & 31;
     T acc = Op::identity();
     for (int r = lane; r < ranks; r += 32) {
       float w[kWords];

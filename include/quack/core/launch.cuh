@@ -37,6 +37,13 @@ inline Status launch_device(DeviceLimits* out, int* device) {
 
 // Per-kernel, per-device attribute cache: bit d set once device d's
 // attributes for this kernel were raised.
+// A type as a value: the launchers pick a kernel's weight type at run time
+// with a generic lambda over TypeTag<void> / <float> / <T>.
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
 struct KernelAttrCache {
   std::atomic<uint64_t> done{0};
 };

@@ -81,6 +81,11 @@ struct RMSNormFwdParams {
   // log2(team) (register kernels: teams are powers of two) and 1 / cols.
   int team_shift;
   float inv_cols;
+  // The grid kernel (ops/norm_fwd_grid.cuh; NormGridConfig): the groups'
+  // exchange rings (the caller's workspace), the layout.
+  uint64_t* exchange;
+  int grid_ranks, grid_groups, grid_lag, grid_stages;
+  int64_t grid_tile_vecs;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];

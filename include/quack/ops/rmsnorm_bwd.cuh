@@ -839,20 +839,20 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 // split path's 10); the exchange costs a 64-bit store a CTA and a dot (R
 // or 2R a step) and as many loads a rank, from L2, spread over the CTA. At the end each CTA writes its tile of its group's
 // partial row, which kernel 3 adds up.
-// Layout constants: core/config.hpp (kNormBwdGridCta*, kNormBwdGridHeader).
-constexpr int kNormBwdGridThreads = kNormBwdGridCtaThreads;
-constexpr int kNormBwdGridElems = kNormBwdGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
-constexpr uint32_t kNormBwdGridBarOffset = kRMSNormBwdScratchBytes;
-constexpr uint32_t kNormBwdGridValsOffset = kNormBwdGridBarOffset + 128;
-constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormBwdGridHeader);  // then the stages
+// Layout constants: core/config.hpp (kNormGridCta*, kNormGridHeader).
+constexpr int kNormBwdGridThreads = kNormGridCtaThreads;
+constexpr int kNormBwdGridElems = kNormGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
+constexpr uint32_t kNormBwdGridBarOffset = kNormGridBarOffset;
+constexpr uint32_t kNormBwdGridValsOffset = kNormGridValsOffset;
+constexpr uint32_t kNormGridHeaderBytes = uint32_t(kNormGridHeader);  // then the stages
 // The last thread publishes and its warp loads no collected word (the
 // other warps' threads load them, two at most each), so its release fence
 // runs alongside the collect's loads.
 constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
 constexpr int kNormBwdGridLoaders = kNormBwdGridPublisher & ~31;
-static_assert(kNormBwdGridHeader == kNormBwdGridValsOffset + 4 * 4 * kNormBwdGridMaxRanks && 8 * kNormBwdGridStagesMax <= 128,
+static_assert(kNormGridScratchBytes == kRMSNormBwdScratchBytes && 8 * kNormGridStagesMax <= 128,
               "grid kernel header: scratch, the mbarriers, the collected words");
-static_assert(kNormBwdGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormBwdGridMaxLag + 2,
+static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2,
               "grid kernel exchange ring");
 static_assert(2 * 32 * sizeof(float4) <= kRMSNormBwdScratchBytes, "grid kernel scratch: block_reduce's [2][32] partials");
 
@@ -917,7 +917,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   DT* scratch = reinterpret_cast<DT*>(smem);  // [2][32] block partials
   float* vals = reinterpret_cast<float*>(smem + kNormBwdGridValsOffset);  // collected words
   const uint32_t bar0 = smem_addr(smem) + kNormBwdGridBarOffset;
-  const uint32_t stage0 = smem_addr(smem) + kNormBwdGridHeaderBytes;
+  const uint32_t stage0 = smem_addr(smem) + kNormGridHeaderBytes;
 
   const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
   const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
@@ -1185,10 +1185,7 @@ Status launch_rmsnorm_bwd_reg_tile(const RMSNormBwdParams& p, const RegRowConfig
   return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, false, kCentre>, cache, device, shape, stream, p);
 }
 
-template <class T>
-struct TypeTag {
-  using type = T;
-};
+using core::TypeTag;
 
 template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_reg(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
@@ -1295,7 +1292,7 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
 // (cfg.exchange_bytes) are zeroed. *not_resident: set when the grid cannot
 // be resident at once (nothing launched; the caller takes the split path).
 template <DType kX, bool kCentre>
-Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormBwdGridConfig& cfg, bool w_f32, int device,
+Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, bool* not_resident) {
   using T = typename core::TypeOf<kX>::type;
   core::LaunchShape shape{cfg.grid, kNormBwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
@@ -1326,7 +1323,7 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormBwdGridConfi
                                                             cudaStream_t, int64_t*);                              \
   EXTERN template Status launch_rmsnorm_bwd_pipe<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
                                                              cudaStream_t, int64_t*);                             \
-  EXTERN template Status launch_rmsnorm_bwd_grid<DT, CENTRE>(const RMSNormBwdParams&, const NormBwdGridConfig&, bool, \
+  EXTERN template Status launch_rmsnorm_bwd_grid<DT, CENTRE>(const RMSNormBwdParams&, const NormGridConfig&, bool, \
                                                              int, cudaStream_t, bool*);
 #ifndef QUACK_RMSNORM_BWD_TU
 QUACK_RMSNORM_BWD_INSTANTIATION(extern, DType::kFloat32, false)

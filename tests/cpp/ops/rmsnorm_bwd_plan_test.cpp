@@ -470,7 +470,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
     // (kind, ranks, groups, tile vectors, stages, lag, rows a step, shared memory)
     EXPECT_EQ(std::make_tuple(k.kind, k.ranks, k.groups, k.tile_vecs, k.stages, k.lag, k.rows, k.smem),
               std::make_tuple(std::string("grid"), c.ranks, c.groups, c.tile_vecs, c.stages, c.lag, c.rows,
-                              int64_t(kNormBwdGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
+                              int64_t(kNormGridHeader) + int64_t(c.stages) * c.tile_vecs * 32));
   }
   // Not served: misaligned rows, more ranks than SMs (bf16 2M; 1M on a
   // 114-SM H100 PCIe), rows up to 128K, mixed dtypes.
@@ -581,11 +581,11 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
       for (const bool centre : {false, true})
         for (const int64_t cols : cols_list)
           for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(7), int64_t(200), int64_t(65536)}) {
-            NormBwdGridConfig c;
+            NormGridConfig c;
             const bool ok = choose_norm_bwd_grid_config(rows, cols, eb, centre, lim, t, &c);
             const int64_t vec = 16 / eb, nvec = (cols + vec - 1) / vec;
-            const int64_t ranks = (nvec + int64_t(kNormBwdGridCtaThreads) * kNormBwdGridCtaElems / vec - 1) /
-                                  (int64_t(kNormBwdGridCtaThreads) * kNormBwdGridCtaElems / vec);
+            const int64_t ranks = (nvec + int64_t(kNormGridCtaThreads) * kNormGridCtaElems / vec - 1) /
+                                  (int64_t(kNormGridCtaThreads) * kNormGridCtaElems / vec);
             SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + " eb " +
                          std::to_string(eb));
             EXPECT_EQ(ok, ranks <= lim.num_sms);
@@ -596,7 +596,7 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
             EXPECT_EQ(c.ranks, ranks);
             EXPECT_LE(c.groups, rows);
             EXPECT_EQ(c.exchange_bytes % 16, 0u);
-            const size_t ring_bytes = size_t(c.groups) * kNormBwdGridExchangeRing * c.ranks * c.rows * (centre ? 16 : 8);
+            const size_t ring_bytes = size_t(c.groups) * kNormGridExchangeRing * c.ranks * c.rows * (centre ? 16 : 8);
             EXPECT_GE(c.exchange_bytes, ring_bytes);
             EXPECT_LT(c.exchange_bytes, ring_bytes + 16);
             EXPECT_EQ(c.rows, eb == 2 && c.stages >= 5 && t.bwd_grid_rows16 >= 2 ? 2 : 1);
@@ -604,7 +604,7 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
           }
   EXPECT_GT(served, 100);
   // The tuning's own switch and threshold, and rows past the 32-bit tags.
-  NormBwdGridConfig c;
+  NormGridConfig c;
   RowTuning off = default_row_tuning();
   off.bwd_grid = 0;
   EXPECT_FALSE(choose_norm_bwd_grid_config(256, 1 << 20, 2, false, lim, off, &c));
@@ -619,13 +619,13 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   big.num_sms = 160;
   EXPECT_FALSE(choose_norm_bwd_grid_config(1, int64_t(145) * 8192, 2, true, big, default_row_tuning(), &c));
   ASSERT_TRUE(choose_norm_bwd_grid_config(1, int64_t(144) * 8192, 2, true, big, default_row_tuning(), &c));
-  EXPECT_EQ(c.ranks, kNormBwdGridMaxRanks);
+  EXPECT_EQ(c.ranks, kNormGridMaxRanks);
   EXPECT_EQ(check_norm_bwd_grid_config(c, 1, int64_t(144) * 8192, 2, big), nullptr);
   c.ranks = c.ranks + 1;
   c.grid = c.ranks;
   const char* why = check_norm_bwd_grid_config(c, 1, int64_t(145) * 8192, 2, big);
   ASSERT_NE(why, nullptr);
-  EXPECT_NE(std::strstr(why, "kNormBwdGridMaxRanks"), nullptr) << why;
+  EXPECT_NE(std::strstr(why, "kNormGridMaxRanks"), nullptr) << why;
 }
 
 // The workspace covers the grid kernel (its rings, then a partial row a
@@ -637,7 +637,7 @@ TEST_F(NormBwdPlan, GridWorkspaceCoversItsFallback) {
       RMSNormBwdArgs a = args_of({256, 1 << 20, kBF16, kBF16}, ln);
       if (!grads) a.dweight = {}, a.dbias = {};
       const DeviceLimits lim;
-      NormBwdGridConfig g;
+      NormGridConfig g;
       ASSERT_TRUE(choose_norm_bwd_grid_config(256, 1 << 20, 2, ln, lim, default_row_tuning(), &g));
       const size_t with = ln ? layernorm_bwd_workspace_bytes(LayerNormBwdArgs{a}, lim) : rmsnorm_bwd_workspace_bytes(a, lim);
       no_grid();

@@ -142,7 +142,7 @@ bool grid_serves(const BwdCase& c) {
   const int64_t vec = c.t == kF32 ? 4 : 8;
   const bool uniform = (int(c.dy_t) < 0 || c.dy_t == c.t) && (int(c.dx_t) < 0 || c.dx_t == c.t) &&
                        (!c.weight || c.wt == c.t || c.wt == kF32);
-  const int64_t nvec = (c.cols + vec - 1) / vec, tile = kNormBwdGridCtaThreads * (kNormBwdGridCtaElems / vec);
+  const int64_t nvec = (c.cols + vec - 1) / vec, tile = kNormGridCtaThreads * (kNormGridCtaElems / vec);
   return uniform && c.offset == 0 && (c.cols + c.pad) % vec == 0 && (nvec + tile - 1) / tile <= DeviceLimits{}.num_sms;
 }
 

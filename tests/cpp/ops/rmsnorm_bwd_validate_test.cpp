@@ -164,7 +164,7 @@ TEST(RMSNormBwdWorkspace, OnePartialRowPerClusterOrGeneralCta) {
   a.dweight = {};
   a.dbias = {};
   a.cols = a.h.row_stride = a.dy.row_stride = a.dx.row_stride = 524288;
-  NormBwdGridConfig g;
+  NormGridConfig g;
   ASSERT_TRUE(choose_norm_bwd_grid_config(a.rows, a.cols, 2, false, lim, default_row_tuning(), &g));
   EXPECT_EQ(rmsnorm_bwd_workspace_bytes(a, lim), g.exchange_bytes);
   for (const int64_t n : {int64_t(131080), int64_t(262144)}) {

@@ -259,7 +259,10 @@ struct PlanCheck {
   std::vector<std::string> with, without;
 };
 
-void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = {}) {
+// with_workspace: the workspace the call asks for (rmsnorm_fwd_workspace_bytes;
+// the grid kernel's exchange rings), as the Python front passes it, in a
+// guarded buffer poisoned before each call; false: none (the other kernels).
+void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = {}, bool with_workspace = true) {
   FwdCase c = case_;
   c.rows = test::case_rows(c.rows, c.cols);
   if (centre && c.op[kRstd].present) c.op[kMean] = c.op[kRstd];
@@ -297,6 +300,21 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
   {
     const Status st = centre ? can_implement(a) : can_implement(static_cast<const RMSNormFwdArgs&>(a));
     ASSERT_TRUE(st.ok()) << st.message;
+  }
+  size_t ws_bytes = 0;
+  {
+    const Status st = centre ? layernorm_fwd_workspace_bytes(a, &ws_bytes)
+                             : rmsnorm_fwd_workspace_bytes(static_cast<const RMSNormFwdArgs&>(a), &ws_bytes);
+    ASSERT_TRUE(st.ok()) << st.message;
+    ASSERT_EQ(ws_bytes % 16, 0u);
+  }
+  if (!with_workspace) ws_bytes = 0;
+  const int64_t ws_words = int64_t(ws_bytes / 4);
+  GuardedTensor ws(ws_bytes > 0 ? Layout{kF32, 1, ws_words, ws_words, 0} : Layout{});
+  if (ws_bytes > 0) {
+    ASSERT_TRUE(ws.ok()) << "cudaMalloc failed for the workspace";
+    a.workspace = ws.ptr();
+    a.workspace_bytes = ws_bytes;
   }
   if (!expect_plan.prefix.empty()) {
     const std::string plan = norm_fwd_plan_description(a, centre, DeviceLimits{});
@@ -343,6 +361,7 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
     SCOPED_TRACE(run == 0 ? "first call" : "second call (must repeat the first bit for bit)");
     for (const Operand o : {kOut, kResOut, kRstd, kMean})
       if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].poison());
+    if (ws_bytes > 0) QUACK_ASSERT_CUDA(ws.poison());
     // The uploads and memsets ran on the legacy stream, which a non-blocking
     // stream does not wait for.
     QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -350,6 +369,12 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
     QUACK_ASSERT_CUDA(cudaGetLastError());
+    if (ws_bytes > 0) {
+      std::vector<double> words;
+      int64_t dirty = 0;
+      QUACK_ASSERT_CUDA(ws.download(&words, &dirty));
+      EXPECT_EQ(dirty, 0) << "bytes around the workspace are no longer poison";
+    }
 
     for (int o = 0; o < kNumOperands; ++o) {
       if (!c.op[o].present) continue;
@@ -554,6 +579,136 @@ TEST_P(RMSNormFwdGpuSmemStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds
 
 INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::ValuesIn(smem_staged_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The grid kernel (ops/norm_fwd_grid.cuh): rows from 64K columns spread
+// over every SM, the CTAs exchanging their sums through the workspace. The
+// tuning sends every such row of every layout it serves there (the
+// defaults: past 512K, not the 16-bit rows the register clusters keep);
+// the plan must say "grid". Cases: each dtype, weight and bias in x's dtype
+// or fp32 or absent, a weight offset, rstd / mean, partial last vectors
+// (odd N, padded strides), one row and a group's odd last step (two 16-bit
+// rows a step), many rows (the exchange ring wraps, several groups), rows
+// far off zero with outliers (LayerNorm's combined moments).
+std::vector<FwdCase> grid_cases() {
+  return {
+      FwdCase("G65536_bf16_w_rstd_M300", 300, 65536, kBF16).with(kW, kBF16).with_rstd(),
+      FwdCase("G1048576_f32_w_b_rstd_M40_ring_wraps", 40, 1 << 20, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("G1048573_bf16_f32_w_b_rstd_padded", 3, 1048573, kBF16).with(kW, kF32).with(kB, kF32).with_rstd()
+          .pad(kX, 3).pad(kOut, 11),
+      FwdCase("G131075_f16_b_offset_padded", 9, 131075, kF16).with(kB, kF16).with_weight_offset(1.0f).pad(kX, 5)
+          .pad(kOut, 5),
+      FwdCase("G200000_f32_w_rstd_hostile_moments", 37, 200000, kF32).with(kW, kF32).with_rstd().with_hostile_moments(),
+      FwdCase("G300001_bf16_f32_w_b_rstd_hostile_moments", 7, 300001, kBF16).with(kW, kF32).with(kB, kF32).with_rstd()
+          .pad(kX, 7).pad(kOut, 7).with_hostile_moments(),
+      FwdCase("G65544_bf16_no_weight_M257", 257, 65544, kBF16).with_rstd(),
+      FwdCase("G524289_f16_f32_w_rstd_M80_two_groups", 80, 524289, kF16).with(kW, kF32).with_rstd().pad(kX, 7).pad(kOut, 7),
+      FwdCase("G1048576_bf16_w_M3", 3, 1 << 20, kBF16).with(kW, kBF16).with_weight_offset(0.5f),
+      FwdCase("G262144_f32_w_M1", 1, 262144, kF32).with(kW, kF32).with_rstd(),
+      FwdCase("G98304_f32_M150", 150, 98304, kF32),
+  };
+}
+
+// Every grid row, in four layouts of the kernel: the defaults' stages, lag
+// and two 16-bit rows a step; a lag of 1; a row a step; the fewest stages.
+void grid_everywhere(RowTuning& t) {
+  t.fwd_grid = 3;
+  t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = kNormFwdGridMinCols;
+  t.fwd_grid_keep_reg = 0;
+}
+
+class RMSNormFwdGpuGrid : public testing::TestWithParam<FwdCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+  void run_all(bool centre) {
+    const char* variant[] = {"defaults", "lag 1", "a row a step", "2 stages"};
+    for (int v = 0; v < 4; ++v) {
+      SCOPED_TRACE(variant[v]);
+      RowTuning t = default_row_tuning();
+      grid_everywhere(t);
+      if (v == 1) t.fwd_grid_lag = 1;
+      if (v == 2) t.fwd_grid_rows16 = 1;
+      if (v == 3) t.fwd_grid_stages16 = t.fwd_grid_stages32 = 2;
+      set_row_tuning(&t);
+      const bool two_rows = v != 2 && v != 3 && GetParam().op[kX].dtype != kF32;
+      run_case(GetParam(), centre, PlanCheck{"grid", {two_rows ? "rows 2" : "rows 1"}, {}});
+      if (HasFatalFailure()) return;
+    }
+    // Without a workspace the same tuning takes the other kernels.
+    SCOPED_TRACE("no workspace");
+    run_case(GetParam(), centre, PlanCheck{}, false);
+  }
+};
+
+TEST_P(RMSNormFwdGpuGrid, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(false);
+}
+
+TEST_P(RMSNormFwdGpuGrid, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(GridCases, RMSNormFwdGpuGrid, testing::ValuesIn(grid_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The default tuning: the fp32 and fp32-weight rows past 512K take the
+// grid, the 16-bit rows with 16-bit weights keep their register clusters.
+TEST(RMSNormFwdGpuGridDefaults, LongRowsTakeTheGridWhereTheDefaultsSendThem) {
+  QUACK_REQUIRE_SM90();
+  for (const bool centre : {false, true}) {
+    SCOPED_TRACE(centre ? "LayerNorm" : "RMSNorm");
+    run_case(FwdCase("G1048576_f32_w_rstd", 2, 1 << 20, kF32).with(kW, kF32).with_rstd(), centre,
+             PlanCheck{"grid", {"rows 1"}, {}});
+    run_case(FwdCase("G1048576_bf16_f32_w_b", 2, 1 << 20, kBF16).with(kW, kF32).with(kB, kF32), centre,
+             PlanCheck{"grid", {"rows 2"}, {}});
+    // (and bf16 1M with a bf16 weight keeps its cluster: the host test
+    // NormFwdPlan.GridServesLongRowsWithAWorkspace checks that plan)
+  }
+}
+
+// A workspace smaller than the call's need is refused, naming
+// workspace_bytes, before anything is launched: the output stays poison.
+TEST(RMSNormFwdGpuGridWorkspace, TooSmallIsRefusedAndNothingIsWritten) {
+  QUACK_REQUIRE_SM90();
+  const int64_t rows = 2, cols = int64_t(1) << 20;
+  GuardedTensor x(Layout{kF32, rows, cols, cols, 0}), out(Layout{kF32, rows, cols, cols, 0});
+  ASSERT_TRUE(x.ok() && out.ok());
+  QUACK_ASSERT_CUDA(x.upload(std::vector<float>(size_t(rows * cols), 1.0f)));
+  QUACK_ASSERT_CUDA(out.poison());
+  RMSNormFwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = {x.ptr(), kF32, cols};
+  a.out = {out.ptr(), kF32, cols};
+  size_t need = 0;
+  Status st = rmsnorm_fwd_workspace_bytes(a, &need);
+  ASSERT_TRUE(st.ok()) << st.message;
+  ASSERT_GT(need, 16u);
+  GuardedTensor ws(Layout{kF32, 1, int64_t(need / 4), int64_t(need / 4), 0});
+  ASSERT_TRUE(ws.ok());
+  a.workspace = ws.ptr();
+  a.workspace_bytes = need - 16;
+  const Status small = rmsnorm_fwd(a, nullptr);
+  EXPECT_EQ(small.code, Code::kInvalidArgument);
+  EXPECT_EQ(small.message.rfind("workspace_bytes:", 0), 0u) << small.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<double> got;
+  int64_t dirty = 0;
+  QUACK_ASSERT_CUDA(out.download(&got, &dirty));
+  EXPECT_EQ(dirty, 0);
+  int64_t written = 0;
+  for (const double v : got) written += !std::isnan(v);
+  EXPECT_EQ(written, 0) << "elements of out written by a refused call";
+  // And the right size works.
+  a.workspace_bytes = need;
+  const Status fits = rmsnorm_fwd(a, nullptr);
+  EXPECT_TRUE(fits.ok()) << fits.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  QUACK_ASSERT_CUDA(out.download(&got, &dirty));
+  EXPECT_NEAR(got[0], 1.0, 1e-4);
+  EXPECT_NEAR(got.back(), 1.0, 1e-4);
+}
 
 // A row that starts past 2^31 elements (and 2^32 bytes): offsets must be
 // 64-bit. Once with every stride a whole number of vectors (the vector path),

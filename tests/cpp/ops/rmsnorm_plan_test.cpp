@@ -6,6 +6,7 @@
 // and reg_staged_early_w) select what they say and nothing else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -266,6 +267,140 @@ TEST_F(NormFwdPlan, ScanOfStagedRows) {
       }
     }
   }
+}
+
+// The grid forward (ops/norm_fwd_grid.cuh) takes a row only where the call
+// passes a workspace; the defaults send it fp32 rows and 16-bit rows with
+// fp32 weights past 512K columns, and leave 16-bit rows with 16-bit weights
+// to their register clusters (src/config.cpp, fwd_grid_keep_reg). The
+// workspace query answers for the grid whether or not one is set.
+TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
+  const DeviceLimits lim;
+  auto with_ws = [](RMSNormFwdArgs a) {
+    a.workspace = test::fake_device_ptr(9, 0, kF32);
+    a.workspace_bytes = size_t(1) << 20;
+    return a;
+  };
+  auto text = [&](const RMSNormFwdArgs& a, bool ln) { return norm_fwd_plan_description(a, ln, lim); };
+  for (const bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    struct Cell {
+      int64_t rows, cols;
+      DType x, w;
+      bool grid;
+      int rows_a_step;
+    };
+    for (const Cell& c : {Cell{256, 1 << 20, kF32, kF32, true, 1}, Cell{256, 1 << 20, kBF16, kF32, true, 2},
+                          Cell{256, 1 << 20, kF16, kF32, true, 2}, Cell{512, 524292, kF32, kF32, true, 1},
+                          Cell{256, 1 << 20, kBF16, kBF16, false, 0}, Cell{512, 524288, kF32, kF32, false, 0},
+                          Cell{512, 524288, kBF16, kF32, false, 0}, Cell{4096, 65536, kF32, kF32, false, 0}}) {
+      const RMSNormFwdArgs a = args_of({c.rows, c.cols, c.x, c.w});
+      const std::string p = text(with_ws(a), ln);
+      EXPECT_EQ(p.rfind("grid", 0) == 0, c.grid) << c.cols << " " << dtype_name(c.x) << " " << p;
+      if (c.grid) {
+        EXPECT_NE(p.find("rows " + std::to_string(c.rows_a_step)), std::string::npos) << p;
+        // The same call without a workspace takes the other kernels; the
+        // query sizes the rings either way.
+        EXPECT_NE(text(a, ln).rfind("grid", 0), 0u) << text(a, ln);
+        NormGridConfig g;
+        ASSERT_TRUE(choose_norm_fwd_grid_config(c.rows, c.cols, dtype_size(c.x), ln, lim, default_row_tuning(), &g));
+        EXPECT_EQ(norm_fwd_workspace_bytes(a, ln, lim), g.exchange_bytes);
+        EXPECT_GT(g.exchange_bytes, 0u);
+      }
+    }
+    // No grid for a residual stream, misaligned x, x and out in different
+    // dtypes, a weight and a bias in different dtypes; no workspace then.
+    RMSNormFwdArgs r = args_of({256, 1 << 20, kF32, kF32, true});
+    EXPECT_NE(text(with_ws(r), ln).rfind("grid", 0), 0u);
+    EXPECT_EQ(norm_fwd_workspace_bytes(r, ln, lim), 0u);
+    RMSNormFwdArgs m = args_of({256, 1 << 20, kF32, kF32, false, 1});
+    EXPECT_EQ(norm_fwd_workspace_bytes(m, ln, lim), 0u);
+    RMSNormFwdArgs o = args_of({256, 1 << 20, kBF16, kF32});
+    o.out.dtype = kF32;
+    EXPECT_EQ(norm_fwd_workspace_bytes(o, ln, lim), 0u);
+    RMSNormFwdArgs b = args_of({256, 1 << 20, kBF16, kF32});
+    b.bias = {test::fake_device_ptr(6, 0, kBF16), kBF16};
+    EXPECT_EQ(norm_fwd_workspace_bytes(b, ln, lim), 0u);
+    b.bias.dtype = kF32;
+    EXPECT_GT(norm_fwd_workspace_bytes(b, ln, lim), 0u);
+    // Short rows never need one, whatever the tuning.
+    RowTuning t = default_row_tuning();
+    t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
+    t.fwd_grid_keep_reg = 0;
+    set_row_tuning(&t);
+    EXPECT_EQ(norm_fwd_workspace_bytes(args_of({4096, kNormFwdGridMinCols - 8, kF32, kF32}), ln, lim), 0u);
+    EXPECT_GT(norm_fwd_workspace_bytes(args_of({4096, kNormFwdGridMinCols, kF32, kF32}), ln, lim), 0u);
+    // keep_reg 0: bf16 1M with a bf16 weight leaves its cluster too.
+    EXPECT_EQ(text(with_ws(args_of({256, 1 << 20, kBF16, kBF16})), ln).rfind("grid", 0), 0u);
+    t.fwd_grid = 1;  // 16-bit rows only
+    set_row_tuning(&t);
+    EXPECT_NE(text(with_ws(args_of({256, 1 << 20, kF32, kF32})), ln).rfind("grid", 0), 0u);
+    set_row_tuning(nullptr);
+  }
+}
+
+// Every forward grid layout the chooser returns keeps the kernel's
+// invariants (check_norm_fwd_grid_config), over lengths, dtypes, row
+// counts and the tuning's stages, lag and rows a step.
+TEST(NormFwdGridConfig, Invariants) {
+  const DeviceLimits lim;
+  int served = 0;
+  for (const int eb : {2, 4})
+    for (const bool centre : {false, true})
+      for (const int stages : {2, 3, 8})
+        for (const int lag : {1, 2, 7})
+          for (const int rows16 : {1, 2})
+            for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
+              for (int64_t cols = kNormFwdGridMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
+                RowTuning t = default_row_tuning();
+                t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
+                t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
+                t.fwd_grid_lag = lag;
+                t.fwd_grid_rows16 = rows16;
+                NormGridConfig c;
+                if (!choose_norm_fwd_grid_config(rows, cols, eb, centre, lim, t, &c)) {
+                  // Refused only below the floor or where a row needs more
+                  // CTAs (of 8192 elements) than there are SMs.
+                  EXPECT_TRUE(cols < kNormFwdGridMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
+                  continue;
+                }
+                ++served;
+                SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
+                EXPECT_EQ(check_norm_fwd_grid_config(c, rows, cols, eb, lim), nullptr);
+                EXPECT_GE(cols, kNormFwdGridMinCols);
+                EXPECT_LE(c.grid, lim.num_sms);
+                EXPECT_EQ(c.smem_bytes, kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
+                EXPECT_LE((c.lag + 1) * c.rows, c.stages);
+                EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
+                const size_t ring = size_t(c.groups) * kNormGridExchangeRing * c.ranks * c.rows * (centre ? 2 : 1) * 8;
+                EXPECT_GE(c.exchange_bytes, ring);
+                EXPECT_LT(c.exchange_bytes, ring + 16);
+              }
+  EXPECT_GT(served, 200);
+  // The floor, the switch and the row tags.
+  NormGridConfig c;
+  RowTuning t = default_row_tuning();
+  t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, kNormFwdGridMinCols - 1, 2, false, lim, t, &c));
+  EXPECT_TRUE(choose_norm_fwd_grid_config(16, kNormFwdGridMinCols, 2, false, lim, t, &c));
+  EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdGridMinCols, 2, false, lim, t, &c));
+  t.fwd_grid = 0;
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, 1 << 20, 2, false, lim, t, &c));
+  // The defaults: past 512K columns; one fp32 row of 1M over 128 CTAs in 6
+  // stages of 32 KB, a 16-bit one in 8 of 16 KB, two rows a step.
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, 524288, 4, false, lim, default_row_tuning(), &c));
+  ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_EQ(c.ranks, 128);
+  EXPECT_EQ(c.groups, 1);
+  EXPECT_EQ(c.stages, 6);
+  EXPECT_EQ(c.rows, 1);
+  ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 2, true, lim, default_row_tuning(), &c));
+  EXPECT_EQ(c.ranks, 128);
+  EXPECT_EQ(c.stages, 8);
+  EXPECT_EQ(c.rows, 2);
+  EXPECT_EQ(c.lag, 2);
+  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 128 * 2 * 2 * 8);
 }
 
 }  // namespace

@@ -248,6 +248,40 @@ TEST(RMSNormFwdValidate, RejectsBadScalars) {
   }
 }
 
+// The optional workspace: 16-byte aligned when given; its query validates
+// the call first and answers 0 for rows shorter than any grid serves
+// without touching a device. (Its size against the call's need is checked
+// at launch, on the GPU: RMSNormFwdGpuGridWorkspace.)
+TEST(RMSNormFwdValidate, WorkspaceAlignmentAndItsQuery) {
+  RMSNormFwdArgs a = minimal_args();
+  a.workspace = addr(8, 8);
+  a.workspace_bytes = 4096;
+  expect_invalid(a, "workspace");
+  a.workspace = addr(8, 16);
+  expect_ok(a);
+  a.workspace = nullptr;
+  a.workspace_bytes = 12345;  // ignored without a pointer
+  expect_ok(a);
+  size_t bytes = 1;
+  Status st = rmsnorm_fwd_workspace_bytes(minimal_args(), &bytes);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  LayerNormFwdArgs l;
+  static_cast<RMSNormFwdArgs&>(l) = minimal_args();
+  bytes = 1;
+  st = layernorm_fwd_workspace_bytes(l, &bytes);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  RMSNormFwdArgs bad = minimal_args();
+  bad.eps = -1.0f;
+  st = rmsnorm_fwd_workspace_bytes(bad, &bytes);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("eps:", 0), 0u) << st.message;
+  st = rmsnorm_fwd_workspace_bytes(minimal_args(), nullptr);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("bytes:", 0), 0u) << st.message;
+}
+
 TEST(RMSNormFwd, RowsZeroSucceedsWithoutTouchingTheGpu) {
   // Passes on a machine with no GPU at all: any CUDA call would fail there.
   RMSNormFwdArgs a;

@@ -1,0 +1,355 @@
+// RMSNorm / LayerNorm forward for rows past what a cluster holds well
+// (rmsnorm_fwd_grid_kernel): the backward's grid (ops/rmsnorm_bwd.cuh, 2'')
+// with x's tile alone a stage. A cooperative grid of `groups` groups of
+// `ranks` CTAs, one CTA an SM (core/config.hpp, NormGridConfig): rank r of
+// every group owns the same tile of columns and holds its weight and bias in
+// registers; group g takes rows g, g + groups, ... in order, R of its rows a
+// step (R = 2 for 16-bit rows: the step's barriers and exchange paid once for
+// both). Step i of a group:
+//   A. the tiles of its R rows arrive by bulk copy in a ring of `stages`
+//      shared-memory stages, a row a stage (each issued `stages` rows
+//      ahead); each CTA reduces its tiles' sums -- RMSNorm: sum(x^2);
+//      LayerNorm: sum(x) and the squared deviations from the tile's own
+//      mean, two block reductions -- and publishes them (core::GridExchange,
+//      one word a sum);
+//   B. `lag` steps later it collects the step's words of every rank (by then
+//      they have usually been published), combines them in rank order --
+//      LayerNorm: the mean from the sums, then each rank's deviations plus
+//      n_r (mean_r - mean)^2 (Chan's parallel variance: no cancellation) --
+//      writes out from the same stages, then refills them.
+// x crosses HBM once and out once; the exchange costs a 64-bit store a CTA
+// and a word and as many loads a rank, from L2, spread over the CTA. Every
+// CTA combines the same words in the same order: the rstd (and mean) are the
+// same bits in every CTA and every run.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "quack/core/bulk.cuh"
+#include "quack/core/config.hpp"
+#include "quack/core/grid_exchange.cuh"
+#include "quack/core/launch.cuh"
+#include "quack/core/reduce.cuh"
+#include "quack/core/vec.cuh"
+#include "quack/ops/rmsnorm.cuh"
+
+namespace quack {
+namespace ops {
+
+constexpr int kNormFwdGridThreads = kNormGridCtaThreads;
+// The last thread publishes and its warp loads no collected word, so its
+// release fence runs alongside the collect's loads (as the backward's).
+constexpr int kNormFwdGridPublisher = kNormFwdGridThreads - 1;
+constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
+// The scratch's four areas: a block reduction's warp partials (up to a
+// float4 a warp) each; A's sums and deviations, in two parities by step.
+constexpr uint32_t kNormFwdGridScratchArea = 256;
+static_assert(4 * kNormFwdGridScratchArea <= kNormGridScratchBytes &&
+                  (kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
+              "grid forward scratch: four areas of 16 warps' float4");
+static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2 &&
+                  8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
+              "grid forward: the exchange ring and the mbarriers' room");
+
+// N plain sums as one reduction value (N = 1, 2, 4).
+template <int N>
+using GridSums =
+    std::conditional_t<N == 1, core::SumOp, std::conditional_t<N == 2, core::SumPairOp, core::SumQuadOp>>;
+
+// a[0..N) summed over the CTA (block_reduce in scratch area `area`), in place.
+template <int N>
+__device__ __forceinline__ void grid_block_sums(float (&a)[N], unsigned char* smem, int area) {
+  using Op = GridSums<N>;
+  using Words = core::GridWords<typename Op::T>;
+  auto* scratch = reinterpret_cast<typename Op::T*>(smem + area * kNormFwdGridScratchArea);
+  Words::put(core::block_reduce<Op>(Words::get(a), scratch), a);
+}
+
+// a[0..N) summed over the warp (the butterfly: the same bits in every lane).
+template <int N>
+__device__ __forceinline__ void grid_warp_sums(float (&a)[N]) {
+  using Op = GridSums<N>;
+  using Words = core::GridWords<typename Op::T>;
+  Words::put(core::warp_reduce<Op>(Words::get(a)), a);
+}
+
+// Tw: the weight's and bias's dtype (x's or fp32; x's when neither is given).
+template <typename T, typename Tw, bool kCentre, int R>
+__global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
+  constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
+  using XOp = GridSums<kWords>;
+  using XWords = GridWords<typename XOp::T>;
+  using V = RawVec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
+  const uint32_t bar0 = smem_addr(smem) + kNormGridBarOffset;
+  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormGridHeader);
+
+  const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
+  const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
+  const int64_t nvec = (cols + VEC - 1) / VEC, nfull = cols / VEC;
+  const int64_t tile = p.grid_tile_vecs;
+  const int64_t vb = int64_t(rank) * tile, ve = min(nvec, vb + tile);
+  const int64_t bulk_vecs = max(int64_t(0), min(ve, nfull) - vb);  // whole vectors, copied in bulk
+  const uint32_t tile_bytes = uint32_t(tile) * 16, bulk_bytes = uint32_t(bulk_vecs) * 16;
+  const int stages = p.grid_stages, lag = p.grid_lag;
+  // Rows of this group (fewer than 2^31: choose_norm_fwd_grid_config).
+  const int rows_here = group < p.rows ? int((p.rows - group + groups - 1) / groups) : 0;
+  const GridExchange<XOp> ex{p.exchange + group * GridExchange<XOp>::words(ranks), ranks, rank};
+  const T* x = static_cast<const T*>(p.x);
+  T* out = static_cast<T*>(p.out);
+  const Tw* wp = static_cast<const Tw*>(p.w);
+  const Tw* bp = static_cast<const Tw*>(p.b);
+
+  // Row j of this group into stage s = j % stages (thread 0).
+  auto issue = [&](int j, int s) {
+    const int64_t row = group + int64_t(j) * groups;
+    const uint32_t bar = bar0 + 8 * uint32_t(s);
+    mbar_arrive_expect_tx(bar, bulk_bytes);
+    if (bulk_bytes > 0) bulk_g2s(stage0 + uint32_t(s) * tile_bytes, x + row * p.x_stride + vb * VEC, bulk_bytes, bar);
+  };
+  // Vector k of this thread in row `row` (stage s): false past the tile.
+  // The row's partial last vector is not in the stage: read from global
+  // (zero past the row).
+  auto load = [&](int s, int64_t row, int k, V& xv) -> bool {
+    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
+    if (v >= ve) return false;
+    const int64_t off = v - vb;
+    if (off < bulk_vecs) lds<16>(stage0 + uint32_t(s) * tile_bytes + uint32_t(off) * 16, xv.w);
+    else xv.load_partial(x + row * p.x_stride + v * VEC, int(cols - v * VEC));
+    return true;
+  };
+  // Elements of vector k of this thread inside the row.
+  auto valid_at = [&](int k) -> int {
+    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
+    return v >= ve ? 0 : (v < nfull ? VEC : int(cols - v * VEC));
+  };
+  // Columns rank r owns.
+  auto rank_cols = [&](int r) -> float {
+    const int64_t c0 = int64_t(r) * tile * VEC, c1 = min(cols, (int64_t(r) + 1) * tile * VEC);
+    return float(max(int64_t(0), c1 - c0));
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8 * uint32_t(s), 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
+
+  // The weight (plus weight_offset; exactly 1 without a weight) and the
+  // bias (0 without) of this thread's columns, while the first rows arrive.
+  float w[KV][VEC], b[KV][VEC];
+#pragma unroll
+  for (int k = 0; k < KV; ++k) {
+    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
+    RawVec<Tw, VEC> wv, bv;
+    wv.zero();
+    bv.zero();
+    if (v < ve) {
+      const int valid = v < nfull ? VEC : int(cols - v * VEC);
+      if (wp != nullptr) {
+        if (valid == VEC) wv.load(wp + v * VEC);
+        else wv.load_partial(wp + v * VEC, valid);
+      }
+      if (bp != nullptr) {
+        if (valid == VEC) bv.load(bp + v * VEC);
+        else bv.load_partial(bp + v * VEC, valid);
+      }
+    }
+    wv.widen(w[k]);
+    bv.widen(b[k]);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) w[k][e] = wp != nullptr ? w[k][e] + p.weight_offset : 1.0f;
+  }
+
+  // Phase A's stage and its parity; phase B's stage. Rows j of the group
+  // go to stages j % stages in order, one each.
+  int sa = 0, sb = 0;
+  uint32_t pa = 0;
+  const int steps = (rows_here + R - 1) / R;
+  for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
+    if (i < steps) {  // A: publish step i's sums
+      float sum[R], dev[R];
+      float xr[kCentre ? R : 1][KV][VEC];  // LayerNorm: the tiles' values, for the deviations
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int j = i * R + r;
+        sum[r] = dev[r] = 0.0f;
+        if (j >= rows_here) continue;  // the group's last step: fewer rows (uniform over the CTA)
+        const int s = sa;
+        mbar_wait(bar0 + 8 * uint32_t(s), pa);
+        if (++sa == stages) sa = 0, pa ^= 1u;
+        const int64_t row = group + int64_t(j) * groups;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+          V xv;
+          xv.zero();
+          load(s, row, k, xv);  // (zero past the tile)
+          float f[VEC];
+          xv.widen(f);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            if constexpr (kCentre) {
+              xr[kCentre ? r : 0][k][e] = f[e];
+              sum[r] += f[e];
+            } else {
+              sum[r] = fmaf(f[e], f[e], sum[r]);
+            }
+          }
+        }
+      }
+      grid_block_sums<R>(sum, smem, 2 * (i & 1));
+      float part[kWords];
+      if constexpr (kCentre) {
+        // Deviations from the tile's own mean over its valid elements.
+        const float n = rank_cols(rank);
+        const float inv_n = n > 0.0f ? 1.0f / n : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float tm = sum[r] * inv_n;
+#pragma unroll
+          for (int k = 0; k < KV; ++k) {
+            const int valid = valid_at(k);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const float d = e < valid ? xr[kCentre ? r : 0][k][e] - tm : 0.0f;
+              dev[r] = fmaf(d, d, dev[r]);
+            }
+          }
+        }
+        grid_block_sums<R>(dev, smem, 2 * (i & 1) + 1);
+#pragma unroll
+        for (int r = 0; r < R; ++r) part[2 * r] = sum[r], part[2 * r + 1] = dev[r];
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) part[r] = sum[r];
+      }
+      if (tid == kNormFwdGridPublisher) ex.publish(i, XWords::get(part));
+    }
+    if (i >= lag) {  // B: step q's rows normalised and written
+      const int q = i - lag;
+      ex.gather(q, vals, kNormFwdGridLoaders);  // one barrier
+      // Every warp combines the ranks' words in rank order: the same bits
+      // in every warp and CTA.
+      const int lane = tid & 31;
+      float mean[R], rstd[R], acc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+      for (int rr = lane; rr < ranks; rr += 32)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += vals[rr * kWords + kPer * r];
+      grid_warp_sums<R>(acc);
+      if constexpr (kCentre) {
+        float m2[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
+        for (int rr = lane; rr < ranks; rr += 32) {
+          const float n = rank_cols(rr);
+          const float inv_n = n > 0.0f ? 1.0f / n : 0.0f;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float d = vals[rr * kWords + 2 * r] * inv_n - mean[r];
+            m2[r] += vals[rr * kWords + 2 * r + 1] + n * d * d;
+          }
+        }
+        grid_warp_sums<R>(m2);
+#pragma unroll
+        for (int r = 0; r < R; ++r) rstd[r] = rsqrtf(fmaf(m2[r], p.inv_cols, p.eps));
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) mean[r] = 0.0f, rstd[r] = rsqrtf(fmaf(acc[r], p.inv_cols, p.eps));
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int j = q * R + r;
+        if (j >= rows_here) continue;
+        const int s = sb;
+        if (++sb == stages) sb = 0;
+        const int64_t row = group + int64_t(j) * groups;
+        if (rank == 0 && tid == 0) {
+          if (p.rstd != nullptr) p.rstd[row] = rstd[r];
+          if (kCentre && p.mean != nullptr) p.mean[row] = mean[r];
+        }
+        T* orow = out + row * p.out_stride;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+          V xv;
+          if (!load(s, row, k, xv)) continue;
+          const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
+          float f[VEC];
+          xv.widen(f);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float xh = kCentre ? (f[e] - mean[r]) * rstd[r] : f[e] * rstd[r];
+            f[e] = fmaf(xh, w[k][e], b[k][e]);
+          }
+          V o;
+          o.narrow(f);
+          if (v < nfull) o.store(orow + v * VEC);
+          else o.store_partial(orow + v * VEC, int(cols - v * VEC));
+        }
+      }
+      __syncthreads();  // every thread has read the step's stages
+      if (tid == 0 && q * R + stages < rows_here) {
+        fence_proxy_async_smem();
+        // Row j sat in stage j % stages: it takes row j + stages.
+        for (int r = 0; r < R; ++r) {
+          const int j = q * R + r;
+          if (j + stages < rows_here) issue(j + stages, j % stages);
+        }
+      }
+    }
+  }
+}
+
+// The grid kernel (cfg from choose_norm_fwd_grid_config), a cooperative
+// launch after the exchange rings at p.exchange (cfg.exchange_bytes) are
+// zeroed. w_f32: the weight and bias are fp32 (else x's dtype, or absent).
+// *not_resident: set when the grid cannot be resident at once (nothing
+// launched; the caller takes the other kernels).
+template <DType kX, bool kCentre>
+Status launch_rmsnorm_fwd_grid(const RMSNormFwdParams& p, const NormGridConfig& cfg, bool w_f32, int device,
+                               cudaStream_t stream, bool* not_resident) {
+  using T = typename core::TypeOf<kX>::type;
+  core::LaunchShape shape{cfg.grid, kNormFwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
+  shape.cooperative = true;
+  shape.not_resident = not_resident;
+  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
+                                kCentre ? "layernorm forward exchange reset" : "rmsnorm forward exchange reset");
+  if (!st.ok()) return st;
+  auto run = [&](auto tw) -> Status {
+    using Tw = typename decltype(tw)::type;
+    if constexpr (sizeof(T) == 2) {
+      if (cfg.rows == 2) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
+      }
+    }
+    if (cfg.rows != 1) return {Code::kUnsupported, "norm forward: grid rows a step outside the built kernels"};
+    static core::KernelAttrCache cache;
+    return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 1>, cache, device, shape, stream, p);
+  };
+  if (w_f32 && !std::is_same_v<T, float>) return run(core::TypeTag<float>{});
+  return run(core::TypeTag<T>{});
+}
+
+#define QUACK_NORM_FWD_GRID_INSTANTIATION(EXTERN, DT, CENTRE)                                                   \
+  EXTERN template Status launch_rmsnorm_fwd_grid<DT, CENTRE>(const RMSNormFwdParams&, const NormGridConfig&, bool, \
+                                                             int, cudaStream_t, bool*);
+#ifndef QUACK_RMSNORM_FWD_TU
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kFloat32, false)
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kFloat16, false)
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kBFloat16, false)
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kFloat32, true)
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kFloat16, true)
+QUACK_NORM_FWD_GRID_INSTANTIATION(extern, DType::kBFloat16, true)
+#endif
+
+}  // namespace ops
+}  // namespace quack
