@@ -50,6 +50,11 @@ __device__ __forceinline__ void fence_release_gpu() { asm volatile("fence.acq_re
 __device__ __forceinline__ void st_relaxed_gpu(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
+__device__ __forceinline__ uint64_t ld_relaxed_gpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
@@ -111,24 +116,55 @@ struct GridExchange {
     for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
   }
 
+  // Word t of row j once it is ready (its tag matches), from v, the word as
+  // first loaded: spins on acquire loads while it is not.
+  __device__ __forceinline__ float ready_word(int j, int t, uint64_t v) const {
+    const uint32_t tag = uint32_t(j) + 1u;
+    uint64_t start = 0;
+    while (uint32_t(v >> 32) != tag) {
+      if (start == 0) start = global_timer_ns();
+      else if (global_timer_ns() - start > kGridExchangeTimeoutNs) __trap();
+      __nanosleep(64);
+      v = ld_acquire_gpu(slot(j, 0) + t);
+    }
+    return __uint_as_float(uint32_t(v));
+  }
+
   // The whole CTA: waits for row j's words of every rank and parks them in
   // `vals` (shared, at least ranks * kWords floats, [rank][word]): thread
   // t < loaders waits for words t, t + loaders, ... Ends in one barrier.
   // `vals` may be reused once every thread has passed a later barrier.
   __device__ __forceinline__ void gather(int j, float* vals, int loaders) const {
     const int tid = int(threadIdx.x);
-    const uint32_t tag = uint32_t(j) + 1u;
-    uint64_t start = 0;
-    for (int t = tid; tid < loaders && t < ranks * kWords; t += loaders) {
-      const uint64_t* s = slot(j, 0) + t;
-      uint64_t v = ld_acquire_gpu(s);
-      while (uint32_t(v >> 32) != tag) {
-        if (start == 0) start = global_timer_ns();
-        else if (global_timer_ns() - start > kGridExchangeTimeoutNs) __trap();
-        __nanosleep(64);
-        v = ld_acquire_gpu(s);
-      }
-      vals[t] = __uint_as_float(uint32_t(v));
+    for (int t = tid; tid < loaders && t < ranks * kWords; t += loaders)
+      vals[t] = ready_word(j, t, ld_acquire_gpu(slot(j, 0) + t));
+    __syncthreads();
+  }
+
+  // gather in two halves, so that the L2 round trip of the loads overlaps
+  // other work: prefetch issues this thread's (at most N) words of row j
+  // with relaxed loads into w; finish checks their tags (re-reading any not
+  // yet ready with acquire loads), parks them in `vals` and ends in one
+  // barrier. A word's value and tag are one 64-bit load, so a relaxed load
+  // that sees the tag sees the value; the slot's reuse is ordered by the
+  // barrier and the release fence that precede this CTA's next
+  // publication (the header's ring argument).
+  template <int N>
+  __device__ __forceinline__ void prefetch(int j, int loaders, uint64_t (&w)[N]) const {
+    const int tid = int(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int t = tid + k * loaders;
+      w[k] = tid < loaders && t < ranks * kWords ? ld_relaxed_gpu(slot(j, 0) + t) : 0;
+    }
+  }
+  template <int N>
+  __device__ __forceinline__ void finish(int j, float* vals, int loaders, const uint64_t (&w)[N]) const {
+    const int tid = int(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int t = tid + k * loaders;
+      if (tid < loaders && t < ranks * kWords) vals[t] = ready_word(j, t, w[k]);
     }
     __syncthreads();
   }

@@ -173,10 +173,16 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   int sa = 0, sb = 0;
   uint32_t pa = 0;
   const int steps = (rows_here + R - 1) / R;
+  // The collect's words a loader holds: every rank's of a step.
+  constexpr int kPre = (kNormGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
+    // Step i - lag's words, loaded first: their L2 round trip overlaps
+    // phase A instead of following it.
+    uint64_t pre[kPre];
+    if (i >= lag) ex.prefetch(i - lag, kNormFwdGridLoaders, pre);
     if (i < steps) {  // A: publish step i's sums
       float sum[R], dev[R];
-      float xr[kCentre ? R : 1][KV][VEC];  // LayerNorm: the tiles' values, for the deviations
+      V xr[kCentre ? R : 1][KV];  // LayerNorm: the tiles' vectors (as loaded), for the deviations
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int j = i * R + r;
@@ -193,15 +199,9 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
           load(s, row, k, xv);  // (zero past the tile)
           float f[VEC];
           xv.widen(f);
+          if constexpr (kCentre) xr[kCentre ? r : 0][k] = xv;
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            if constexpr (kCentre) {
-              xr[kCentre ? r : 0][k][e] = f[e];
-              sum[r] += f[e];
-            } else {
-              sum[r] = fmaf(f[e], f[e], sum[r]);
-            }
-          }
+          for (int e = 0; e < VEC; ++e) sum[r] = kCentre ? sum[r] + f[e] : fmaf(f[e], f[e], sum[r]);
         }
       }
       grid_block_sums<R>(sum, smem, 2 * (i & 1));
@@ -216,9 +216,11 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 #pragma unroll
           for (int k = 0; k < KV; ++k) {
             const int valid = valid_at(k);
+            float f[VEC];
+            xr[kCentre ? r : 0][k].widen(f);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-              const float d = e < valid ? xr[kCentre ? r : 0][k][e] - tm : 0.0f;
+              const float d = e < valid ? f[e] - tm : 0.0f;
               dev[r] = fmaf(d, d, dev[r]);
             }
           }
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     }
     if (i >= lag) {  // B: step q's rows normalised and written
       const int q = i - lag;
-      ex.gather(q, vals, kNormFwdGridLoaders);  // one barrier
+      ex.finish(q, vals, kNormFwdGridLoaders, pre);  // one barrier
       // Every warp combines the ranks' words in rank order: the same bits
       // in every warp and CTA.
       const int lane = tid & 31;
