@@ -50,11 +50,6 @@ __device__ __forceinline__ void fence_release_gpu() { asm volatile("fence.acq_re
 __device__ __forceinline__ void st_relaxed_gpu(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ uint64_t ld_relaxed_gpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
@@ -132,39 +127,26 @@ struct GridExchange {
 
   // The whole CTA: waits for row j's words of every rank and parks them in
   // `vals` (shared, at least ranks * kWords floats, [rank][word]): thread
-  // t < loaders waits for words t, t + loaders, ... Ends in one barrier.
-  // `vals` may be reused once every thread has passed a later barrier.
+  // t < loaders takes words t, t + loaders, ..., N of them at a time, all N
+  // loads in flight at once (a loader's words one after another were one L2
+  // round trip each). Ends in one barrier. `vals` may be reused once every
+  // thread has passed a later barrier.
+  template <int N = 1>
   __device__ __forceinline__ void gather(int j, float* vals, int loaders) const {
     const int tid = int(threadIdx.x);
-    for (int t = tid; tid < loaders && t < ranks * kWords; t += loaders)
-      vals[t] = ready_word(j, t, ld_acquire_gpu(slot(j, 0) + t));
-    __syncthreads();
-  }
-
-  // gather in two halves, so that the L2 round trip of the loads overlaps
-  // other work: prefetch issues this thread's (at most N) words of row j
-  // with relaxed loads into w; finish checks their tags (re-reading any not
-  // yet ready with acquire loads), parks them in `vals` and ends in one
-  // barrier. A word's value and tag are one 64-bit load, so a relaxed load
-  // that sees the tag sees the value; the slot's reuse is ordered by the
-  // barrier and the release fence that precede this CTA's next
-  // publication (the header's ring argument).
-  template <int N>
-  __device__ __forceinline__ void prefetch(int j, int loaders, uint64_t (&w)[N]) const {
-    const int tid = int(threadIdx.x);
+    const int words = ranks * kWords;
+    for (int t0 = tid; tid < loaders && t0 < words; t0 += N * loaders) {
+      uint64_t w[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int t = tid + k * loaders;
-      w[k] = tid < loaders && t < ranks * kWords ? ld_relaxed_gpu(slot(j, 0) + t) : 0;
-    }
-  }
-  template <int N>
-  __device__ __forceinline__ void finish(int j, float* vals, int loaders, const uint64_t (&w)[N]) const {
-    const int tid = int(threadIdx.x);
+      for (int k = 0; k < N; ++k) {
+        const int t = t0 + k * loaders;
+        w[k] = t < words ? ld_acquire_gpu(slot(j, 0) + t) : 0;
+      }
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const int t = tid + k * loaders;
-      if (tid < loaders && t < ranks * kWords) vals[t] = ready_word(j, t, w[k]);
+      for (int k = 0; k < N; ++k) {
+        const int t = t0 + k * loaders;
+        if (t < words) vals[t] = ready_word(j, t, w[k]);
+      }
     }
     __syncthreads();
   }
@@ -173,8 +155,9 @@ struct GridExchange {
   // thread: gather, then every lane of every warp combines ranks lane,
   // lane + 32, ... in order, then the butterfly -- the same bits in every
   // warp and every CTA.
+  template <int N = 1>
   __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
-    gather(j, vals, loaders);
+    gather<N>(j, vals, loaders);
     const int lane = int(threadIdx.x) & 31;
     T acc = Op::identity();
     for (int r = lane; r < ranks; r += 32) {

@@ -1,7 +1,9 @@
 // RMSNorm / LayerNorm forward for rows past what a cluster holds well
 // (rmsnorm_fwd_grid_kernel): the backward's grid (ops/rmsnorm_bwd.cuh, 2'')
 // with x's tile alone a stage. A cooperative grid of `groups` groups of
-// `ranks` CTAs, one CTA an SM (core/config.hpp, NormGridConfig): rank r of
+// `ranks` CTAs, two CTAs of 256 threads an SM (core/config.hpp,
+// kNormFwdGridCta*: one CTA's barriers and exchange overlap the other's
+// traffic), NormGridConfig: rank r of
 // every group owns the same tile of columns and holds its weight and bias in
 // registers; group g takes rows g, g + groups, ... in order, R of its rows a
 // step (R = 2 for 16-bit rows: the step's barriers and exchange paid once for
@@ -37,19 +39,18 @@
 namespace quack {
 namespace ops {
 
-constexpr int kNormFwdGridThreads = kNormGridCtaThreads;
+constexpr int kNormFwdGridThreads = kNormFwdGridCtaThreads;
 // The last thread publishes and its warp loads no collected word, so its
 // release fence runs alongside the collect's loads (as the backward's).
 constexpr int kNormFwdGridPublisher = kNormFwdGridThreads - 1;
 constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
 // The scratch's four areas: a block reduction's warp partials (up to a
 // float4 a warp) each; A's sums and deviations, in two parities by step.
-constexpr uint32_t kNormFwdGridScratchArea = 256;
-static_assert(4 * kNormFwdGridScratchArea <= kNormGridScratchBytes &&
-                  (kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
-              "grid forward scratch: four areas of 16 warps' float4");
+constexpr uint32_t kNormFwdGridScratchArea = kNormFwdGridScratchBytes / 4;
+static_assert((kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
+              "grid forward scratch: four areas of the warps' float4");
 static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2 &&
-                  8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
+                  8 * kNormGridStagesMax <= int(kNormFwdGridValsOffset - kNormFwdGridBarOffset),
               "grid forward: the exchange ring and the mbarriers' room");
 
 // N plain sums as one reduction value (N = 1, 2, 4).
@@ -76,7 +77,8 @@ __device__ __forceinline__ void grid_warp_sums(float (&a)[N]) {
 
 // Tw: the weight's and bias's dtype (x's or fp32; x's when neither is given).
 template <typename T, typename Tw, bool kCentre, int R>
-__global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
+__global__ void __launch_bounds__(kNormFwdGridThreads, kNormFwdGridCtasPerSm)
+    rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
@@ -85,9 +87,9 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   using XWords = GridWords<typename XOp::T>;
   using V = RawVec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
-  float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
-  const uint32_t bar0 = smem_addr(smem) + kNormGridBarOffset;
-  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormGridHeader);
+  float* vals = reinterpret_cast<float*>(smem + kNormFwdGridValsOffset);  // collected words
+  const uint32_t bar0 = smem_addr(smem) + kNormFwdGridBarOffset;
+  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormFwdGridHeader);
 
   const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
   const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
@@ -173,13 +175,12 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   int sa = 0, sb = 0;
   uint32_t pa = 0;
   const int steps = (rows_here + R - 1) / R;
-  // The collect's words a loader holds: every rank's of a step.
-  constexpr int kPre = (kNormGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
+  // The collect's words a loader takes, all in flight at once: every
+  // rank's of a step. (Loaded at the top of the step instead, under phase
+  // A, they gained nothing: fp32 RMSNorm 1M 2771 -> 2755 GB/s, LayerNorm
+  // bf16 1800 -> 1804, f0e0632 / bd4430b at one 512-thread CTA an SM.)
+  constexpr int kGather = (kNormFwdGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
-    // Step i - lag's words, loaded first: their L2 round trip overlaps
-    // phase A instead of following it.
-    uint64_t pre[kPre];
-    if (i >= lag) ex.prefetch(i - lag, kNormFwdGridLoaders, pre);
     if (i < steps) {  // A: publish step i's sums
       float sum[R], dev[R];
       V xr[kCentre ? R : 1][KV];  // LayerNorm: the tiles' vectors (as loaded), for the deviations
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     }
     if (i >= lag) {  // B: step q's rows normalised and written
       const int q = i - lag;
-      ex.finish(q, vals, kNormFwdGridLoaders, pre);  // one barrier
+      ex.template gather<kGather>(q, vals, kNormFwdGridLoaders);  // one barrier
       // Every warp combines the ranks' words in rank order: the same bits
       // in every warp and CTA.
       const int lane = tid & 31;

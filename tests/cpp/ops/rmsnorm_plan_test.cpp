@@ -360,16 +360,20 @@ TEST(NormFwdGridConfig, Invariants) {
                 NormGridConfig c;
                 if (!choose_norm_fwd_grid_config(rows, cols, eb, centre, lim, t, &c)) {
                   // Refused only below the floor or where a row needs more
-                  // CTAs (of 8192 elements) than there are SMs.
-                  EXPECT_TRUE(cols < kNormFwdGridMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
+                  // CTAs (of 4096 elements) than fit the SMs at once.
+                  EXPECT_TRUE(cols < kNormFwdGridMinCols ||
+                              (cols + 4095) / 4096 > int64_t(lim.num_sms) * kNormFwdGridCtasPerSm)
+                      << cols;
                   continue;
                 }
                 ++served;
                 SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
                 EXPECT_EQ(check_norm_fwd_grid_config(c, rows, cols, eb, lim), nullptr);
                 EXPECT_GE(cols, kNormFwdGridMinCols);
-                EXPECT_LE(c.grid, lim.num_sms);
-                EXPECT_EQ(c.smem_bytes, kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                EXPECT_LE(c.grid, int64_t(lim.num_sms) * kNormFwdGridCtasPerSm);
+                EXPECT_EQ(c.smem_bytes, kNormFwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                // Two CTAs share an SM's shared memory (1 KB reserved each).
+                EXPECT_LE(kNormFwdGridCtasPerSm * (c.smem_bytes + 1024), lim.smem_per_sm);
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
                 EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
@@ -387,20 +391,26 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdGridMinCols, 2, false, lim, t, &c));
   t.fwd_grid = 0;
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 1 << 20, 2, false, lim, t, &c));
-  // The defaults: past 512K columns; one fp32 row of 1M over 128 CTAs in 6
-  // stages of 32 KB, a 16-bit one in 8 of 16 KB, two rows a step.
+  // The defaults: past 512K columns; one fp32 row of 1M over 256 CTAs (two
+  // an SM) in 6 stages of 16 KB, a 16-bit one in 8 of 8 KB, two rows a step.
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 524288, 4, false, lim, default_row_tuning(), &c));
   ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 4, false, lim, default_row_tuning(), &c));
-  EXPECT_EQ(c.ranks, 128);
+  EXPECT_EQ(c.ranks, 256);
   EXPECT_EQ(c.groups, 1);
   EXPECT_EQ(c.stages, 6);
   EXPECT_EQ(c.rows, 1);
   ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 2, true, lim, default_row_tuning(), &c));
-  EXPECT_EQ(c.ranks, 128);
+  EXPECT_EQ(c.ranks, 256);
   EXPECT_EQ(c.stages, 8);
   EXPECT_EQ(c.rows, 2);
   EXPECT_EQ(c.lag, 2);
-  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 128 * 2 * 2 * 8);
+  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 256 * 2 * 2 * 8);
+  // 264 ranks (two CTAs on each of 132 SMs) are the most: 264 x 4096 fp32
+  // columns are served, one more vector is not.
+  t = default_row_tuning();
+  EXPECT_TRUE(choose_norm_fwd_grid_config(1, int64_t(264) * 4096, 4, true, lim, t, &c));
+  EXPECT_EQ(c.grid, 264);
+  EXPECT_FALSE(choose_norm_fwd_grid_config(1, int64_t(264) * 4096 + 4, 4, true, lim, t, &c));
 }
 
 }  // namespace
