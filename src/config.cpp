@@ -327,17 +327,27 @@ RowTuning default_row_tuning() {
   // costs ~4.9 us for fp32's bytes, where fp32 takes ~4.0 (docs/KERNELS.md).
   t.bwd_grid_rows16 = 2;
   t.bwd_grid_keep_cluster16 = 16;
-  // The grid forward (rmsnorm_fwd_grid_kernel; not yet measured: these
-  // defaults are the design's, the sweep that sets them is in
-  // bench/results once run): rows past 512K -- fp32 1M took the chunked
-  // two-pass kernel (45.6% of copy, README's table) and 16-bit x with fp32
-  // weights the staged 32-vector tile (LayerNorm bf16 1M 23.4%) -- but
-  // 16-bit rows with weights in x's dtype keep the register clusters that
-  // serve them (bf16 RMSNorm 1M 70.5%). Stages: the most that fit, up to 8
-  // (fp32 1M: 6 of 32 KB; 16-bit: 8 of 16 KB); two 16-bit rows a step as
-  // in the backward.
+  // The grid forward (rmsnorm_fwd_grid_kernel). rmsnorm_sweep, H200, % of
+  // copy, the grid (min_cols 64K, keep_reg 0) against the plan without it
+  // (bench/results/2026-12-02-norm-fwd-grid.md; f0e0632 and bd4430b, whose
+  // kernels time the same):
+  //   fp32 RMSNorm 512K 66.3 (register clusters 71.7), 1M 65.6 (the
+  //     chunked general kernel 45.5); LayerNorm 512K 58.4 (58.7), 1M 53.4
+  //     (23.7);
+  //   bf16 RMSNorm (bf16 weight) 256K 64.7 (staged 93.3), 512K 64.2 (85.5),
+  //     1M 61.6 (register clusters 70.6): kept on its clusters
+  //     (fwd_grid_keep_reg bit 0);
+  //   bf16 LayerNorm (fp32 weight and bias) 256K 53.8 (staged 69.6), 384K
+  //     ~39 (47.3: 48 ranks fill 96 SMs), 512K 51.7 (45.7), 1M 43.2 (25.8).
+  // So fp32 rows past 512K (where no register tile holds them) and 16-bit
+  // rows with fp32 weights from 512K; 16-bit rows with 16-bit weights keep
+  // the register kernels. (16-bit RMSNorm with fp32 weights takes
+  // LayerNorm's staged tiles and follows LayerNorm's measurement,
+  // unmeasured itself.) Stages: the most that fit, up to 8 (fp32: 6 of 32
+  // KB; 16-bit: 8 of 16 KB); two 16-bit rows a step (bf16 RMSNorm 1M 61.6
+  // against a row a step's 47.4, LayerNorm 43.2 against 32.8).
   t.fwd_grid = 3;
-  t.fwd_grid_min_cols16 = (int64_t(512) << 10) + 1;
+  t.fwd_grid_min_cols16 = int64_t(512) << 10;
   t.fwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
   t.fwd_grid_keep_reg = 1;
   t.fwd_grid_stages16 = 8;

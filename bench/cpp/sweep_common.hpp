@@ -117,7 +117,7 @@ inline bool env_flag(const char* name) {
 //               bwd_pipe=3,bwd_pipe_vpt16=4,bwd_pipe_wide_min_cols=16384,bwd_pipe_wide_min_cols_ln=1024,bwd_pipe_vpt32=2,bwd_pipe_stages=4,bwd_pipe_threads=256,bwd_pipe_cluster=16,bwd_pipe_cluster_threads=1024,bwd_pipe_db_regs=1,bwd_pipe_small_cta=1,
 //               bwd_grid=3,bwd_grid_min_cols16=131073,bwd_grid_min_cols32=131073,bwd_grid_stages16=6,bwd_grid_stages32=3,bwd_grid_lag=2,bwd_grid_rows16=2,
 //               bwd_grid_keep_cluster16=16,
-//               fwd_grid=3,fwd_grid_min_cols16=524289,fwd_grid_min_cols32=524289,fwd_grid_keep_reg=1,fwd_grid_stages16=8,
+//               fwd_grid=3,fwd_grid_min_cols16=524288,fwd_grid_min_cols32=524289,fwd_grid_keep_reg=1,fwd_grid_stages16=8,
 //               fwd_grid_stages32=8,fwd_grid_lag=2,fwd_grid_rows16=2"
 // Returns false (after printing the key) on an unknown key.
 inline bool install_tuning_from_env() {

@@ -371,19 +371,22 @@ constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 *
 constexpr int kNormGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
 constexpr int kNormGridStagesMax = 8;
 constexpr int kNormGridExchangeRing = 16;  // core::kGridExchangeRing
-// The forward's grid (x's tile alone a stage) runs kNormFwdGridCtasPerSm
-// CTAs of kNormFwdGridCtaThreads threads an SM (the same 16 elements a
-// thread): two independent chains of steps an SM, so that one CTA's
-// barriers and exchange overlap the other's traffic. (One 512-thread CTA an
-// SM measured a step of a fixed 1.1 us plus the step's traffic at copy
-// speed, not overlapped: fp32 RMSNorm 1M 65.6% of copy, bf16 LayerNorm with
-// fp32 weights 43.2%; H200, bd4430b / f0e0632.) Its header: four block
-// reductions' scratch (8 warps' float4 each), the mbarriers, the collected
-// words of up to kNormFwdGridMaxRanks ranks (4 a rank).
-constexpr int kNormFwdGridCtaThreads = 256;
-constexpr int kNormFwdGridCtasPerSm = 2;
-constexpr int kNormFwdGridMaxRanks = 288;
-constexpr uint32_t kNormFwdGridScratchBytes = 512;
+// The forward's grid (x's tile alone a stage): kNormFwdGridCtasPerSm CTAs
+// of kNormFwdGridCtaThreads threads an SM, 16 elements a thread. One
+// 512-thread CTA an SM measured a step of a fixed ~1.1 us (RMSNorm; ~2.4 us
+// LayerNorm) plus the step's traffic at copy speed, the two not overlapped
+// (fp32 RMSNorm 1M 65.6% of copy, bf16 LayerNorm with fp32 weights 43.2%;
+// H200, f0e0632). Two 256-thread CTAs an SM (two independent chains of
+// steps, twice the ranks) measured worse, the more so the more ranks: fp32
+// RMSNorm 1M 63.0%, 128K 66.7 (68.4); LayerNorm bf16 1M 33.6, fp32 1M 43.3
+// (53.4) (8a9ed8b, bench/results/2026-12-02-norm-fwd-grid.md): not the
+// fix, so one CTA an SM. Its header: four block reductions' scratch (the
+// warps' float4 each), the mbarriers, the collected words of up to
+// kNormFwdGridMaxRanks ranks (4 a rank).
+constexpr int kNormFwdGridCtaThreads = 512;
+constexpr int kNormFwdGridCtasPerSm = 1;
+constexpr int kNormFwdGridMaxRanks = 144;
+constexpr uint32_t kNormFwdGridScratchBytes = 1024;
 constexpr uint32_t kNormFwdGridBarOffset = kNormFwdGridScratchBytes;
 constexpr uint32_t kNormFwdGridValsOffset = kNormFwdGridBarOffset + 128;
 constexpr size_t kNormFwdGridHeader = kNormFwdGridValsOffset + kNormFwdGridMaxRanks * 4 * 4;

@@ -1,9 +1,9 @@
 // RMSNorm / LayerNorm forward for rows past what a cluster holds well
 // (rmsnorm_fwd_grid_kernel): the backward's grid (ops/rmsnorm_bwd.cuh, 2'')
 // with x's tile alone a stage. A cooperative grid of `groups` groups of
-// `ranks` CTAs, two CTAs of 256 threads an SM (core/config.hpp,
-// kNormFwdGridCta*: one CTA's barriers and exchange overlap the other's
-// traffic), NormGridConfig: rank r of
+// `ranks` CTAs, one CTA of 512 threads an SM (core/config.hpp,
+// kNormFwdGridCta*: what two CTAs an SM measured there), NormGridConfig:
+// rank r of
 // every group owns the same tile of columns and holds its weight and bias in
 // registers; group g takes rows g, g + groups, ... in order, R of its rows a
 // step (R = 2 for 16-bit rows: the step's barriers and exchange paid once for
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, kNormFwdGridCtasPerSm)
   // The collect's words a loader takes, all in flight at once: every
   // rank's of a step. (Loaded at the top of the step instead, under phase
   // A, they gained nothing: fp32 RMSNorm 1M 2771 -> 2755 GB/s, LayerNorm
-  // bf16 1800 -> 1804, f0e0632 / bd4430b at one 512-thread CTA an SM.)
+  // bf16 1800 -> 1804; H200, f0e0632 / bd4430b.)
   constexpr int kGather = (kNormFwdGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
     if (i < steps) {  // A: publish step i's sums

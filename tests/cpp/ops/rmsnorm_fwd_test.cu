@@ -583,7 +583,7 @@ INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::Valu
 // The grid kernel (ops/norm_fwd_grid.cuh): rows from 64K columns spread
 // over every SM, the CTAs exchanging their sums through the workspace. The
 // tuning sends every such row of every layout it serves there (the
-// defaults: past 512K, not the 16-bit rows the register clusters keep);
+// defaults: fp32 rows past 512K, 16-bit ones with fp32 weights from 512K);
 // the plan must say "grid". Cases: each dtype, weight and bias in x's dtype
 // or fp32 or absent, a weight offset, rstd / mean, partial last vectors
 // (odd N, padded strides), one row and a group's odd last step (two 16-bit
@@ -652,7 +652,7 @@ TEST_P(RMSNormFwdGpuGrid, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
 INSTANTIATE_TEST_SUITE_P(GridCases, RMSNormFwdGpuGrid, testing::ValuesIn(grid_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
-// The default tuning: the fp32 and fp32-weight rows past 512K take the
+// The default tuning: fp32 rows past 512K and fp32-weight rows from 512K take the
 // grid, the 16-bit rows with 16-bit weights keep their register clusters.
 TEST(RMSNormFwdGpuGridDefaults, LongRowsTakeTheGridWhereTheDefaultsSendThem) {
   QUACK_REQUIRE_SM90();

@@ -270,8 +270,8 @@ TEST_F(NormFwdPlan, ScanOfStagedRows) {
 }
 
 // The grid forward (ops/norm_fwd_grid.cuh) takes a row only where the call
-// passes a workspace; the defaults send it fp32 rows and 16-bit rows with
-// fp32 weights past 512K columns, and leave 16-bit rows with 16-bit weights
+// passes a workspace; the defaults send it fp32 rows past 512K columns and
+// 16-bit rows with fp32 weights from 512K, and leave 16-bit rows with 16-bit weights
 // to their register clusters (src/config.cpp, fwd_grid_keep_reg). The
 // workspace query answers for the grid whether or not one is set.
 TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
@@ -293,7 +293,8 @@ TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
     for (const Cell& c : {Cell{256, 1 << 20, kF32, kF32, true, 1}, Cell{256, 1 << 20, kBF16, kF32, true, 2},
                           Cell{256, 1 << 20, kF16, kF32, true, 2}, Cell{512, 524292, kF32, kF32, true, 1},
                           Cell{256, 1 << 20, kBF16, kBF16, false, 0}, Cell{512, 524288, kF32, kF32, false, 0},
-                          Cell{512, 524288, kBF16, kF32, false, 0}, Cell{4096, 65536, kF32, kF32, false, 0}}) {
+                          Cell{512, 524288, kBF16, kF32, true, 2}, Cell{682, 393216, kBF16, kF32, false, 0},
+                          Cell{4096, 65536, kF32, kF32, false, 0}}) {
       const RMSNormFwdArgs a = args_of({c.rows, c.cols, c.x, c.w});
       const std::string p = text(with_ws(a), ln);
       EXPECT_EQ(p.rfind("grid", 0) == 0, c.grid) << c.cols << " " << dtype_name(c.x) << " " << p;
@@ -360,9 +361,9 @@ TEST(NormFwdGridConfig, Invariants) {
                 NormGridConfig c;
                 if (!choose_norm_fwd_grid_config(rows, cols, eb, centre, lim, t, &c)) {
                   // Refused only below the floor or where a row needs more
-                  // CTAs (of 4096 elements) than fit the SMs at once.
+                  // CTAs (of 8192 elements) than fit the SMs at once.
                   EXPECT_TRUE(cols < kNormFwdGridMinCols ||
-                              (cols + 4095) / 4096 > int64_t(lim.num_sms) * kNormFwdGridCtasPerSm)
+                              (cols + 8191) / 8192 > int64_t(lim.num_sms) * kNormFwdGridCtasPerSm)
                       << cols;
                   continue;
                 }
@@ -372,7 +373,7 @@ TEST(NormFwdGridConfig, Invariants) {
                 EXPECT_GE(cols, kNormFwdGridMinCols);
                 EXPECT_LE(c.grid, int64_t(lim.num_sms) * kNormFwdGridCtasPerSm);
                 EXPECT_EQ(c.smem_bytes, kNormFwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
-                // Two CTAs share an SM's shared memory (1 KB reserved each).
+                // The CTAs an SM share its shared memory (1 KB reserved each).
                 EXPECT_LE(kNormFwdGridCtasPerSm * (c.smem_bytes + 1024), lim.smem_per_sm);
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
@@ -391,26 +392,27 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdGridMinCols, 2, false, lim, t, &c));
   t.fwd_grid = 0;
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 1 << 20, 2, false, lim, t, &c));
-  // The defaults: past 512K columns; one fp32 row of 1M over 256 CTAs (two
-  // an SM) in 6 stages of 16 KB, a 16-bit one in 8 of 8 KB, two rows a step.
+  // The defaults: fp32 rows past 512K columns, 16-bit ones from 512K; one
+  // fp32 row of 1M over 128 CTAs in 6 stages of 32 KB, a 16-bit one in 8 of
+  // 16 KB, two rows a step.
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 524288, 4, false, lim, default_row_tuning(), &c));
   ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 4, false, lim, default_row_tuning(), &c));
-  EXPECT_EQ(c.ranks, 256);
+  EXPECT_EQ(c.ranks, 128);
   EXPECT_EQ(c.groups, 1);
   EXPECT_EQ(c.stages, 6);
   EXPECT_EQ(c.rows, 1);
   ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 2, true, lim, default_row_tuning(), &c));
-  EXPECT_EQ(c.ranks, 256);
+  EXPECT_EQ(c.ranks, 128);
   EXPECT_EQ(c.stages, 8);
   EXPECT_EQ(c.rows, 2);
   EXPECT_EQ(c.lag, 2);
-  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 256 * 2 * 2 * 8);
-  // 264 ranks (two CTAs on each of 132 SMs) are the most: 264 x 4096 fp32
+  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 128 * 2 * 2 * 8);
+  // 132 ranks (one CTA on each of 132 SMs) are the most: 132 x 8192 fp32
   // columns are served, one more vector is not.
   t = default_row_tuning();
-  EXPECT_TRUE(choose_norm_fwd_grid_config(1, int64_t(264) * 4096, 4, true, lim, t, &c));
-  EXPECT_EQ(c.grid, 264);
-  EXPECT_FALSE(choose_norm_fwd_grid_config(1, int64_t(264) * 4096 + 4, 4, true, lim, t, &c));
+  EXPECT_TRUE(choose_norm_fwd_grid_config(1, int64_t(132) * 8192, 4, true, lim, t, &c));
+  EXPECT_EQ(c.grid, 132);
+  EXPECT_FALSE(choose_norm_fwd_grid_config(1, int64_t(132) * 8192 + 4, 4, true, lim, t, &c));
 }
 
 }  // namespace
