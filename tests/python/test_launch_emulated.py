@@ -57,6 +57,26 @@ def _emulated_kernel(calls):
     return kernel
 
 
+# The workspace the emulated forward asks for (rows of at least
+# NORM_FWD_WORKSPACE_MIN_COLS columns go through _C.norm_fwd_ws: the query,
+# then the launch with the workspace).
+_EMULATED_FWD_WS = 48
+
+
+def _emulated_fwd_ws(calls):
+    kernel = _emulated_kernel(calls)
+
+    def launch(centre, *args):
+        *fwd, mean_ptr, ws_ptr, ws_bytes, mode = args
+        assert not centre and mean_ptr == 0 and fwd[1] >= _C.NORM_FWD_WORKSPACE_MIN_COLS
+        if mode == 2:  # the query (the real one reads the device's limits)
+            return _EMULATED_FWD_WS
+        assert mode == 0 and ws_bytes == _EMULATED_FWD_WS and ws_ptr != 0
+        kernel(*fwd)
+        return 0
+    return launch
+
+
 # The workspace size the emulated backward asks for.
 _EMULATED_WS = 64
 
@@ -99,6 +119,7 @@ def launches(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_fwd", _emulated_kernel(calls))
+    monkeypatch.setattr(_rmsnorm, "_norm_fwd_ws", _emulated_fwd_ws(calls))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_bwd", _emulated_bwd_kernel(calls))
     monkeypatch.setattr(_rmsnorm, "_raw_stream", lambda device: 12345)
     monkeypatch.setattr(_common, "_current_device", lambda: -1)  # CPU tensors' get_device()

@@ -440,7 +440,11 @@ class RMSNormFwdGpuTuned : public testing::TestWithParam<FwdCase> {
 // staged kernel is checked on every layout too (by default it only serves
 // misaligned operands, mixed dtypes outside the register kernels' set, and
 // rows beyond their capacity).
-void register_kernels_off(RowTuning& t) { t.reg_enable = 0; }
+// (The grid forward off too: it would take the longest rows.)
+void register_kernels_off(RowTuning& t) {
+  t.reg_enable = 0;
+  t.fwd_grid = 0;
+}
 using RMSNormFwdGpuStaged = RMSNormFwdGpuTuned<register_kernels_off>;
 
 TEST_P(RMSNormFwdGpuStaged, MatchesFloat64ReferenceAndStaysInBounds) {
@@ -459,7 +463,10 @@ INSTANTIATE_TEST_SUITE_P(StagedCases, RMSNormFwdGpuStaged, testing::ValuesIn(fwd
 // And with the register kernels' shared-memory staging of clustered rows
 // switched off, so that their persistent register-held clusters are checked
 // on the layouts that would otherwise be staged.
-void smem_staging_off(RowTuning& t) { t.reg_staged = 0; }
+void smem_staging_off(RowTuning& t) {
+  t.reg_staged = 0;
+  t.fwd_grid = 0;
+}
 using RMSNormFwdGpuRegClusters = RMSNormFwdGpuTuned<smem_staging_off>;
 
 TEST_P(RMSNormFwdGpuRegClusters, MatchesFloat64ReferenceAndStaysInBounds) {
@@ -554,6 +561,7 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
       t.reg_w_batch = mode >= 1;
       t.reg_staged_early_w = mode == 2 ? 3 : 0;
+      t.fwd_grid = 0;  // (it would take the 1M rows with fp32 weights)
       set_row_tuning(&t);
       // fp32 weights of 16-bit x, and the 16- and 32-vector tiles, never
       // load the weight early.
