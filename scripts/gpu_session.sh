@@ -256,17 +256,24 @@ PROBES
       # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
       #   NCU_RUNS="softmax_chunk||softmax_sweep bf16 0 268435456 1048576"
       # (the launch after the first $NCU_SKIP (default 3) of the first
-      # matching kernel).
+      # matching kernel). A command may start with build/ or with env
+      # (`env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_sweep ...`); otherwise
+      # build/ is prefixed. NCU_DETAILS=1 adds --print-details all (the
+      # sections' tables, e.g. the warp stall reasons; not yet tried).
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a runs <<< "${NCU_RUNS:-}"
       i=0
       for run in "${runs[@]}"; do
         IFS='|' read -r kernel tune cmd <<< "$run"
         i=$((i + 1))
+        case $cmd in build/* | env\ *) ;; *) cmd="build/$cmd" ;; esac
+        details=()
+        [ -n "${NCU_DETAILS:-}" ] && details=(--print-details all)
         # shellcheck disable=SC2086
         QUACK_TUNE=$tune timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-          --section SchedulerStats -k "regex:$kernel" --launch-skip "${NCU_SKIP:-3}" --launch-count 1 build/$cmd \
+          --section SchedulerStats --section SourceCounters "${details[@]}" -k "regex:$kernel" \
+          --launch-skip "${NCU_SKIP:-3}" --launch-count 1 $cmd \
           > "$out/ncu_$i.txt" 2>&1 || status=1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
