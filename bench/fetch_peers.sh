@@ -68,4 +68,13 @@ total=$(du -cb .whl/* | tail -1 | cut -f1)
 tree=$( (git ls-files; git ls-files --others --exclude-standard) | sort -u \
         | xargs -d '\n' du -cb 2>/dev/null | tail -1 | cut -f1)
 echo "peers: $total bytes; repository files: $tree bytes; device limit: $((64 << 20)) bytes"
-[ $((total + tree)) -lt $((64 << 20)) ] || { echo "over the 64 MiB that a run can carry" >&2; exit 1; }
+records=$(git ls-files bench/results | xargs -d '\n' du -cb 2>/dev/null | tail -1 | cut -f1)
+if [ $((total + tree)) -ge $((64 << 20)) ]; then
+  echo "over the 64 MiB that a run can carry" >&2
+  # No benchmark reads bench/results (bench/PEERS.md): out of the tree for
+  # the peer call, back afterwards.
+  if [ $((total + tree - records)) -lt $((64 << 20)) ]; then
+    echo "fits without bench/results ($records bytes): mv bench/results /tmp/r for the call, then mv /tmp/r bench/results" >&2
+  fi
+  exit 1
+fi
