@@ -901,21 +901,7 @@ struct GridKnobs {
   int64_t min_cols16, min_cols32;
   int stages16, stages32, lag, rows16;
 };
-// The direction's CTA: threads, CTAs an SM, the header's ranks and bytes.
-struct GridCta {
-  int threads, per_sm, max_ranks;
-  size_t header;
-  // A CTA's shared memory: the opt-in limit, and an SM's share (1 KB
-  // reserved a CTA) where several share one.
-  size_t smem_limit(const DeviceLimits& lim) const {
-    return per_sm == 1 ? lim.max_smem_per_block
-                       : std::min(lim.max_smem_per_block, lim.smem_per_sm / size_t(per_sm) - 1024);
-  }
-};
-constexpr GridCta kBwdGridCta{kNormGridCtaThreads, 1, kNormGridMaxRanks, kNormGridHeader};
-constexpr GridCta kFwdGridCta{kNormFwdGridCtaThreads, kNormFwdGridCtasPerSm, kNormFwdGridMaxRanks, kNormFwdGridHeader};
-
-bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, int tiles, const GridCta& cta,
+bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, int tiles,
                              const DeviceLimits& lim, const GridKnobs& k, NormGridConfig* out) {
   if (x_elem_bytes != 2 && x_elem_bytes != 4) return false;
   const int64_t min_cols = x_elem_bytes == 4 ? k.min_cols32 : k.min_cols16;
@@ -925,16 +911,15 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   NormGridConfig c;
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
-  const int64_t tile_max = int64_t(cta.threads) * (kNormGridCtaElems / vec);
+  const int64_t tile_max = int64_t(kNormGridCtaThreads) * (kNormGridCtaElems / vec);
   const int64_t ranks = ceil_div(nvec, tile_max);
-  const int64_t slots = int64_t(lim.num_sms) * cta.per_sm;
-  if (ranks > slots) return false;  // cta.per_sm CTAs an SM, all resident
-  if (ranks > cta.max_ranks) return false;  // the header's collected words
+  if (ranks > lim.num_sms) return false;  // one CTA an SM, all resident
+  if (ranks > kNormGridMaxRanks) return false;  // the header's collected words
   c.ranks = int(ranks);
   c.tile_vecs = ceil_div(nvec, ranks);
-  c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, slots / ranks)));
+  c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
   const size_t stage = size_t(c.tile_vecs) * 16 * size_t(tiles);
-  const int64_t fit = (int64_t(cta.smem_limit(lim)) - int64_t(cta.header)) / int64_t(stage);
+  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormGridHeader)) / int64_t(stage);
   const int asked = x_elem_bytes == 4 ? k.stages32 : k.stages16;
   c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormGridStagesMax)}));
   // Rows a step: where (lag + 1) steps of them and a row in flight fit.
@@ -944,7 +929,7 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
   c.lag = std::min({std::max(k.lag, 1), kNormGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
   if (c.stages < 2) return false;
-  c.smem_bytes = cta.header + size_t(c.stages) * stage;
+  c.smem_bytes = kNormGridHeader + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
   const size_t words = size_t(c.groups) * kNormGridExchangeRing * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
   c.exchange_bytes = (words * 8 + 15) / 16 * 16;
@@ -953,14 +938,14 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
 }
 
 const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
-                                   const GridCta& cta, const DeviceLimits& lim) {
+                                   const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
   if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
-  if (c.grid > int64_t(lim.num_sms) * cta.per_sm) return "more CTAs than fit the SMs at once (all resident)";
-  if (c.ranks > cta.max_ranks) return "more ranks than the header's collected words hold";
+  if (c.grid > lim.num_sms) return "more CTAs than SMs (one CTA an SM, all resident)";
+  if (c.ranks > kNormGridMaxRanks) return "more ranks than the header's collected words hold";
   if (c.groups > std::max<int64_t>(rows, 1)) return "more row groups than rows";
-  if (c.tile_vecs > int64_t(cta.threads) * (kNormGridCtaElems / vec))
+  if (c.tile_vecs > int64_t(kNormGridCtaThreads) * (kNormGridCtaElems / vec))
     return "tile beyond kNormGridCtaElems elements a thread";
   if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
   if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
@@ -969,9 +954,9 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
     return "rows a step outside [1, 2] (1 for fp32 rows)";
   if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormGridMaxLag)
     return "lag outside [1, 7] or (lag + 1) * rows beyond the stages";
-  if (c.smem_bytes != cta.header + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
+  if (c.smem_bytes != kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
     return "smem != header + stages";
-  if (c.smem_bytes > cta.smem_limit(lim)) return "shared memory beyond a CTA's share";
+  if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   return nullptr;
 }
 
@@ -981,26 +966,26 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
                                  const RowTuning& tune, NormGridConfig* out) {
   const GridKnobs k{tune.bwd_grid,        tune.bwd_grid_min_cols16, tune.bwd_grid_min_cols32, tune.bwd_grid_stages16,
                     tune.bwd_grid_stages32, tune.bwd_grid_lag,      tune.bwd_grid_rows16};
-  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 2, kBwdGridCta, lim, k, out);
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 2, lim, k, out);
 }
 
 const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, kBwdGridCta, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, lim);
 }
 
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out) {
-  if (cols < kNormFwdGridMinCols) return false;
+  if (cols < kNormFwdWorkspaceMinCols) return false;
   const GridKnobs k{tune.fwd_grid,        tune.fwd_grid_min_cols16, tune.fwd_grid_min_cols32, tune.fwd_grid_stages16,
                     tune.fwd_grid_stages32, tune.fwd_grid_lag,      tune.fwd_grid_rows16};
-  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 1, kFwdGridCta, lim, k, out);
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 1, lim, k, out);
 }
 
 const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
-  if (cols < kNormFwdGridMinCols) return "a row shorter than kNormFwdGridMinCols";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, kFwdGridCta, lim);
+  if (cols < kNormFwdWorkspaceMinCols) return "a row shorter than kNormFwdWorkspaceMinCols";
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
 }
 
 }  // namespace quack

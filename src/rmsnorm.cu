@@ -143,16 +143,20 @@ bool grid_path(const RMSNormFwdArgs& a, bool centre, bool vec_io, const DeviceLi
 // fwd_grid_keep_reg's bit for this layout (config.hpp).
 int keep_reg_bit(DType x, bool w_f32) { return x == DType::kFloat32 ? 4 : w_f32 ? 2 : 1; }
 
+// Every operand allows 16-byte vectors of x.
+bool fwd_vec_io(const RMSNormFwdArgs& a) {
+  const int vec = 16 / dtype_size(a.x.dtype);
+  return detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+         detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
+         detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) && detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
+         detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
+         detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
+}
+
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
   const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
-  const int vec = 16 / dtype_size(a.x.dtype);
-  plan.vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
-                detail::vec_ok(a.residual.ptr, a.residual.dtype, a.residual.row_stride, vec) &&
-                detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) &&
-                detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec) &&
-                detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec) &&
-                detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
+  plan.vec_io = fwd_vec_io(a);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   plan.grid = grid_path(a, centre, plan.vec_io, lim, tune, &plan.gcfg, &plan.grid_w_f32);
   plan.grid_runs = plan.grid && a.workspace != nullptr &&
@@ -278,10 +282,13 @@ Status layernorm_fwd(const LayerNormFwdArgs& a, cudaStream_t stream) {
   return st.ok() ? norm_fwd<true>(a, a.mean, stream) : st;
 }
 
+// The grid's configuration alone (not the whole plan: the Python front asks
+// for this before every launch of a long row).
 size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& a, bool layernorm, const DeviceLimits& lim) {
-  if (a.rows == 0 || a.cols < kNormFwdGridMinCols) return 0;
-  const NormFwdPlan plan = plan_norm_fwd(a, layernorm, lim);
-  return plan.grid ? plan.gcfg.exchange_bytes : 0;
+  if (a.rows == 0 || a.cols < kNormFwdWorkspaceMinCols) return 0;
+  NormGridConfig g;
+  bool w_f32 = false;
+  return grid_path(a, layernorm, fwd_vec_io(a), lim, current_row_tuning(), &g, &w_f32) ? g.exchange_bytes : 0;
 }
 
 namespace {
@@ -291,7 +298,7 @@ Status fwd_workspace_bytes(const Args& a, bool layernorm, size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes: null pointer");
   *bytes = 0;
   Status st = can_implement(a);
-  if (!st.ok() || a.rows == 0 || a.cols < kNormFwdGridMinCols) return st;
+  if (!st.ok() || a.rows == 0 || a.cols < kNormFwdWorkspaceMinCols) return st;
   int device = -1;
   DeviceLimits lim;
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;

@@ -77,7 +77,7 @@ struct RMSNormFwdArgs {
   float weight_offset = 0.0f;
   // Optional device memory (rmsnorm_fwd_workspace_bytes(args) bytes, 16-byte
   // aligned, not used by another call at the same time). Rows of at least
-  // kNormFwdGridMinCols columns may then take the grid kernel: a row spread
+  // kNormFwdWorkspaceMinCols columns may then take the grid kernel: a row spread
   // over every SM, its CTAs exchanging their partial sums through this
   // memory (fp32 and 16-bit x with fp32 weights at 1M columns are much
   // faster so). Without one (nullptr) every row takes the other kernels:

@@ -202,7 +202,7 @@ struct RowTuning {
   int bwd_grid_rows16;
   int bwd_grid_keep_cluster16;
   // Forward rows of at least fwd_grid_min_cols16 (16-bit x) / 32 (fp32 x)
-  // columns (never below kNormFwdGridMinCols) take the grid forward
+  // columns (never below kNormFwdWorkspaceMinCols) take the grid forward
   // (rmsnorm_fwd_grid_kernel) where the call passes a workspace, the layout
   // allows (x and out in one dtype, no residual, 16-byte aligned) and
   // fwd_grid has the dtype's bit (bit 0 16-bit x, bit 1 fp32 x) -- unless
@@ -371,29 +371,15 @@ constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 *
 constexpr int kNormGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
 constexpr int kNormGridStagesMax = 8;
 constexpr int kNormGridExchangeRing = 16;  // core::kGridExchangeRing
-// The forward's grid (x's tile alone a stage): kNormFwdGridCtasPerSm CTAs
-// of kNormFwdGridCtaThreads threads an SM, 16 elements a thread. One
-// 512-thread CTA an SM measured a step of a fixed ~1.1 us (RMSNorm; ~2.4 us
-// LayerNorm) plus the step's traffic at copy speed, the two not overlapped
-// (fp32 RMSNorm 1M 65.6% of copy, bf16 LayerNorm with fp32 weights 43.2%;
-// H200, f0e0632). Two 256-thread CTAs an SM (two independent chains of
-// steps, twice the ranks) measured worse, the more so the more ranks: fp32
-// RMSNorm 1M 63.0%, 128K 66.7 (68.4); LayerNorm bf16 1M 33.6, fp32 1M 43.3
-// (53.4) (8a9ed8b, bench/results/2026-12-02-norm-fwd-grid.md): not the
-// fix, so one CTA an SM. Its header: four block reductions' scratch (the
-// warps' float4 each), the mbarriers, the collected words of up to
-// kNormFwdGridMaxRanks ranks (4 a rank).
-constexpr int kNormFwdGridCtaThreads = 512;
-constexpr int kNormFwdGridCtasPerSm = 1;
-constexpr int kNormFwdGridMaxRanks = 144;
-constexpr uint32_t kNormFwdGridScratchBytes = 1024;
-constexpr uint32_t kNormFwdGridBarOffset = kNormFwdGridScratchBytes;
-constexpr uint32_t kNormFwdGridValsOffset = kNormFwdGridBarOffset + 128;
-constexpr size_t kNormFwdGridHeader = kNormFwdGridValsOffset + kNormFwdGridMaxRanks * 4 * 4;
-// The forward's grid serves no row shorter than this, whatever the tuning:
-// a caller that passes no workspace below it loses nothing (the Python
-// front asks for one from here on).
-constexpr int64_t kNormFwdGridMinCols = kNormFwdWorkspaceMinCols;
+// The forward's grid has the backward's CTA: one of kNormGridCtaThreads an
+// SM. (Two 256-thread CTAs an SM -- two independent chains of steps, twice
+// the ranks -- measured worse, the more so the more ranks: fp32 RMSNorm 1M
+// 63.0% of copy against one CTA's 65.6, LayerNorm bf16 with fp32 weights
+// 33.6 against 43.2, fp32 LayerNorm 43.3 against 53.4; H200, 8a9ed8b /
+// f0e0632, bench/results/2026-12-02-norm-fwd-grid.md.)
+// The forward's grid serves no row shorter than kNormFwdWorkspaceMinCols
+// (quack.hpp), whatever the tuning: a caller that passes no workspace below
+// it loses nothing (the Python front asks for one from there on).
 struct NormGridConfig {
   int ranks = 0;           // CTAs a row
   int groups = 0;          // rows in flight at once

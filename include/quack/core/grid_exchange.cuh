@@ -155,9 +155,8 @@ struct GridExchange {
   // thread: gather, then every lane of every warp combines ranks lane,
   // lane + 32, ... in order, then the butterfly -- the same bits in every
   // warp and every CTA.
-  template <int N = 1>
   __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
-    gather<N>(j, vals, loaders);
+    gather(j, vals, loaders);
     const int lane = int(threadIdx.x) & 31;
     T acc = Op::identity();
     for (int r = lane; r < ranks; r += 32) {

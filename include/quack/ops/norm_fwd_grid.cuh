@@ -1,9 +1,8 @@
 // RMSNorm / LayerNorm forward for rows past what a cluster holds well
 // (rmsnorm_fwd_grid_kernel): the backward's grid (ops/rmsnorm_bwd.cuh, 2'')
 // with x's tile alone a stage. A cooperative grid of `groups` groups of
-// `ranks` CTAs, one CTA of 512 threads an SM (core/config.hpp,
-// kNormFwdGridCta*: what two CTAs an SM measured there), NormGridConfig:
-// rank r of
+// `ranks` CTAs, one CTA of kNormGridCtaThreads an SM (core/config.hpp,
+// NormGridConfig; what two CTAs an SM measured is noted there): rank r of
 // every group owns the same tile of columns and holds its weight and bias in
 // registers; group g takes rows g, g + groups, ... in order, R of its rows a
 // step (R = 2 for 16-bit rows: the step's barriers and exchange paid once for
@@ -39,18 +38,18 @@
 namespace quack {
 namespace ops {
 
-constexpr int kNormFwdGridThreads = kNormFwdGridCtaThreads;
+constexpr int kNormFwdGridThreads = kNormGridCtaThreads;
 // The last thread publishes and its warp loads no collected word, so its
 // release fence runs alongside the collect's loads (as the backward's).
 constexpr int kNormFwdGridPublisher = kNormFwdGridThreads - 1;
 constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
 // The scratch's four areas: a block reduction's warp partials (up to a
 // float4 a warp) each; A's sums and deviations, in two parities by step.
-constexpr uint32_t kNormFwdGridScratchArea = kNormFwdGridScratchBytes / 4;
+constexpr uint32_t kNormFwdGridScratchArea = kNormGridScratchBytes / 4;
 static_assert((kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
               "grid forward scratch: four areas of the warps' float4");
 static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2 &&
-                  8 * kNormGridStagesMax <= int(kNormFwdGridValsOffset - kNormFwdGridBarOffset),
+                  8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
               "grid forward: the exchange ring and the mbarriers' room");
 
 // N plain sums as one reduction value (N = 1, 2, 4).
@@ -77,8 +76,7 @@ __device__ __forceinline__ void grid_warp_sums(float (&a)[N]) {
 
 // Tw: the weight's and bias's dtype (x's or fp32; x's when neither is given).
 template <typename T, typename Tw, bool kCentre, int R>
-__global__ void __launch_bounds__(kNormFwdGridThreads, kNormFwdGridCtasPerSm)
-    rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
+__global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
@@ -87,9 +85,9 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, kNormFwdGridCtasPerSm)
   using XWords = GridWords<typename XOp::T>;
   using V = RawVec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
-  float* vals = reinterpret_cast<float*>(smem + kNormFwdGridValsOffset);  // collected words
-  const uint32_t bar0 = smem_addr(smem) + kNormFwdGridBarOffset;
-  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormFwdGridHeader);
+  float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
+  const uint32_t bar0 = smem_addr(smem) + kNormGridBarOffset;
+  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormGridHeader);
 
   const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
   const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
@@ -179,7 +177,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, kNormFwdGridCtasPerSm)
   // rank's of a step. (Loaded at the top of the step instead, under phase
   // A, they gained nothing: fp32 RMSNorm 1M 2771 -> 2755 GB/s, LayerNorm
   // bf16 1800 -> 1804; H200, f0e0632 / bd4430b.)
-  constexpr int kGather = (kNormFwdGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
+  constexpr int kGather = (kNormGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
     if (i < steps) {  // A: publish step i's sums
       float sum[R], dev[R];

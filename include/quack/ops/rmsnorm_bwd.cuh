@@ -844,7 +844,7 @@ constexpr int kNormBwdGridThreads = kNormGridCtaThreads;
 constexpr int kNormBwdGridElems = kNormGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
 constexpr uint32_t kNormBwdGridBarOffset = kNormGridBarOffset;
 constexpr uint32_t kNormBwdGridValsOffset = kNormGridValsOffset;
-constexpr uint32_t kNormGridHeaderBytes = uint32_t(kNormGridHeader);  // then the stages
+constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormGridHeader);  // then the stages
 // The last thread publishes and its warp loads no collected word (the
 // other warps' threads load them, two at most each), so its release fence
 // runs alongside the collect's loads.
@@ -917,7 +917,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   DT* scratch = reinterpret_cast<DT*>(smem);  // [2][32] block partials
   float* vals = reinterpret_cast<float*>(smem + kNormBwdGridValsOffset);  // collected words
   const uint32_t bar0 = smem_addr(smem) + kNormBwdGridBarOffset;
-  const uint32_t stage0 = smem_addr(smem) + kNormGridHeaderBytes;
+  const uint32_t stage0 = smem_addr(smem) + kNormBwdGridHeaderBytes;
 
   const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
   const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;

@@ -620,7 +620,7 @@ std::vector<FwdCase> grid_cases() {
 // and two 16-bit rows a step; a lag of 1; a row a step; the fewest stages.
 void grid_everywhere(RowTuning& t) {
   t.fwd_grid = 3;
-  t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = kNormFwdGridMinCols;
+  t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = kNormFwdWorkspaceMinCols;
   t.fwd_grid_keep_reg = 0;
 }
 

@@ -329,8 +329,8 @@ TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
     t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
     t.fwd_grid_keep_reg = 0;
     set_row_tuning(&t);
-    EXPECT_EQ(norm_fwd_workspace_bytes(args_of({4096, kNormFwdGridMinCols - 8, kF32, kF32}), ln, lim), 0u);
-    EXPECT_GT(norm_fwd_workspace_bytes(args_of({4096, kNormFwdGridMinCols, kF32, kF32}), ln, lim), 0u);
+    EXPECT_EQ(norm_fwd_workspace_bytes(args_of({4096, kNormFwdWorkspaceMinCols - 8, kF32, kF32}), ln, lim), 0u);
+    EXPECT_GT(norm_fwd_workspace_bytes(args_of({4096, kNormFwdWorkspaceMinCols, kF32, kF32}), ln, lim), 0u);
     // keep_reg 0: bf16 1M with a bf16 weight leaves its cluster too.
     EXPECT_EQ(text(with_ws(args_of({256, 1 << 20, kBF16, kBF16})), ln).rfind("grid", 0), 0u);
     t.fwd_grid = 1;  // 16-bit rows only
@@ -352,7 +352,7 @@ TEST(NormFwdGridConfig, Invariants) {
         for (const int lag : {1, 2, 7})
           for (const int rows16 : {1, 2})
             for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
-              for (int64_t cols = kNormFwdGridMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
+              for (int64_t cols = kNormFwdWorkspaceMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
                 RowTuning t = default_row_tuning();
                 t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
                 t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
@@ -361,20 +361,17 @@ TEST(NormFwdGridConfig, Invariants) {
                 NormGridConfig c;
                 if (!choose_norm_fwd_grid_config(rows, cols, eb, centre, lim, t, &c)) {
                   // Refused only below the floor or where a row needs more
-                  // CTAs (of 8192 elements) than fit the SMs at once.
-                  EXPECT_TRUE(cols < kNormFwdGridMinCols ||
-                              (cols + 8191) / 8192 > int64_t(lim.num_sms) * kNormFwdGridCtasPerSm)
-                      << cols;
+                  // CTAs (of 8192 elements) than there are SMs.
+                  EXPECT_TRUE(cols < kNormFwdWorkspaceMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
                   continue;
                 }
                 ++served;
                 SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
                 EXPECT_EQ(check_norm_fwd_grid_config(c, rows, cols, eb, lim), nullptr);
-                EXPECT_GE(cols, kNormFwdGridMinCols);
-                EXPECT_LE(c.grid, int64_t(lim.num_sms) * kNormFwdGridCtasPerSm);
-                EXPECT_EQ(c.smem_bytes, kNormFwdGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
-                // The CTAs an SM share its shared memory (1 KB reserved each).
-                EXPECT_LE(kNormFwdGridCtasPerSm * (c.smem_bytes + 1024), lim.smem_per_sm);
+                EXPECT_GE(cols, kNormFwdWorkspaceMinCols);
+                EXPECT_LE(c.grid, lim.num_sms);
+                EXPECT_EQ(c.smem_bytes, kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
                 EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
@@ -387,9 +384,9 @@ TEST(NormFwdGridConfig, Invariants) {
   NormGridConfig c;
   RowTuning t = default_row_tuning();
   t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = 1;
-  EXPECT_FALSE(choose_norm_fwd_grid_config(16, kNormFwdGridMinCols - 1, 2, false, lim, t, &c));
-  EXPECT_TRUE(choose_norm_fwd_grid_config(16, kNormFwdGridMinCols, 2, false, lim, t, &c));
-  EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdGridMinCols, 2, false, lim, t, &c));
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, kNormFwdWorkspaceMinCols - 1, 2, false, lim, t, &c));
+  EXPECT_TRUE(choose_norm_fwd_grid_config(16, kNormFwdWorkspaceMinCols, 2, false, lim, t, &c));
+  EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdWorkspaceMinCols, 2, false, lim, t, &c));
   t.fwd_grid = 0;
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 1 << 20, 2, false, lim, t, &c));
   // The defaults: fp32 rows past 512K columns, 16-bit ones from 512K; one
