@@ -37,8 +37,8 @@
 #              the defaults, then once per QUACK_TUNE variant in $SWEEP_TUNES
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
-#              (default "bf16 f32"), $SWEEP_NS the forward norms' N (default: the
-#              sweep's own list)
+#              (default "bf16 f32"), $SWEEP_NS the norms' N, forward and
+#              backward (default: each sweep's own list)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
@@ -242,11 +242,13 @@ PROBES
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
             echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
-            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
+            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
+              >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm_bwd "* ]]; then
             echo "== layernorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
-            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" >> "$out/rmsnorm_bwd_sweep.log" 2>&1 \
+            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
+              >> "$out/rmsnorm_bwd_sweep.log" 2>&1 \
               || status=1
           fi
         done

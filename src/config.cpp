@@ -931,7 +931,10 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   if (c.stages < 2) return false;
   c.smem_bytes = kNormGridHeader + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
-  const size_t words = size_t(c.groups) * kNormGridExchangeRing * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
+  c.steps = ceil_div(ceil_div(rows, int64_t(c.groups)), int64_t(c.rows));
+  // A group's exchange log is indexed in 32 bits (core/grid_exchange.cuh).
+  if (c.steps * c.ranks * c.rows * (centre ? 2 : 1) >= (int64_t(1) << 31)) return false;
+  const size_t words = size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
   c.exchange_bytes = (words * 8 + 15) / 16 * 16;
   *out = c;
   return true;
@@ -957,6 +960,10 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
   if (c.smem_bytes != kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
     return "smem != header + stages";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
+  if (c.steps * c.rows * c.groups < rows) return "the exchange log's steps do not cover the group's rows";
+  if (c.steps * c.ranks * c.rows >= (int64_t(1) << 31)) return "a group's exchange log past 2^31 words";
+  if (c.exchange_bytes < size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 8)
+    return "exchange_bytes below a word a rank a row of every step";
   return nullptr;
 }
 

@@ -229,6 +229,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     gp.grid_lag = g.lag;
     gp.grid_stages = g.stages;
     gp.grid_tile_vecs = g.tile_vecs;
+    gp.grid_steps = g.steps;
     bool not_resident = false;
     Status gst = detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
       return ops::launch_rmsnorm_fwd_grid<decltype(dt)::value, kCentre>(gp, g, plan.grid_w_f32, device, stream,

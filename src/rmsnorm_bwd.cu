@@ -71,7 +71,7 @@ struct Plan {
   size_t dot_bytes = 0;
   // The grid kernel (ops/rmsnorm_bwd.cuh, 2''), ahead of the plan above,
   // which stays the fallback for a grid that cannot be resident at launch:
-  // its exchange rings at the workspace's start, then gcfg.groups partial
+  // its exchange logs at the workspace's start, then gcfg.groups partial
   // rows.
   // grid: the configuration exists (it sizes the workspace, which depends
   // on no option); grid_runs: it is launched -- not for 16-bit rows that a
@@ -240,6 +240,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.grid_groups = g.groups;
       p.grid_lag = g.lag;
       p.grid_tile_vecs = g.tile_vecs;
+      p.grid_steps = g.steps;
       p.stages = g.stages;
       bool not_resident = false;
       Status st = detail::by_dtype(a.h.dtype, "h", [&](auto dt) {

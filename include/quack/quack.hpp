@@ -80,8 +80,10 @@ struct RMSNormFwdArgs {
   // kNormFwdWorkspaceMinCols columns may then take the grid kernel: a row spread
   // over every SM, its CTAs exchanging their partial sums through this
   // memory (fp32 and 16-bit x with fp32 weights at 1M columns are much
-  // faster so). Without one (nullptr) every row takes the other kernels:
-  // the results are the same within rounding, only the speed differs.
+  // faster so). Its size grows with the rows: at most 16 bytes a row for
+  // every 8192 columns (about 1/1000 of x's bytes). Without one (nullptr)
+  // every row takes the other kernels: the results are the same within
+  // rounding, only the speed differs.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

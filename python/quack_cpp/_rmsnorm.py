@@ -217,7 +217,7 @@ def _launch(x: Tensor, weight, bias, residual, out_dtype, residual_dtype, eps, w
 
 def _launch_long(x: Tensor, centre: bool, args: tuple, mean_ptr: int) -> None:
     """Long rows: the forward with the workspace it asks for (the grid
-    kernel's exchange rings, from torch's caching allocator on x's stream;
+    kernel's exchange logs, from torch's caching allocator on x's stream;
     none where the grid does not serve the row)."""
     nbytes = _norm_fwd_ws(centre, *args, mean_ptr, 0, 0, 2)
     ws = x.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None

@@ -358,8 +358,8 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPip
 // memory: kNormGridHeader bytes (the reduction scratch, the mbarriers, the
 // collected words of up to kNormGridMaxRanks ranks), then `stages` stages of
 // a row's tiles each: h and dy (backward) or x (forward). Workspace: the
-// groups' exchange rings (exchange_bytes, zeroed before each launch); the
-// backward's `groups` partial rows follow them.
+// groups' exchange logs (exchange_bytes: a slot a step, zeroed before each
+// launch); the backward's `groups` partial rows follow them.
 constexpr int kNormGridCtaThreads = 512;
 constexpr int kNormGridCtaElems = 16;
 constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
@@ -368,9 +368,8 @@ constexpr uint32_t kNormGridScratchBytes = 1024;                      // block r
 constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the stages' mbarriers, 8 B each
 constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each
 constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 * 4;
-constexpr int kNormGridMaxLag = 7;       // core::kGridExchangeRing >= 2 lag + 2
+constexpr int kNormGridMaxLag = 7;
 constexpr int kNormGridStagesMax = 8;
-constexpr int kNormGridExchangeRing = 16;  // core::kGridExchangeRing
 // The forward's grid has the backward's CTA: one of kNormGridCtaThreads an
 // SM. (Two 256-thread CTAs an SM -- two independent chains of steps, twice
 // the ranks -- measured worse, the more so the more ranks: fp32 RMSNorm 1M
@@ -389,7 +388,8 @@ struct NormGridConfig {
   int64_t tile_vecs = 0;   // vectors of the row a CTA owns (the last rank may own fewer)
   size_t smem_bytes = 0;   // a CTA's
   int64_t grid = 0;        // ranks * groups
-  size_t exchange_bytes = 0;  // the rings, 16-byte padded
+  int64_t steps = 0;       // a group's steps: the slots of its exchange log
+  size_t exchange_bytes = 0;  // the logs, 16-byte padded
 };
 // False where the tuning does not ask for it (tune.bwd_grid's dtype bit,
 // tune.bwd_grid_min_cols16 / 32) or the row needs more CTAs than there are SMs.
@@ -452,7 +452,7 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
 // grid serves the row.
 std::string norm_fwd_plan_description(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // The forward's workspace for given device limits: the grid kernel's
-// exchange rings where it serves the row (whether or not args.workspace is
+// exchange logs where it serves the row (whether or not args.workspace is
 // set), else 0 (src/rmsnorm.cu).
 size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
 // Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the

@@ -6,8 +6,8 @@
 //
 // Protocol. A group of S CTAs (ranks 0..S-1) reduces a sequence of rows
 // j = 0, 1, 2, ... in order. For each, every rank publishes its partial once
-// (one thread: one release fence, then relaxed stores), and any rank may then
-// collect the S partials (the whole CTA: one thread a word, every load in
+// (one thread, relaxed stores), and any rank may then collect the S
+// partials (the whole CTA: one thread a word, every load in
 // flight at once, so a collect costs one L2 round trip however many ranks),
 // which every warp combines in rank order from shared memory: the same bits
 // in every CTA, every warp and every run. (The first version collected with
@@ -16,19 +16,25 @@
 // of copy bandwidth, RMSNorm, and 28%, LayerNorm; H200, 2026-12-01.)
 // A partial is kWords 64-bit words, each {32-bit tag, the float's bits}; the
 // tag of row j is j + 1, so a word is ready once its tag matches. The words
-// live in a ring of kGridExchangeRing rows ([ring][S][kWords] per group),
-// zeroed (tag 0: nothing ready) by the launcher before each launch. (A
-// "row" here is one reduction of the sequence: the grid backward reduces a
+// live in a log of a slot a row ([rows][S][kWords] per group), zeroed (tag 0:
+// nothing ready) by the launcher before each launch, each slot written once.
+// (A "row" here is one reduction of the sequence: the grid kernels reduce a
 // step of one or two rows of the tensor in each.)
 //
-// Ring reuse. A rank publishes row j + kGridExchangeRing into row j's slot.
-// Where a rank collects row j at most `lag` rows after publishing it, and
-// collects a row only once every rank has published it, a rank that has
-// published j + ring - lag - 1 finished collecting j when ring >= 2 lag + 2:
-// the slot is free. Publishing after a release fence and collecting with
-// acquire orders the collector's reads of a slot before the overwrite that
-// follows the publication it observed (the collect ends in a CTA barrier
-// before the collecting CTA's next publication).
+// No fence. A word carries its own readiness (the tag and the value are one
+// single-copy-atomic 64-bit store), nothing else a collector reads is
+// published, and no slot is reused: a relaxed store publishes, a relaxed
+// load (at gpu scope: from L2, never a stale L1 line) collects. The first
+// version kept a ring of 16 rows, reused, which needed a release fence
+// before each publication (so that the collectors' reads of a slot were
+// ordered before its overwrite) and acquire loads: ptxas lowers that fence
+// to MEMBAR.ALL.GPU, which waits until every store the SM has issued is
+// acknowledged -- the step's whole output, just written -- so each step
+// paid its writes' drain serially with its reduction (fp32 RMSNorm 1M
+// forward: a fixed ~1.1 us a step on top of its traffic, 65.6% of copy;
+// H200, 9256e1a, bench/results/2026-12-02-norm-fwd-grid.md). The log costs
+// a 64-bit word a rank a reduced value a row: 1/1024 of a 16-bit row's
+// bytes at 8192 columns a rank, zeroed with the launch.
 //
 // A collect that waits for more than kGridExchangeTimeoutNs traps (an
 // error reported by the launch, not a hang): only a group whose CTAs are
@@ -43,17 +49,15 @@
 namespace quack {
 namespace core {
 
-constexpr int kGridExchangeRing = 16;  // a power of two
 constexpr uint64_t kGridExchangeTimeoutNs = uint64_t(60) * 1000 * 1000 * 1000;
 
-__device__ __forceinline__ void fence_release_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ uint64_t ld_relaxed_gpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_relaxed_gpu(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-  return v;
 }
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
@@ -89,30 +93,30 @@ struct GridExchange {
   using T = typename Op::T;
   using Words = GridWords<T>;
   static constexpr int kWords = Words::kWords;
-  uint64_t* ring;  // this group's [kGridExchangeRing][ranks][kWords]
+  uint64_t* log;  // this group's [rows][ranks][kWords]
   int ranks, rank;
 
-  // Global words a group's ring takes.
-  __host__ __device__ static constexpr int64_t words(int ranks) { return int64_t(kGridExchangeRing) * ranks * kWords; }
+  // Global words a group's log of `rows` rows takes.
+  __host__ __device__ static constexpr int64_t words(int ranks, int64_t rows) { return rows * ranks * kWords; }
 
   __device__ __forceinline__ uint64_t* slot(int j, int r) const {
-    return ring + ((j & (kGridExchangeRing - 1)) * ranks + r) * kWords;
+    // 32-bit: a group's log holds fewer than 2^31 words (the chooser's
+    // limit; with 64-bit offsets the backward's 1-row instances spilled).
+    return log + (uint32_t(j) * uint32_t(ranks) + uint32_t(r)) * uint32_t(kWords);
   }
 
-  // One thread: this rank's partial of row j. One fence for all its words
-  // (a st.release each was a MEMBAR.GPU each: two, serial, for a pair).
+  // One thread: this rank's partial of row j (relaxed stores: see above).
   __device__ __forceinline__ void publish(int j, T v) const {
     float w[kWords];
     Words::put(v, w);
     uint64_t* s = slot(j, rank);
     const uint64_t tag = uint64_t(uint32_t(j) + 1u) << 32;
-    fence_release_gpu();
 #pragma unroll
     for (int k = 0; k < kWords; ++k) st_relaxed_gpu(s + k, tag | __float_as_uint(w[k]));
   }
 
   // Word t of row j once it is ready (its tag matches), from v, the word as
-  // first loaded: spins on acquire loads while it is not.
+  // first loaded: spins on loads while it is not.
   __device__ __forceinline__ float ready_word(int j, int t, uint64_t v) const {
     const uint32_t tag = uint32_t(j) + 1u;
     uint64_t start = 0;
@@ -120,7 +124,7 @@ struct GridExchange {
       if (start == 0) start = global_timer_ns();
       else if (global_timer_ns() - start > kGridExchangeTimeoutNs) __trap();
       __nanosleep(64);
-      v = ld_acquire_gpu(slot(j, 0) + t);
+      v = ld_relaxed_gpu(slot(j, 0) + t);
     }
     return __uint_as_float(uint32_t(v));
   }
@@ -140,7 +144,7 @@ struct GridExchange {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const int t = t0 + k * loaders;
-        w[k] = t < words ? ld_acquire_gpu(slot(j, 0) + t) : 0;
+        w[k] = t < words ? ld_relaxed_gpu(slot(j, 0) + t) : 0;
       }
 #pragma unroll
       for (int k = 0; k < N; ++k) {

@@ -48,9 +48,8 @@ constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
 constexpr uint32_t kNormFwdGridScratchArea = kNormGridScratchBytes / 4;
 static_assert((kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
               "grid forward scratch: four areas of the warps' float4");
-static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2 &&
-                  8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
-              "grid forward: the exchange ring and the mbarriers' room");
+static_assert(8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
+              "grid forward: the mbarriers' room");
 
 // N plain sums as one reduction value (N = 1, 2, 4).
 template <int N>
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   const int stages = p.grid_stages, lag = p.grid_lag;
   // Rows of this group (fewer than 2^31: choose_norm_fwd_grid_config).
   const int rows_here = group < p.rows ? int((p.rows - group + groups - 1) / groups) : 0;
-  const GridExchange<XOp> ex{p.exchange + group * GridExchange<XOp>::words(ranks), ranks, rank};
+  const GridExchange<XOp> ex{p.exchange + group * GridExchange<XOp>::words(ranks, p.grid_steps), ranks, rank};
   const T* x = static_cast<const T*>(p.x);
   T* out = static_cast<T*>(p.out);
   const Tw* wp = static_cast<const Tw*>(p.w);
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 }
 
 // The grid kernel (cfg from choose_norm_fwd_grid_config), a cooperative
-// launch after the exchange rings at p.exchange (cfg.exchange_bytes) are
+// launch after the exchange logs at p.exchange (cfg.exchange_bytes) are
 // zeroed. w_f32: the weight and bias are fp32 (else x's dtype, or absent).
 // *not_resident: set when the grid cannot be resident at once (nothing
 // launched; the caller takes the other kernels).

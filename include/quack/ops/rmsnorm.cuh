@@ -82,10 +82,11 @@ struct RMSNormFwdParams {
   int team_shift;
   float inv_cols;
   // The grid kernel (ops/norm_fwd_grid.cuh; NormGridConfig): the groups'
-  // exchange rings (the caller's workspace), the layout.
+  // exchange logs (the caller's workspace) of grid_steps steps each, the
+  // layout.
   uint64_t* exchange;
   int grid_ranks, grid_groups, grid_lag, grid_stages;
-  int64_t grid_tile_vecs;
+  int64_t grid_tile_vecs, grid_steps;
 };
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];

@@ -73,9 +73,10 @@ struct RMSNormBwdParams {
   int64_t row_blocks;
   // The grid kernel (2''): CTAs a row (ranks of a group), row groups, a
   // CTA's tile of 16-byte vectors, the rows a collect trails its publish,
-  // and the groups' exchange rings (core/grid_exchange.cuh).
+  // and the groups' exchange logs of grid_steps steps each
+  // (core/grid_exchange.cuh).
   int grid_ranks, grid_groups, grid_lag;
-  int64_t grid_tile_vecs;
+  int64_t grid_tile_vecs, grid_steps;
   uint64_t* exchange;
 };
 
@@ -852,8 +853,6 @@ constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
 constexpr int kNormBwdGridLoaders = kNormBwdGridPublisher & ~31;
 static_assert(kNormGridScratchBytes == kRMSNormBwdScratchBytes && 8 * kNormGridStagesMax <= 128,
               "grid kernel header: scratch, the mbarriers, the collected words");
-static_assert(kNormGridExchangeRing == core::kGridExchangeRing && core::kGridExchangeRing >= 2 * kNormGridMaxLag + 2,
-              "grid kernel exchange ring");
 static_assert(2 * 32 * sizeof(float4) <= kRMSNormBwdScratchBytes, "grid kernel scratch: block_reduce's [2][32] partials");
 
 // A step's dots: (sum g * xhat-numerator, sum g) of R rows -- one word a dot
@@ -928,7 +927,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   const int stages = p.stages, lag = p.grid_lag;
   // Rows of this group (fewer than 2^31: choose_norm_bwd_grid_config).
   const int rows_here = group < p.rows ? int((p.rows - group + groups - 1) / groups) : 0;
-  const GridExchange<Op> ex{p.exchange + group * GridExchange<Op>::words(ranks), ranks, rank};
+  const GridExchange<Op> ex{p.exchange + group * GridExchange<Op>::words(ranks, p.grid_steps), ranks, rank};
   const T* h = static_cast<const T*>(p.h);
   const T* dy = static_cast<const T*>(p.dy);
 
@@ -1288,7 +1287,7 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
 }
 
 // The grid kernel (2''; cfg from choose_norm_bwd_grid_config), a
-// cooperative launch after the exchange rings at p.exchange
+// cooperative launch after the exchange logs at p.exchange
 // (cfg.exchange_bytes) are zeroed. *not_resident: set when the grid cannot
 // be resident at once (nothing launched; the caller takes the split path).
 template <DType kX, bool kCentre>

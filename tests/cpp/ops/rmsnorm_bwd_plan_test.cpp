@@ -562,7 +562,7 @@ TEST_F(NormBwdPlan, GridKernelCells) {
 }
 
 // Every configuration the grid chooser returns passes its checks, covers
-// the row with nonempty tiles, and sizes the exchange rings; it declines
+// the row with nonempty tiles, and sizes the exchange logs; it declines
 // exactly the rows that need more ranks than there are SMs.
 TEST_F(NormBwdPlan, GridConfigInvariants) {
   const DeviceLimits lim;
@@ -596,9 +596,11 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
             EXPECT_EQ(c.ranks, ranks);
             EXPECT_LE(c.groups, rows);
             EXPECT_EQ(c.exchange_bytes % 16, 0u);
-            const size_t ring_bytes = size_t(c.groups) * kNormGridExchangeRing * c.ranks * c.rows * (centre ? 16 : 8);
-            EXPECT_GE(c.exchange_bytes, ring_bytes);
-            EXPECT_LT(c.exchange_bytes, ring_bytes + 16);
+            const int64_t group_rows = (rows + c.groups - 1) / c.groups;
+            EXPECT_EQ(c.steps, (group_rows + c.rows - 1) / c.rows);
+            const size_t log_bytes = size_t(c.groups) * size_t(c.steps) * c.ranks * c.rows * (centre ? 16 : 8);
+            EXPECT_GE(c.exchange_bytes, log_bytes);
+            EXPECT_LT(c.exchange_bytes, log_bytes + 16);
             EXPECT_EQ(c.rows, eb == 2 && c.stages >= 5 && t.bwd_grid_rows16 >= 2 ? 2 : 1);
             EXPECT_LE((c.lag + 1) * c.rows, c.stages);
           }
@@ -628,9 +630,9 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   EXPECT_NE(std::strstr(why, "collected words"), nullptr) << why;
 }
 
-// The workspace covers the grid kernel (its rings, then a partial row a
+// The workspace covers the grid kernel (its logs, then a partial row a
 // group) and the plan it falls back to, with and without weight gradients
-// (the rings are needed for dx alone).
+// (the logs are needed for dx alone).
 TEST_F(NormBwdPlan, GridWorkspaceCoversItsFallback) {
   for (const bool ln : {false, true})
     for (const bool grads : {false, true}) {

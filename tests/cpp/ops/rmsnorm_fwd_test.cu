@@ -595,12 +595,12 @@ INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::Valu
 // the plan must say "grid". Cases: each dtype, weight and bias in x's dtype
 // or fp32 or absent, a weight offset, rstd / mean, partial last vectors
 // (odd N, padded strides), one row and a group's odd last step (two 16-bit
-// rows a step), many rows (the exchange ring wraps, several groups), rows
+// rows a step), many rows (a long exchange log, several groups), rows
 // far off zero with outliers (LayerNorm's combined moments).
 std::vector<FwdCase> grid_cases() {
   return {
       FwdCase("G65536_bf16_w_rstd_M300", 300, 65536, kBF16).with(kW, kBF16).with_rstd(),
-      FwdCase("G1048576_f32_w_b_rstd_M40_ring_wraps", 40, 1 << 20, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("G1048576_f32_w_b_rstd_M40_long_log", 40, 1 << 20, kF32).with(kW, kF32).with(kB, kF32).with_rstd(),
       FwdCase("G1048573_bf16_f32_w_b_rstd_padded", 3, 1048573, kBF16).with(kW, kF32).with(kB, kF32).with_rstd()
           .pad(kX, 3).pad(kOut, 11),
       FwdCase("G131075_f16_b_offset_padded", 9, 131075, kF16).with(kB, kF16).with_weight_offset(1.0f).pad(kX, 5)

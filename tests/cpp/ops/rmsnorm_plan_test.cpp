@@ -301,7 +301,7 @@ TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
       if (c.grid) {
         EXPECT_NE(p.find("rows " + std::to_string(c.rows_a_step)), std::string::npos) << p;
         // The same call without a workspace takes the other kernels; the
-        // query sizes the rings either way.
+        // query sizes the logs either way.
         EXPECT_NE(text(a, ln).rfind("grid", 0), 0u) << text(a, ln);
         NormGridConfig g;
         ASSERT_TRUE(choose_norm_fwd_grid_config(c.rows, c.cols, dtype_size(c.x), ln, lim, default_row_tuning(), &g));
@@ -375,9 +375,13 @@ TEST(NormFwdGridConfig, Invariants) {
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
                 EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
-                const size_t ring = size_t(c.groups) * kNormGridExchangeRing * c.ranks * c.rows * (centre ? 2 : 1) * 8;
-                EXPECT_GE(c.exchange_bytes, ring);
-                EXPECT_LT(c.exchange_bytes, ring + 16);
+                // The exchange log: a slot a step of every group, covering
+                // the group's rows (the first group has the most).
+                const int64_t group_rows = (rows + c.groups - 1) / c.groups;
+                EXPECT_EQ(c.steps, (group_rows + c.rows - 1) / c.rows);
+                const size_t log = size_t(c.groups) * size_t(c.steps) * c.ranks * c.rows * (centre ? 2 : 1) * 8;
+                EXPECT_GE(c.exchange_bytes, log);
+                EXPECT_LT(c.exchange_bytes, log + 16);
               }
   EXPECT_GT(served, 200);
   // The floor, the switch and the row tags.
@@ -403,7 +407,8 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_EQ(c.stages, 8);
   EXPECT_EQ(c.rows, 2);
   EXPECT_EQ(c.lag, 2);
-  EXPECT_EQ(c.exchange_bytes, size_t(kNormGridExchangeRing) * 128 * 2 * 2 * 8);
+  EXPECT_EQ(c.steps, 128);  // one group: 256 rows, two a step
+  EXPECT_EQ(c.exchange_bytes, size_t(128) * 128 * 2 * 2 * 8);
   // 132 ranks (one CTA on each of 132 SMs) are the most: 132 x 8192 fp32
   // columns are served, one more vector is not.
   t = default_row_tuning();
