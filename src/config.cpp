@@ -354,6 +354,7 @@ RowTuning default_row_tuning() {
   t.fwd_grid_stages32 = 8;
   t.fwd_grid_lag = 2;
   t.fwd_grid_rows16 = 2;
+  t.fwd_grid_prefetch = 1;
   return t;
 }
 

@@ -123,6 +123,7 @@ struct NormFwdPlan {
   bool grid = false, grid_runs = false;
   NormGridConfig gcfg;
   bool grid_w_f32 = false;
+  bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch
 };
 
 // The grid kernel's layouts: x and out in one dtype, no residual stream,
@@ -159,6 +160,7 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
   plan.vec_io = fwd_vec_io(a);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   plan.grid = grid_path(a, centre, plan.vec_io, lim, tune, &plan.gcfg, &plan.grid_w_f32);
+  plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   plan.grid_runs = plan.grid && a.workspace != nullptr &&
                    !(plan.reg && (tune.fwd_grid_keep_reg & keep_reg_bit(a.x.dtype, plan.grid_w_f32)));
   if (plan.reg) {
@@ -230,6 +232,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     gp.grid_stages = g.stages;
     gp.grid_tile_vecs = g.tile_vecs;
     gp.grid_steps = g.steps;
+    gp.grid_prefetch = plan.grid_prefetch ? 1 : 0;
     bool not_resident = false;
     Status gst = detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
       return ops::launch_rmsnorm_fwd_grid<decltype(dt)::value, kCentre>(gp, g, plan.grid_w_f32, device, stream,

@@ -209,7 +209,9 @@ struct RowTuning {
   // the register kernels serve the row and fwd_grid_keep_reg has the
   // layout's bit: bit 0 16-bit x with its weight and bias in x's dtype (or
   // none), bit 1 16-bit x with fp32 ones, bit 2 fp32 x. fwd_grid_stages16 /
-  // 32, fwd_grid_lag, fwd_grid_rows16: as the backward's.
+  // 32, fwd_grid_lag, fwd_grid_rows16: as the backward's. fwd_grid_prefetch:
+  // 1 issues a step's collect loads at the top of the step, under phase A;
+  // 0 after it.
   int fwd_grid;
   int64_t fwd_grid_min_cols16;
   int64_t fwd_grid_min_cols32;
@@ -218,6 +220,7 @@ struct RowTuning {
   int fwd_grid_stages32;
   int fwd_grid_lag;
   int fwd_grid_rows16;
+  int fwd_grid_prefetch;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others

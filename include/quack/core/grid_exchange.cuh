@@ -155,6 +155,32 @@ struct GridExchange {
     __syncthreads();
   }
 
+  // gather in two halves, for a caller that has work to do while the loads
+  // are in flight: gather_issue loads row j's words of the calling thread
+  // (t < loaders: words t, t + loaders, ..., N of them; all of the row's
+  // words when N * loaders >= ranks * kWords, which the caller ensures),
+  // gather_finish waits for each to be ready, parks them in `vals` and ends
+  // in one barrier, as gather does.
+  template <int N>
+  __device__ __forceinline__ void gather_issue(int j, int loaders, uint64_t (&w)[N]) const {
+    const int tid = int(threadIdx.x), words = ranks * kWords;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int t = tid + k * loaders;
+      w[k] = tid < loaders && t < words ? ld_relaxed_gpu(slot(j, 0) + t) : 0;
+    }
+  }
+  template <int N>
+  __device__ __forceinline__ void gather_finish(int j, const uint64_t (&w)[N], float* vals, int loaders) const {
+    const int tid = int(threadIdx.x), words = ranks * kWords;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int t = tid + k * loaders;
+      if (tid < loaders && t < words) vals[t] = ready_word(j, t, w[k]);
+    }
+    __syncthreads();
+  }
+
   // The whole CTA: row j's reduction over every rank, returned to every
   // thread: gather, then every lane of every warp combines ranks lane,
   // lane + 32, ... in order, then the butterfly -- the same bits in every

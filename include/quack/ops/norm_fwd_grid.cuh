@@ -14,10 +14,11 @@
 //      mean, two block reductions -- and publishes them (core::GridExchange,
 //      one word a sum);
 //   B. `lag` steps later it collects the step's words of every rank (by then
-//      they have usually been published), combines them in rank order --
-//      LayerNorm: the mean from the sums, then each rank's deviations plus
-//      n_r (mean_r - mean)^2 (Chan's parallel variance: no cancellation) --
-//      writes out from the same stages, then refills them.
+//      they have usually been published; the loads are issued at the top of
+//      the step, under A: RowTuning::fwd_grid_prefetch), combines them in
+//      rank order -- LayerNorm: the mean from the sums, then each rank's
+//      deviations plus n_r (mean_r - mean)^2 (Chan's parallel variance: no
+//      cancellation) -- writes out from the same stages, then refills them.
 // x crosses HBM once and out once; the exchange costs a 64-bit store a CTA
 // and a word and as many loads a rank, from L2, spread over the CTA. Every
 // CTA combines the same words in the same order: the rstd (and mean) are the
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
+  constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
   using XOp = GridSums<kWords>;
   using XWords = GridWords<typename XOp::T>;
@@ -111,27 +113,54 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     mbar_arrive_expect_tx(bar, bulk_bytes);
     if (bulk_bytes > 0) bulk_g2s(stage0 + uint32_t(s) * tile_bytes, x + row * p.x_stride + vb * VEC, bulk_bytes, bar);
   };
-  // Vector k of this thread in row `row` (stage s): false past the tile.
-  // The row's partial last vector is not in the stage: read from global
-  // (zero past the row).
-  auto load = [&](int s, int64_t row, int k, V& xv) -> bool {
-    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
-    if (v >= ve) return false;
-    const int64_t off = v - vb;
-    if (off < bulk_vecs) lds<16>(stage0 + uint32_t(s) * tile_bytes + uint32_t(off) * 16, xv.w);
-    else xv.load_partial(x + row * p.x_stride + v * VEC, int(cols - v * VEC));
-    return true;
+  // This thread's vectors of the tile: k = 0..KV-1 at offset tid + k * TH.
+  // The first `nin` lie in the stage (whole vectors, bulk-copied); where
+  // nval > nin the next one is the row's partial last vector (`part`
+  // elements, read from global); the rest are past the tile (zero). Every
+  // thread of every rank but the last has all KV in the stage (`full`): the
+  // hot path, with no test a vector. (The first version tested each vector's
+  // 64-bit position a step: 524 instructions a thread a step for 16
+  // elements, the step issue-bound at 0.39 a scheduler-cycle; fp32 RMSNorm
+  // 1M 70.8% of copy; H200, ncu, 36328c7.)
+  const int in_stage = int(bulk_vecs), in_tile = int(ve - vb);  // (at most TH * KV)
+  auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
+  const int nin = count(in_stage), nval = count(in_tile);
+  const bool full = nin == KV;
+  const int part = int(cols - nfull * VEC);
+  // Elements of vector k inside the row (the partial paths).
+  auto valid_at = [&](int k) { return k < nin ? VEC : (k < nval ? part : 0); };
+  // Row `row`'s vectors of this thread from stage s (zero past the tile).
+  auto load_tile = [&](bool whole, int s, int64_t row, V (&xv)[KV]) {
+    const uint32_t a = stage0 + uint32_t(s) * tile_bytes + uint32_t(tid) * 16u;
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+      if (whole) {
+        lds<16>(a + uint32_t(k * TH * 16), xv[k].w);
+      } else {
+        xv[k].zero();
+        if (k < nin) lds<16>(a + uint32_t(k * TH * 16), xv[k].w);
+        else if (k < nval) xv[k].load_partial(x + row * p.x_stride + nfull * VEC, part);
+      }
+    }
   };
-  // Elements of vector k of this thread inside the row.
-  auto valid_at = [&](int k) -> int {
-    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
-    return v >= ve ? 0 : (v < nfull ? VEC : int(cols - v * VEC));
+  // Sums over VEC independent chains, then a fixed tree (the same bits in
+  // every run): the chains hide the FMA latency a 16-long chain exposed.
+  auto tree = [](float (&a)[VEC]) {
+#pragma unroll
+    for (int h = VEC / 2; h > 0; h /= 2)
+#pragma unroll
+      for (int e = 0; e < h; ++e) a[e] += a[e + h];
+    return a[0];
   };
   // Columns rank r owns.
   auto rank_cols = [&](int r) -> float {
     const int64_t c0 = int64_t(r) * tile * VEC, c1 = min(cols, (int64_t(r) + 1) * tile * VEC);
     return float(max(int64_t(0), c1 - c0));
   };
+  // Every rank but the last owns a whole tile (check_norm_fwd_grid_config).
+  const float n_own = rank_cols(rank), inv_own = n_own > 0.0f ? 1.0f / n_own : 0.0f;
+  const float n_mid = float(tile * VEC), inv_mid = 1.0f / n_mid;
+  const float n_last = rank_cols(ranks - 1), inv_last = n_last > 0.0f ? 1.0f / n_last : 0.0f;
 
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8 * uint32_t(s), 1);
@@ -146,12 +175,12 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   float w[KV][VEC], b[KV][VEC];
 #pragma unroll
   for (int k = 0; k < KV; ++k) {
-    const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
+    const int64_t v = vb + tid + int64_t(k) * TH;
     RawVec<Tw, VEC> wv, bv;
     wv.zero();
     bv.zero();
-    if (v < ve) {
-      const int valid = v < nfull ? VEC : int(cols - v * VEC);
+    if (k < nval) {
+      const int valid = valid_at(k);
       if (wp != nullptr) {
         if (valid == VEC) wv.load(wp + v * VEC);
         else wv.load_partial(wp + v * VEC, valid);
@@ -173,68 +202,82 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   uint32_t pa = 0;
   const int steps = (rows_here + R - 1) / R;
   // The collect's words a loader takes, all in flight at once: every
-  // rank's of a step. (Loaded at the top of the step instead, under phase
-  // A, they gained nothing: fp32 RMSNorm 1M 2771 -> 2755 GB/s, LayerNorm
-  // bf16 1800 -> 1804; H200, f0e0632 / bd4430b.)
+  // rank's of a step.
   constexpr int kGather = (kNormGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
+  const bool early = p.grid_prefetch != 0;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
+    const int q = i - lag;
+    uint64_t pending[kGather];
+    if (early && q >= 0) ex.template gather_issue<kGather>(q, kNormFwdGridLoaders, pending);
     if (i < steps) {  // A: publish step i's sums
       float sum[R], dev[R];
-      V xr[kCentre ? R : 1][KV];  // LayerNorm: the tiles' vectors (as loaded), for the deviations
+      V xr[R][KV];  // the tiles' vectors as loaded (LayerNorm: for the deviations)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int j = i * R + r;
         sum[r] = dev[r] = 0.0f;
-        if (j >= rows_here) continue;  // the group's last step: fewer rows (uniform over the CTA)
+        if (j >= rows_here) {  // the group's last step: fewer rows (uniform over the CTA)
+#pragma unroll
+          for (int k = 0; k < KV; ++k) xr[r][k].zero();
+          continue;
+        }
         const int s = sa;
         mbar_wait(bar0 + 8 * uint32_t(s), pa);
         if (++sa == stages) sa = 0, pa ^= 1u;
         const int64_t row = group + int64_t(j) * groups;
+        if (full) load_tile(true, s, row, xr[r]);
+        else load_tile(false, s, row, xr[r]);
+        float acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
-          V xv;
-          xv.zero();
-          load(s, row, k, xv);  // (zero past the tile)
           float f[VEC];
-          xv.widen(f);
-          if constexpr (kCentre) xr[kCentre ? r : 0][k] = xv;
+          xr[r][k].widen(f);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) sum[r] = kCentre ? sum[r] + f[e] : fmaf(f[e], f[e], sum[r]);
+          for (int e = 0; e < VEC; ++e) acc[e] = kCentre ? acc[e] + f[e] : fmaf(f[e], f[e], acc[e]);
         }
+        sum[r] = tree(acc);
       }
       grid_block_sums<R>(sum, smem, 2 * (i & 1));
-      float part[kWords];
+      float part_w[kWords];
       if constexpr (kCentre) {
         // Deviations from the tile's own mean over its valid elements.
-        const float n = rank_cols(rank);
-        const float inv_n = n > 0.0f ? 1.0f / n : 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const float tm = sum[r] * inv_n;
+          const float tm = sum[r] * inv_own;
+          float acc[VEC];
 #pragma unroll
-          for (int k = 0; k < KV; ++k) {
-            const int valid = valid_at(k);
-            float f[VEC];
-            xr[kCentre ? r : 0][k].widen(f);
+          for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
+          auto devs = [&](bool whole) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-              const float d = e < valid ? f[e] - tm : 0.0f;
-              dev[r] = fmaf(d, d, dev[r]);
+            for (int k = 0; k < KV; ++k) {
+              float f[VEC];
+              xr[r][k].widen(f);
+              const int valid = whole ? VEC : valid_at(k);
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) {
+                const float d = e < valid ? f[e] - tm : 0.0f;
+                acc[e] = fmaf(d, d, acc[e]);
+              }
             }
-          }
+          };
+          if (full) devs(true);
+          else devs(false);
+          dev[r] = tree(acc);
         }
         grid_block_sums<R>(dev, smem, 2 * (i & 1) + 1);
 #pragma unroll
-        for (int r = 0; r < R; ++r) part[2 * r] = sum[r], part[2 * r + 1] = dev[r];
+        for (int r = 0; r < R; ++r) part_w[2 * r] = sum[r], part_w[2 * r + 1] = dev[r];
       } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r) part[r] = sum[r];
+        for (int r = 0; r < R; ++r) part_w[r] = sum[r];
       }
-      if (tid == kNormFwdGridPublisher) ex.publish(i, XWords::get(part));
+      if (tid == kNormFwdGridPublisher) ex.publish(i, XWords::get(part_w));
     }
-    if (i >= lag) {  // B: step q's rows normalised and written
-      const int q = i - lag;
-      ex.template gather<kGather>(q, vals, kNormFwdGridLoaders);  // one barrier
+    if (q >= 0) {  // B: step q's rows normalised and written
+      if (!early) ex.template gather_issue<kGather>(q, kNormFwdGridLoaders, pending);
+      ex.template gather_finish<kGather>(q, pending, vals, kNormFwdGridLoaders);  // one barrier
       // Every warp combines the ranks' words in rank order: the same bits
       // in every warp and CTA.
       const int lane = tid & 31;
@@ -250,8 +293,8 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 #pragma unroll
         for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
         for (int rr = lane; rr < ranks; rr += 32) {
-          const float n = rank_cols(rr);
-          const float inv_n = n > 0.0f ? 1.0f / n : 0.0f;
+          const bool last = rr == ranks - 1;
+          const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             const float d = vals[rr * kWords + 2 * r] * inv_n - mean[r];
@@ -276,24 +319,31 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
           if (p.rstd != nullptr) p.rstd[row] = rstd[r];
           if (kCentre && p.mean != nullptr) p.mean[row] = mean[r];
         }
-        T* orow = out + row * p.out_stride;
+        T* orow = out + row * p.out_stride + (vb + tid) * VEC;
+        auto write = [&](bool whole) {
+          V xv[KV];
+          load_tile(whole, s, row, xv);
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-          V xv;
-          if (!load(s, row, k, xv)) continue;
-          const int64_t v = vb + tid + int64_t(k) * kNormFwdGridThreads;
-          float f[VEC];
-          xv.widen(f);
+          for (int k = 0; k < KV; ++k) {
+            float f[VEC];
+            xv[k].widen(f);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float xh = kCentre ? (f[e] - mean[r]) * rstd[r] : f[e] * rstd[r];
-            f[e] = fmaf(xh, w[k][e], b[k][e]);
+            for (int e = 0; e < VEC; ++e) {
+              const float xh = kCentre ? (f[e] - mean[r]) * rstd[r] : f[e] * rstd[r];
+              f[e] = fmaf(xh, w[k][e], b[k][e]);
+            }
+            V o;
+            o.narrow(f);
+            if (whole) {
+              o.store(orow + k * TH * VEC);
+            } else {
+              if (k < nin) o.store(orow + k * TH * VEC);
+              else if (k < nval) o.store_partial(orow + k * TH * VEC, part);
+            }
           }
-          V o;
-          o.narrow(f);
-          if (v < nfull) o.store(orow + v * VEC);
-          else o.store_partial(orow + v * VEC, int(cols - v * VEC));
-        }
+        };
+        if (full) write(true);
+        else write(false);
       }
       __syncthreads();  // every thread has read the step's stages
       if (tid == 0 && q * R + stages < rows_here) {

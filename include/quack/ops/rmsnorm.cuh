@@ -83,9 +83,9 @@ struct RMSNormFwdParams {
   float inv_cols;
   // The grid kernel (ops/norm_fwd_grid.cuh; NormGridConfig): the groups'
   // exchange logs (the caller's workspace) of grid_steps steps each, the
-  // layout.
+  // layout, RowTuning::fwd_grid_prefetch.
   uint64_t* exchange;
-  int grid_ranks, grid_groups, grid_lag, grid_stages;
+  int grid_ranks, grid_groups, grid_lag, grid_stages, grid_prefetch;
   int64_t grid_tile_vecs, grid_steps;
 };
 

@@ -967,20 +967,24 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
       bulk_g2s(xs + tile_bytes, dy + row * p.dy_stride + vb * VEC, bulk_bytes, bar);
     }
   };
+  // This thread's vectors k = 0..KV-1 of the tile (offsets tid + k * TH):
+  // the first nin in the stage, then, where nval > nin, the row's partial
+  // last vector (`part` elements, from global), the rest past the tile --
+  // counted once, so that a vector costs a 32-bit test, not 64-bit
+  // positions (as the forward's, ops/norm_fwd_grid.cuh).
+  constexpr int TH = kNormBwdGridThreads;
+  auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
+  const int nin = count(int(bulk_vecs)), nval = count(int(ve - vb)), part = int(cols - nfull * VEC);
   // Vector k of this thread in row `row` (stage s): false past the tile.
-  // The row's partial last vector is not in the stage: read from global.
   auto load = [&](int s, int64_t row, int k, V& xv, V& dv) -> bool {
-    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-    if (v >= ve) return false;
-    const int64_t off = v - vb;
-    if (off < bulk_vecs) {
-      const uint32_t a = stage0 + uint32_t(s) * 2 * tile_bytes + uint32_t(off) * 16;
+    if (k >= nval) return false;
+    if (k < nin) {
+      const uint32_t a = stage0 + uint32_t(s) * 2 * tile_bytes + uint32_t(tid + k * TH) * 16;
       lds<16>(a, xv.w);
       lds<16>(a + tile_bytes, dv.w);
     } else {
-      const int valid = int(cols - v * VEC);
-      xv.load_partial(h + row * p.h_stride + v * VEC, valid);
-      dv.load_partial(dy + row * p.dy_stride + v * VEC, valid);
+      xv.load_partial(h + row * p.h_stride + nfull * VEC, part);
+      dv.load_partial(dy + row * p.dy_stride + nfull * VEC, part);
     }
     return true;
   };
@@ -1094,13 +1098,12 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
           out.narrow(o);
           T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + v * VEC;
           T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + v * VEC : nullptr;
-          if (v < nfull) {
+          if (k < nin) {
             out.store(dxp);
             if (drp != nullptr) out.store(drp);
           } else {
-            const int valid = int(cols - v * VEC);
-            out.store_partial(dxp, valid);
-            if (drp != nullptr) out.store_partial(drp, valid);
+            out.store_partial(dxp, part);
+            if (drp != nullptr) out.store_partial(drp, part);
           }
         }
       }

@@ -616,8 +616,9 @@ std::vector<FwdCase> grid_cases() {
   };
 }
 
-// Every grid row, in four layouts of the kernel: the defaults' stages, lag
-// and two 16-bit rows a step; a lag of 1; a row a step; the fewest stages.
+// Every grid row, in four layouts of the kernel: the defaults' stages, lag,
+// two 16-bit rows a step and early collect; a lag of 1 with the collect's
+// loads after phase A; a row a step; the fewest stages.
 void grid_everywhere(RowTuning& t) {
   t.fwd_grid = 3;
   t.fwd_grid_min_cols16 = t.fwd_grid_min_cols32 = kNormFwdWorkspaceMinCols;
@@ -628,12 +629,12 @@ class RMSNormFwdGpuGrid : public testing::TestWithParam<FwdCase> {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
   void run_all(bool centre) {
-    const char* variant[] = {"defaults", "lag 1", "a row a step", "2 stages"};
+    const char* variant[] = {"defaults", "lag 1, late collect", "a row a step", "2 stages"};
     for (int v = 0; v < 4; ++v) {
       SCOPED_TRACE(variant[v]);
       RowTuning t = default_row_tuning();
       grid_everywhere(t);
-      if (v == 1) t.fwd_grid_lag = 1;
+      if (v == 1) t.fwd_grid_lag = 1, t.fwd_grid_prefetch = 0;
       if (v == 2) t.fwd_grid_rows16 = 1;
       if (v == 3) t.fwd_grid_stages16 = t.fwd_grid_stages32 = 2;
       set_row_tuning(&t);
