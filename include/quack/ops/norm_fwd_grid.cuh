@@ -40,8 +40,8 @@ namespace quack {
 namespace ops {
 
 constexpr int kNormFwdGridThreads = kNormGridCtaThreads;
-// The last thread publishes and its warp loads no collected word, so its
-// release fence runs alongside the collect's loads (as the backward's).
+// The last thread publishes and its warp loads no collected word (as the
+// backward's: a layout kept from when a publication waited on a fence).
 constexpr int kNormFwdGridPublisher = kNormFwdGridThreads - 1;
 constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
 // The scratch's four areas: a block reduction's warp partials (up to a

@@ -847,8 +847,8 @@ constexpr uint32_t kNormBwdGridBarOffset = kNormGridBarOffset;
 constexpr uint32_t kNormBwdGridValsOffset = kNormGridValsOffset;
 constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormGridHeader);  // then the stages
 // The last thread publishes and its warp loads no collected word (the
-// other warps' threads load them, two at most each), so its release fence
-// runs alongside the collect's loads.
+// other warps' threads load them, two at most each): when a publication
+// waited on a release fence, it ran alongside the collect's loads.
 constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
 constexpr int kNormBwdGridLoaders = kNormBwdGridPublisher & ~31;
 static_assert(kNormGridScratchBytes == kRMSNormBwdScratchBytes && 8 * kNormGridStagesMax <= 128,
