@@ -126,6 +126,22 @@ struct RowReduce {
   }
 };
 
+// A grid kernel's thread (ops/norm_fwd_grid.cuh, ops/rmsnorm_bwd.cuh) in
+// its rank's tile of a row: vectors k = 0..KV-1 at tile offsets
+// tid + k * TH. The first nin lie in the shared-memory stage (whole vectors,
+// bulk-copied: in_stage of the tile's vectors); where nval > nin the next is
+// the row's partial last vector (`part` elements, read from global); the
+// rest are past the tile (in_tile vectors). Counted once, so that a vector
+// costs a 32-bit test instead of its 64-bit position.
+template <int KV, int TH>
+struct GridTileVecs {
+  int nin, nval, part;
+  __device__ __forceinline__ static GridTileVecs make(int tid, int in_stage, int in_tile, int part) {
+    auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
+    return {count(in_stage), count(in_tile), part};
+  }
+};
+
 // Runs f(row_block) for this CTA's row blocks: its own one (one CTA or
 // cluster per row block), or, kCluster, every grid-th one from its cluster's
 // (a persistent grid of clusters).

@@ -33,6 +33,7 @@
 #include "quack/core/grid_exchange.cuh"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
+#include "quack/core/row_tile.cuh"
 #include "quack/core/vec.cuh"
 #include "quack/ops/rmsnorm.cuh"
 
@@ -113,20 +114,15 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     mbar_arrive_expect_tx(bar, bulk_bytes);
     if (bulk_bytes > 0) bulk_g2s(stage0 + uint32_t(s) * tile_bytes, x + row * p.x_stride + vb * VEC, bulk_bytes, bar);
   };
-  // This thread's vectors of the tile: k = 0..KV-1 at offset tid + k * TH.
-  // The first `nin` lie in the stage (whole vectors, bulk-copied); where
-  // nval > nin the next one is the row's partial last vector (`part`
-  // elements, read from global); the rest are past the tile (zero). Every
-  // thread of every rank but the last has all KV in the stage (`full`): the
-  // hot path, with no test a vector. (The first version tested each vector's
-  // 64-bit position a step: 524 instructions a thread a step for 16
-  // elements, the step issue-bound at 0.39 a scheduler-cycle; fp32 RMSNorm
-  // 1M 70.8% of copy; H200, ncu, 36328c7.)
-  const int in_stage = int(bulk_vecs), in_tile = int(ve - vb);  // (at most TH * KV)
-  auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
-  const int nin = count(in_stage), nval = count(in_tile);
+  // This thread's vectors of the tile (core::GridTileVecs; past the tile:
+  // zero). Every thread of every rank but the last has all KV in the stage
+  // (`full`): the hot path, with no test a vector. (The first version
+  // tested each vector's 64-bit position a step: 524 instructions a thread
+  // a step for 16 elements, the step issue-bound at 0.39 a scheduler-cycle;
+  // fp32 RMSNorm 1M 70.8% of copy; H200, ncu, 36328c7.)
+  const auto tv = GridTileVecs<KV, TH>::make(tid, int(bulk_vecs), int(ve - vb), int(cols - nfull * VEC));
+  const int nin = tv.nin, nval = tv.nval, part = tv.part;
   const bool full = nin == KV;
-  const int part = int(cols - nfull * VEC);
   // Elements of vector k inside the row (the partial paths).
   auto valid_at = [&](int k) { return k < nin ? VEC : (k < nval ? part : 0); };
   // Row `row`'s vectors of this thread from stage s (zero past the tile).

@@ -967,14 +967,10 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
       bulk_g2s(xs + tile_bytes, dy + row * p.dy_stride + vb * VEC, bulk_bytes, bar);
     }
   };
-  // This thread's vectors k = 0..KV-1 of the tile (offsets tid + k * TH):
-  // the first nin in the stage, then, where nval > nin, the row's partial
-  // last vector (`part` elements, from global), the rest past the tile --
-  // counted once, so that a vector costs a 32-bit test, not 64-bit
-  // positions (as the forward's, ops/norm_fwd_grid.cuh).
+  // This thread's vectors of the tile (core::GridTileVecs).
   constexpr int TH = kNormBwdGridThreads;
-  auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
-  const int nin = count(int(bulk_vecs)), nval = count(int(ve - vb)), part = int(cols - nfull * VEC);
+  const auto tv = GridTileVecs<KV, TH>::make(tid, int(bulk_vecs), int(ve - vb), int(cols - nfull * VEC));
+  const int nin = tv.nin, nval = tv.nval, part = tv.part;
   // Vector k of this thread in row `row` (stage s): false past the tile.
   auto load = [&](int s, int64_t row, int k, V& xv, V& dv) -> bool {
     if (k >= nval) return false;
