@@ -901,6 +901,7 @@ struct GridKnobs {
   int bits;
   int64_t min_cols16, min_cols32;
   int stages16, stages32, lag, rows16;
+  int64_t max_step_words = 0;  // the words a step's exchange may hold (0: no bound)
 };
 bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, int tiles,
                              const DeviceLimits& lim, const GridKnobs& k, NormGridConfig* out) {
@@ -926,6 +927,7 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   // Rows a step: where (lag + 1) steps of them and a row in flight fit.
   c.rows = x_elem_bytes == 2 ? std::min(std::max(k.rows16, 1), kNormGridMaxRowsPerStep) : 1;
   if (c.stages < 2 * c.rows + 1) c.rows = 1;
+  if (k.max_step_words > 0 && int64_t(c.rows) * c.ranks * (centre ? 2 : 1) > k.max_step_words) c.rows = 1;
   // At least one row in flight past the lag where the stages allow it: the
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
   c.lag = std::min({std::max(k.lag, 1), kNormGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
@@ -973,7 +975,8 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
 bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out) {
   const GridKnobs k{tune.bwd_grid,        tune.bwd_grid_min_cols16, tune.bwd_grid_min_cols32, tune.bwd_grid_stages16,
-                    tune.bwd_grid_stages32, tune.bwd_grid_lag,      tune.bwd_grid_rows16};
+                    tune.bwd_grid_stages32, tune.bwd_grid_lag,      tune.bwd_grid_rows16,
+                    kNormBwdGridMaxStepWords};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 2, lim, k, out);
 }
 

@@ -367,6 +367,11 @@ constexpr int kNormGridCtaThreads = 512;
 constexpr int kNormGridCtaElems = 16;
 constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
 constexpr int kNormGridMaxRowsPerStep = 2;
+// The backward's words a step (ranks * rows, twice that for LayerNorm) at
+// most: one a thread, all loaded at the top of the step (two a thread held
+// over the step's first phase spilled in LayerNorm's 2-row instances;
+// ptxas -v, sm_90a). Wider steps take a row a step.
+constexpr int kNormBwdGridMaxStepWords = kNormGridCtaThreads;
 constexpr uint32_t kNormGridScratchBytes = 1024;                      // block reductions' partials
 constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the stages' mbarriers, 8 B each
 constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each

@@ -129,38 +129,15 @@ struct GridExchange {
     return __uint_as_float(uint32_t(v));
   }
 
-  // The whole CTA: waits for row j's words of every rank and parks them in
-  // `vals` (shared, at least ranks * kWords floats, [rank][word]): thread
-  // t < loaders takes words t, t + loaders, ..., N of them at a time, all N
-  // loads in flight at once (a loader's words one after another were one L2
-  // round trip each). Ends in one barrier. `vals` may be reused once every
-  // thread has passed a later barrier.
-  template <int N = 1>
-  __device__ __forceinline__ void gather(int j, float* vals, int loaders) const {
-    const int tid = int(threadIdx.x);
-    const int words = ranks * kWords;
-    for (int t0 = tid; tid < loaders && t0 < words; t0 += N * loaders) {
-      uint64_t w[N];
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int t = t0 + k * loaders;
-        w[k] = t < words ? ld_relaxed_gpu(slot(j, 0) + t) : 0;
-      }
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int t = t0 + k * loaders;
-        if (t < words) vals[t] = ready_word(j, t, w[k]);
-      }
-    }
-    __syncthreads();
-  }
-
-  // gather in two halves, for a caller that has work to do while the loads
-  // are in flight: gather_issue loads row j's words of the calling thread
-  // (t < loaders: words t, t + loaders, ..., N of them; all of the row's
-  // words when N * loaders >= ranks * kWords, which the caller ensures),
-  // gather_finish waits for each to be ready, parks them in `vals` and ends
-  // in one barrier, as gather does.
+  // The whole CTA, in two halves around work to do while the loads are in
+  // flight: gather_issue loads row j's words of the calling thread (t <
+  // loaders: words t, t + loaders, ..., N of them, all in flight at once --
+  // a loader's words one after another were one L2 round trip each; all of
+  // the row's words when N * loaders >= ranks * kWords, which the caller
+  // ensures), gather_finish waits for each to be ready and parks them in
+  // `vals` (shared, at least ranks * kWords floats, [rank][word]), ending
+  // in one barrier. `vals` may be reused once every thread has passed a
+  // later barrier.
   template <int N>
   __device__ __forceinline__ void gather_issue(int j, int loaders, uint64_t (&w)[N]) const {
     const int tid = int(threadIdx.x), words = ranks * kWords;
@@ -181,12 +158,11 @@ struct GridExchange {
     __syncthreads();
   }
 
-  // The whole CTA: row j's reduction over every rank, returned to every
-  // thread: gather, then every lane of every warp combines ranks lane,
-  // lane + 32, ... in order, then the butterfly -- the same bits in every
-  // warp and every CTA.
-  __device__ __forceinline__ T collect(int j, float* vals, int loaders) const {
-    gather(j, vals, loaders);
+  // The whole CTA, after gather_finish: the row's reduction over every
+  // rank, returned to every thread: every lane of every warp combines ranks
+  // lane, lane + 32, ... in order, then the butterfly -- the same bits in
+  // every warp and every CTA.
+  __device__ __forceinline__ T combine(const float* vals) const {
     const int lane = int(threadIdx.x) & 31;
     T acc = Op::identity();
     for (int r = lane; r < ranks; r += 32) {

@@ -66,6 +66,11 @@ struct LaunchShape {
   // status is kUnsupported: the caller takes another kernel.
   bool cooperative = false;
   bool* not_resident = nullptr;
+  // A 2-D grid: grid / grid_y CTAs in x (grid_y divides grid), grid_y in y.
+  // (The grid kernels: rank in x, group in y, both read from the CTA index
+  // without a division, so ptxas keeps them and what derives from them --
+  // the rows, their offsets -- in uniform registers.)
+  int64_t grid_y = 1;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
 // Register-resident kernels: one CTA per row block, persistent when clustered
@@ -98,7 +103,9 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     cache.done.fetch_or(bit, std::memory_order_release);
   }
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(unsigned(shape.grid), 1, 1);
+  if (shape.grid_y < 1 || shape.grid % shape.grid_y != 0 || (shape.grid_y > 1 && shape.cluster > 1))
+    return {Code::kUnsupported, "launch: a 2-D grid's height must divide the grid, without clusters"};
+  lc.gridDim = dim3(unsigned(shape.grid / shape.grid_y), unsigned(shape.grid_y), 1);
   lc.blockDim = dim3(unsigned(shape.threads), 1, 1);
   lc.dynamicSmemBytes = shape.smem_bytes;
   lc.stream = stream;
@@ -139,7 +146,7 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
                                       std::to_string(shape.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
     if (int64_t(max_clusters) * shape.cluster < shape.grid) lc.gridDim.x = unsigned(max_clusters * shape.cluster);
   }
-  if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x);
+  if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x) * lc.gridDim.y;
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
   if (e == cudaErrorCooperativeLaunchTooLarge && shape.cooperative) {
     // (MPS or a green context can hold fewer SMs than the device has.)

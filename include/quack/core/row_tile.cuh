@@ -140,6 +140,19 @@ struct GridTileVecs {
     auto count = [&](int lim) { return lim <= tid ? 0 : min(KV, (lim - tid + TH - 1) / TH); };
     return {count(in_stage), count(in_tile), part};
   }
+  // The counts, opaque to the optimiser: for the partial paths, whose
+  // per-vector tests (k < nin, k < nval) ptxas otherwise hoists out of the
+  // row loop as 2 * KV predicates held for the whole kernel -- past the 7
+  // predicate registers, moved to general ones and spilled (the grid
+  // backward, ptxas -v). Re-derived at each use, they cost the hot path
+  // nothing.
+  __device__ __forceinline__ GridTileVecs fresh() const {
+    GridTileVecs t;
+    asm volatile("mov.b32 %0, %1;" : "=r"(t.nin) : "r"(nin));
+    asm volatile("mov.b32 %0, %1;" : "=r"(t.nval) : "r"(nval));
+    t.part = part;
+    return t;
+  }
 };
 
 // Runs f(row_block) for this CTA's row blocks: its own one (one CTA or

@@ -90,6 +90,29 @@ __device__ __forceinline__ void stg_cs(void* dst, const void* src) {
     __stcs(reinterpret_cast<uint2*>(dst), *reinterpret_cast<const uint2*>(src));
   }
 }
+// A hint: the line holding p into L1, no register written (a later load
+// of it then costs an L1 hit instead of an L2 or HBM round trip).
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+// One float to / from shared memory at a shared-window address, where it
+// is written: the load is not hoisted ahead of where it is used.
+__device__ __forceinline__ void sts_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+// v, opaque to the optimiser: what is computed from it stays where it is
+// written -- in the branch that uses it -- instead of being hoisted ahead of
+// the branch and held (the grid backward computed every row's 64-bit
+// addresses of its rarely taken paths at the top of each step: ~100
+// instructions a step, ptxas at its register cap).
+__device__ __forceinline__ int64_t fresh_i64(int64_t v) {
+  int64_t r;
+  asm volatile("mov.b64 %0, %1;" : "=l"(r) : "l"(v));
+  return r;
+}
 template <typename T>
 __device__ __forceinline__ T ldg_elem(const T* p) {
   if constexpr (sizeof(T) == 4) {

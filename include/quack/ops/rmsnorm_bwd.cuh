@@ -842,15 +842,18 @@ __global__ void __launch_bounds__(kRMSNormBwdSplitThreads, 4) rmsnorm_bwd_split_
 // partial row, which kernel 3 adds up.
 // Layout constants: core/config.hpp (kNormGridCta*, kNormGridHeader).
 constexpr int kNormBwdGridThreads = kNormGridCtaThreads;
-constexpr int kNormBwdGridElems = kNormGridCtaElems;  // 8: no spill at 1024 threads (ptxas -v)
+constexpr int kNormBwdGridElems = kNormGridCtaElems;  // elements a thread of a row
 constexpr uint32_t kNormBwdGridBarOffset = kNormGridBarOffset;
 constexpr uint32_t kNormBwdGridValsOffset = kNormGridValsOffset;
 constexpr uint32_t kNormBwdGridHeaderBytes = uint32_t(kNormGridHeader);  // then the stages
-// The last thread publishes and its warp loads no collected word (the
-// other warps' threads load them, two at most each): when a publication
-// waited on a release fence, it ran alongside the collect's loads.
+// The last thread publishes; every thread loads one collected word
+// (kNormBwdGridMaxStepWords: the chooser keeps a step's words within it).
 constexpr int kNormBwdGridPublisher = kNormBwdGridThreads - 1;
-constexpr int kNormBwdGridLoaders = kNormBwdGridPublisher & ~31;
+constexpr int kNormBwdGridLoaders = kNormBwdGridThreads;
+static_assert(kNormBwdGridMaxStepWords + kNormBwdGridThreads / 32 * 4 <= kNormGridMaxRanks * 4,
+              "grid backward header: the collected words, then a warp's copy of a step's dots");
+static_assert(kNormBwdGridMaxStepWords <= kNormBwdGridLoaders && 2 * kNormGridMaxRanks <= kNormBwdGridMaxStepWords,
+              "grid backward: a word a loader, and a LayerNorm row a step of the most ranks within it");
 static_assert(kNormGridScratchBytes == kRMSNormBwdScratchBytes && 8 * kNormGridStagesMax <= 128,
               "grid kernel header: scratch, the mbarriers, the collected words");
 static_assert(2 * 32 * sizeof(float4) <= kRMSNormBwdScratchBytes, "grid kernel scratch: block_reduce's [2][32] partials");
@@ -891,17 +894,6 @@ struct GridStepDots {
   }
 };
 
-// a[r] for a run-time r, by selects (an indexed local array would live in
-// local memory: the kernel's row loops stay rolled).
-template <int R>
-__device__ __forceinline__ float grid_pick(const float (&a)[R], int r) {
-  float v = a[0];
-#pragma unroll
-  for (int q = 1; q < R; ++q)
-    if (q == r) v = a[q];
-  return v;
-}
-
 template <typename T, typename Tw, bool kCentre, int R>
 __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kernel(const RMSNormBwdParams p) {
   using namespace core;
@@ -918,8 +910,9 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   const uint32_t bar0 = smem_addr(smem) + kNormBwdGridBarOffset;
   const uint32_t stage0 = smem_addr(smem) + kNormBwdGridHeaderBytes;
 
-  const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
-  const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
+  // A 2-D grid (launch_rmsnorm_bwd_grid): rank in x, group in y.
+  const int ranks = p.grid_ranks, rank = int(blockIdx.x), tid = int(threadIdx.x);
+  const int64_t group = int64_t(blockIdx.y), groups = p.grid_groups, cols = p.cols;
   const int64_t nvec = (cols + VEC - 1) / VEC, nfull = cols / VEC;
   const int64_t vb = int64_t(rank) * p.grid_tile_vecs, ve = min(nvec, vb + p.grid_tile_vecs);
   const int64_t bulk_vecs = max(int64_t(0), min(ve, nfull) - vb);  // whole vectors, copied in bulk
@@ -931,20 +924,35 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
   const T* h = static_cast<const T*>(p.h);
   const T* dy = static_cast<const T*>(p.dy);
 
+  // This thread's vectors of the tile (core::GridTileVecs; past the tile:
+  // zero). Every thread of every rank but the last has all KV in the stage
+  // (`full`): the hot path, with no test a vector and every address a
+  // fixed offset from a row's base. (The first version tested and rebuilt
+  // each vector's 64-bit address a row and divided by cols: ~1310
+  // instructions a warp a step for 32 elements, the step issue-bound at
+  // 0.58 a scheduler-cycle and DRAM 55.8%; bf16 RMSNorm 1M, ncu, H200,
+  // cf54ee3.)
+  constexpr int TH = kNormBwdGridThreads;
+  const auto tv = GridTileVecs<KV, TH>::make(tid, int(bulk_vecs), int(ve - vb), int(cols - nfull * VEC));
+  const int nin = tv.nin, nval = tv.nval, part = tv.part;
+  const bool full = nin == KV;
+  // (Vector k is whole for k < nin, the partial one for nin <= k < nval.
+  // Tested as such at each use: a per-k count of valid elements, kept for
+  // the partial paths, spilled; ptxas -v.)
+  const int c0 = int(vb + tid) * VEC;  // this thread's first column (a grid row has fewer than 2^31)
+
   float w[KV][VEC], aw[KV][VEC], ab[KV][VEC];
 #pragma unroll
   for (int k = 0; k < KV; ++k) {
-    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) aw[k][e] = ab[k][e] = 0.0f;
     if constexpr (kWeight) {
-      using Vw = RawVec<Tw, VEC>;
-      Vw wv;
+      RawVec<Tw, VEC> wv;
       wv.zero();
-      if (v < ve) {
-        const Tw* wp = static_cast<const Tw*>(p.w) + v * VEC;
-        if (v < nfull) wv.load(wp);
-        else wv.load_partial(wp, int(cols - v * VEC));
+      const Tw* wp = static_cast<const Tw*>(p.w) + c0 + k * TH * VEC;
+      if (k < nval) {
+        if (k < nin) wv.load(wp);
+        else wv.load_partial(wp, part);
       }
       wv.widen(w[k]);
 #pragma unroll
@@ -959,30 +967,32 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
 
   // Row j of this group into stage s = j % stages (thread 0).
   auto issue = [&](int j, int s) {
-    const int64_t row = group + int64_t(j) * groups;
+    const int64_t row = fresh_i64(group) + int64_t(j) * groups;
+    const int64_t c = vb * VEC;
     const uint32_t bar = bar0 + 8 * uint32_t(s), xs = stage0 + uint32_t(s) * 2 * tile_bytes;
     mbar_arrive_expect_tx(bar, 2 * bulk_bytes);
     if (bulk_bytes > 0) {
-      bulk_g2s(xs, h + row * p.h_stride + vb * VEC, bulk_bytes, bar);
-      bulk_g2s(xs + tile_bytes, dy + row * p.dy_stride + vb * VEC, bulk_bytes, bar);
+      bulk_g2s(xs, h + row * p.h_stride + c, bulk_bytes, bar);
+      bulk_g2s(xs + tile_bytes, dy + row * p.dy_stride + c, bulk_bytes, bar);
     }
   };
-  // This thread's vectors of the tile (core::GridTileVecs).
-  constexpr int TH = kNormBwdGridThreads;
-  const auto tv = GridTileVecs<KV, TH>::make(tid, int(bulk_vecs), int(ve - vb), int(cols - nfull * VEC));
-  const int nin = tv.nin, nval = tv.nval, part = tv.part;
-  // Vector k of this thread in row `row` (stage s): false past the tile.
-  auto load = [&](int s, int64_t row, int k, V& xv, V& dv) -> bool {
-    if (k >= nval) return false;
-    if (k < nin) {
-      const uint32_t a = stage0 + uint32_t(s) * 2 * tile_bytes + uint32_t(tid + k * TH) * 16;
+  // Vector k of this thread in row `row` (stage s; zero past the tile).
+  // whole: this thread's vectors all lie in the stage.
+  auto load_vec = [&](bool whole, int s, int64_t row, int k, V& xv, V& dv) {
+    const uint32_t a = stage0 + uint32_t(s) * 2 * tile_bytes + uint32_t(tid) * 16u + uint32_t(k * TH * 16);
+    const auto t = whole ? tv : tv.fresh();
+    if (whole || k < t.nin) {
       lds<16>(a, xv.w);
       lds<16>(a + tile_bytes, dv.w);
     } else {
-      xv.load_partial(h + row * p.h_stride + nfull * VEC, part);
-      dv.load_partial(dy + row * p.dy_stride + nfull * VEC, part);
+      xv.zero();
+      dv.zero();
+      if (k < t.nval) {
+        const int64_t r = fresh_i64(row);
+        xv.load_partial(h + r * p.h_stride + nfull * VEC, part);
+        dv.load_partial(dy + r * p.dy_stride + nfull * VEC, part);
+      }
     }
-    return true;
   };
 
   if (tid == 0) {
@@ -995,35 +1005,52 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
 
   // Phase A's stage and its parity; phase B's stage. Rows j of the group
   // go to stages j % stages in order, one each.
-  int sa = 0, sb = 0;
-  uint32_t pa = 0;
+  // Packed in one register, bits 0-7 phase A's stage, 8-15 phase B's,
+  // 16 phase A's parity (three registers held over the loop spilled in the
+  // 16-bit instances; ptxas -v).
+  uint32_t ring = 0;
   const int steps = (rows_here + R - 1) / R;
-  // dres_out's vectors of row `row` into ro (zero past the row).
-  V ro[KV];
-  auto load_res = [&](int64_t row) {
-    const T* rp = static_cast<const T*>(p.dres_out) + row * p.dres_out_stride;
+  // dres_out, the residual gradient added to dx: a step's lines are
+  // prefetched into L1 before the collect (no register held: two rows'
+  // vectors held over the collect spilled, ptxas -v) and each vector is
+  // loaded where it is added.
+  const T* res = static_cast<const T*>(p.dres_out);
+  auto prefetch_res = [&](int64_t row) {
+    const T* rp = res + fresh_i64(row) * p.dres_out_stride + c0;
 #pragma unroll
-    for (int k = 0; k < KV; ++k) {
-      const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-      ro[k].zero();
-      if (v < nfull && v < ve) ro[k].load(rp + v * VEC);
-      else if (v < ve) ro[k].load_partial(rp + v * VEC, int(cols - v * VEC));
-    }
+    for (int k = 0; k < KV; ++k)
+      if (k < nval) prefetch_l1(rp + k * TH * VEC);
   };
+  // The collect's word a thread takes (every rank's of a step among the
+  // CTA: kNormBwdGridMaxStepWords), loaded at the top of phase B. (Issued
+  // before phase A, as the grid forward does, so that its L2 round trip
+  // overlaps phase A, the word held over phase A spilled in the fp16
+  // instances -- ptxas -v, sm_90a, CUDA 13.0; QUACK_BWD_GRID_EARLY_COLLECT=1
+  // builds that order, spill-free for bf16 and fp32 rows, for measuring.)
+  constexpr int kGather = 1;
+#ifndef QUACK_BWD_GRID_EARLY_COLLECT
+#define QUACK_BWD_GRID_EARLY_COLLECT 0
+#endif
+  constexpr bool kEarlyCollect = QUACK_BWD_GRID_EARLY_COLLECT != 0;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
-    // The step's per-row scalars, loaded first so that their L2 round trips
-    // overlap phase A's work and the collect instead of following them:
-    // after the collect, 24d0feb's rows=1 kernel lost 0c39bc9's 77.4% (fp32
-    // RMSNorm 1M) to 68.9%, and its two rows a step paid two of them.
-    float a_mean[R], b_rstd[R], b_mean[R];
+    const int q = i - lag;
+    uint64_t pending[kGather];
+    if (kEarlyCollect && q >= 0) ex.template gather_issue<kGather>(q, kNormBwdGridLoaders, pending);
+    // The step's per-row scalars, prefetched into L1 first so that their
+    // round trips overlap phase A's work and the collect instead of
+    // following them (after the collect, 24d0feb's rows=1 kernel lost
+    // 0c39bc9's 77.4% -- fp32 RMSNorm 1M -- to 68.9%), and loaded where
+    // used: held in registers over phase A, they spilled (ptxas -v).
+    if (tid == 32) {
+      const int64_t g = fresh_i64(group);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int ja = i * R + r, jb = (i - lag) * R + r;
-      a_mean[r] = b_rstd[r] = b_mean[r] = 0.0f;
-      if (kCentre && i < steps && ja < rows_here) a_mean[r] = p.mean[group + int64_t(ja) * groups];
-      if (i >= lag && jb < rows_here) {
-        b_rstd[r] = p.rstd[group + int64_t(jb) * groups];
-        if constexpr (kCentre) b_mean[r] = p.mean[group + int64_t(jb) * groups];
+      for (int r = 0; r < R; ++r) {
+        const int ja = i * R + r, jb = q * R + r;
+        if (kCentre && i < steps && ja < rows_here) prefetch_l1(p.mean + g + int64_t(ja) * groups);
+        if (q >= 0 && jb < rows_here) {
+          prefetch_l1(p.rstd + g + int64_t(jb) * groups);
+          if constexpr (kCentre) prefetch_l1(p.mean + g + int64_t(jb) * groups);
+        }
       }
     }
     if (i < steps) {  // A: publish step i's dots
@@ -1033,75 +1060,113 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
         const int j = i * R + r;
         if (R > 1 && j >= rows_here) break;  // the group's last step: fewer rows
         const int64_t row = group + int64_t(j) * groups;
-        const int s = sa;
-        mbar_wait(bar0 + 8 * uint32_t(s), pa);
-        if (++sa == stages) sa = 0, pa ^= 1u;
-        const float mean = grid_pick(a_mean, r);
-        float gh = 0.0f, gs = 0.0f;
+        const int s = int(ring & 0xffu);
+        mbar_wait(bar0 + 8 * uint32_t(s), (ring >> 16) & 1u);
+        ring = s + 1 == stages ? (ring & ~0xffu) ^ (1u << 16) : ring + 1u;
+        const float mean = kCentre ? __ldg(p.mean + row) : 0.0f;
+        constexpr int CH = VEC;  // independent chains, then a fixed tree (the same bits every run)
+        float gh[CH], gs[CH];
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-          V xv, dv;
-          if (!load(s, row, k, xv, dv)) continue;
-          float x[VEC], d[VEC];
-          xv.widen(x);
-          dv.widen(d);
+        for (int e = 0; e < CH; ++e) gh[e] = gs[e] = 0.0f;
+        auto dots = [&](bool whole) {
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float g = gval(k, e, d[e]);
-            gh = fmaf(g, x[e] - mean, gh);
-            if constexpr (kCentre) gs += g;
+          for (int k = 0; k < KV; ++k) {
+            V xv, dv;
+            load_vec(whole, s, row, k, xv, dv);
+            float x[VEC], d[VEC];
+            xv.widen(x);
+            dv.widen(d);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const float g = gval(k, e, d[e]);
+              gh[e % CH] = fmaf(g, kCentre ? x[e] - mean : x[e], gh[e % CH]);
+              if constexpr (kCentre) gs[e % CH] += g;
+            }
           }
-        }
-        Dots::set(step_dots, r, gh, gs);
+        };
+        if (full) dots(true);
+        else dots(false);
+        for (int hh = CH / 2; hh > 0; hh /= 2)
+          for (int e = 0; e < hh; ++e) gh[e] += gh[e + hh], gs[e] += gs[e + hh];
+        Dots::set(step_dots, r, gh[0], kCentre ? gs[0] : 0.0f);
       }
       const DT dots = block_reduce<Op>(step_dots, scratch + 32 * (i & 1));
       if (tid == kNormBwdGridPublisher) ex.publish(i, dots);
     }
-    if (i >= lag) {  // B: step q's dx and weight-gradient terms
-      const int q = i - lag;
-      if (p.dres_out != nullptr) load_res(group + int64_t(q) * R * groups);  // the first row's, before the collect
-      const DT t = ex.collect(q, vals, kNormBwdGridLoaders);  // one barrier
+    if (q >= 0) {  // B: step q's dx and weight-gradient terms
+      if (res != nullptr)
+        for (int r = 0; r < R; ++r)
+          if (q * R + r < rows_here) prefetch_res(group + int64_t(q * R + r) * groups);
+      if (!kEarlyCollect) ex.template gather_issue<kGather>(q, kNormBwdGridLoaders, pending);
+      ex.template gather_finish<kGather>(q, pending, vals, kNormBwdGridLoaders);  // one barrier
+      const DT t = ex.combine(vals);
+      // A multi-row step's dots wait in shared memory, a copy a warp after
+      // the collected words, each row's read where it is used (held in
+      // registers over the rows, LayerNorm's four spilled; ptxas -v).
+      const uint32_t t_at = smem_addr(vals) + 4u * uint32_t(kNormBwdGridMaxStepWords + (tid >> 5) * Dots::kWords);
+      if (R > 1) {
+        float tw[Dots::kWords];
+        Dots::Words::put(t, tw);
+        if ((tid & 31) == 0)
+#pragma unroll
+          for (int k = 0; k < Dots::kWords; ++k) sts_f32(t_at + 4u * k, tw[k]);
+        __syncwarp();
+      }
 #pragma unroll 1
       for (int r = 0; r < R; ++r) {
         const int j = q * R + r;
         if (R > 1 && j >= rows_here) break;
         const int64_t row = group + int64_t(j) * groups;
-        const int s = sb;
-        if (++sb == stages) sb = 0;
-        const float rstd = grid_pick(b_rstd, r), mean = grid_pick(b_mean, r);
-        if (r > 0 && p.dres_out != nullptr) load_res(row);  // (two ro sets would not fit the registers)
-        const float2 rt = Dots::row(t, r);
-        const float cm = rt.x * rstd / float(cols), gm = kCentre ? rt.y / float(cols) : 0.0f;
+        const int s = int((ring >> 8) & 0xffu);
+        ring = s + 1 == stages ? ring & ~0xff00u : ring + 0x100u;
+        const float rstd = __ldg(p.rstd + row), mean = kCentre ? __ldg(p.mean + row) : 0.0f;
+        const float2 rt = R == 1 ? Dots::row(t, r)
+                                 : make_float2(lds_f32(t_at + 4u * uint32_t(r * Dots::kPer)),
+                                               kCentre ? lds_f32(t_at + 4u * uint32_t(r * Dots::kPer + 1)) : 0.0f);
+        // dx = rstd * (g - gm - xhat * cm): cm = mean(g * xhat), gm = mean(g).
+        const float cm = rt.x * rstd * p.inv_cols, gm = kCentre ? rt.y * p.inv_cols : 0.0f;
+        const float nmr = -mean * rstd;  // xhat = x * rstd + nmr
+        T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + c0;
+        T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + c0 : nullptr;
+        auto write = [&](bool whole) {
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-          V xv, dv;
-          if (!load(s, row, k, xv, dv)) continue;
-          const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-          float x[VEC], d[VEC], o[VEC];
-          xv.widen(x);
-          dv.widen(d);
-          if (p.dres_out != nullptr) ro[k].widen(o);
+          for (int k = 0; k < KV; ++k) {
+            V xv, dv;
+            load_vec(whole, s, row, k, xv, dv);
+            float x[VEC], d[VEC], o[VEC];
+            xv.widen(x);
+            dv.widen(d);
+            const auto t = whole ? tv : tv.fresh();
+            if (res != nullptr) {
+              const T* rp = res + row * p.dres_out_stride + c0 + k * TH * VEC;
+              V rv;
+              rv.zero();
+              if (whole || k < t.nin) rv.load(rp);
+              else if (k < t.nval) rv.load_partial(rp, part);
+              rv.widen(o);
+            }
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float xh = (x[e] - mean) * rstd;
-            float res = rstd * fmaf(-xh, cm, gval(k, e, d[e]) - gm);
-            if (p.dres_out != nullptr) res += o[e];
-            o[e] = res;
-            aw[k][e] = fmaf(d[e], xh, aw[k][e]);
-            ab[k][e] += d[e];
+            for (int e = 0; e < VEC; ++e) {
+              const float xh = kCentre ? fmaf(x[e], rstd, nmr) : x[e] * rstd;
+              const float g = kCentre ? gval(k, e, d[e]) - gm : gval(k, e, d[e]);
+              const float v = rstd * fmaf(-xh, cm, g);
+              o[e] = res != nullptr ? v + o[e] : v;
+              aw[k][e] = fmaf(d[e], xh, aw[k][e]);
+              ab[k][e] += d[e];
+            }
+            V out;
+            out.narrow(o);
+            if (whole || k < t.nin) {
+              out.store(dxp + k * TH * VEC);
+              if (drp != nullptr) out.store(drp + k * TH * VEC);
+            } else if (k < t.nval) {
+              out.store_partial(dxp + k * TH * VEC, part);
+              if (drp != nullptr) out.store_partial(drp + k * TH * VEC, part);
+            }
           }
-          V out;
-          out.narrow(o);
-          T* dxp = static_cast<T*>(p.dx) + row * p.dx_stride + v * VEC;
-          T* drp = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride + v * VEC : nullptr;
-          if (k < nin) {
-            out.store(dxp);
-            if (drp != nullptr) out.store(drp);
-          } else {
-            out.store_partial(dxp, part);
-            if (drp != nullptr) out.store_partial(drp, part);
-          }
-        }
+        };
+        if (full) write(true);
+        else write(false);
       }
       __syncthreads();  // every thread has read the step's stages
       if (tid == 0 && q * R + stages < rows_here) {
@@ -1115,14 +1180,13 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
     }
   }
   if (p.partial == nullptr) return;
+  float2* out = p.partial + group * cols + c0;
 #pragma unroll
   for (int k = 0; k < KV; ++k) {
-    const int64_t v = vb + tid + int64_t(k) * kNormBwdGridThreads;
-    if (v >= ve) continue;
-    float2* out = p.partial + group * cols + v * VEC;
+    if (k >= nval) continue;
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
-      if (v * VEC + e < cols) out[e] = make_float2(aw[k][e], ab[k][e]);
+      if (k < nin || e < part) out[k * TH * VEC + e] = make_float2(aw[k][e], ab[k][e]);
   }
 }
 
@@ -1296,6 +1360,9 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& 
   core::LaunchShape shape{cfg.grid, kNormBwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
   shape.cooperative = true;
   shape.not_resident = not_resident;
+  shape.grid_y = cfg.groups;
+  if (int64_t(cfg.ranks) * cfg.rows * (kCentre ? 2 : 1) > kNormBwdGridMaxStepWords)
+    return {Code::kUnsupported, "rmsnorm backward: grid config with more exchange words a step than kNormBwdGridMaxStepWords"};
   Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
                                 "rmsnorm backward exchange reset");
   if (!st.ok()) return st;
