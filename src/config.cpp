@@ -346,10 +346,18 @@ RowTuning default_row_tuning() {
   // unmeasured itself.) Stages: the most that fit, up to 8 (fp32: 6 of 32
   // KB; 16-bit: 8 of 16 KB); two 16-bit rows a step (bf16 RMSNorm 1M 61.6
   // against a row a step's 47.4, LayerNorm 43.2 against 32.8).
+  // Then (3d4b5c6, the grid's instruction diet; rmsnorm_sweep, H200, the
+  // grid for every row from 128K against these defaults' plan, the same
+  // run; bench/results/2026-12-02-grid-exchange-log.md): fp32 RMSNorm 256K
+  // 89.9 (staged 86.4), 512K 89.6 (register 70.1); fp32 LayerNorm 256K
+  // 79.1 (64.8), 512K 77.2 (57.7); bf16 RMSNorm (bf16 weight) 512K 86.7
+  // (staged 84.2), 1M 84.9 (clusters 69.8), but 256K 86.8 (staged 91.5);
+  // bf16 LayerNorm 256K 58.9 (staged 70.4). So fp32 rows from 256K and
+  // every 16-bit row from 512K, the 16-bit-weight ones included.
   t.fwd_grid = 3;
   t.fwd_grid_min_cols16 = int64_t(512) << 10;
-  t.fwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
-  t.fwd_grid_keep_reg = 1;
+  t.fwd_grid_min_cols32 = int64_t(256) << 10;
+  t.fwd_grid_keep_reg = 0;
   t.fwd_grid_stages16 = 8;
   t.fwd_grid_stages32 = 8;
   t.fwd_grid_lag = 2;

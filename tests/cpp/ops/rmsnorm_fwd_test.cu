@@ -661,8 +661,8 @@ TEST_P(RMSNormFwdGpuGrid, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
 INSTANTIATE_TEST_SUITE_P(GridCases, RMSNormFwdGpuGrid, testing::ValuesIn(grid_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
-// The default tuning: fp32 rows past 512K and fp32-weight rows from 512K take the
-// grid, the 16-bit rows with 16-bit weights keep their register clusters.
+// The default tuning: fp32 rows from 256K and 16-bit rows from 512K take
+// the grid, whatever their weights' dtype.
 TEST(RMSNormFwdGpuGridDefaults, LongRowsTakeTheGridWhereTheDefaultsSendThem) {
   QUACK_REQUIRE_SM90();
   for (const bool centre : {false, true}) {
@@ -671,8 +671,9 @@ TEST(RMSNormFwdGpuGridDefaults, LongRowsTakeTheGridWhereTheDefaultsSendThem) {
              PlanCheck{"grid", {"rows 1"}, {}});
     run_case(FwdCase("G1048576_bf16_f32_w_b", 2, 1 << 20, kBF16).with(kW, kF32).with(kB, kF32), centre,
              PlanCheck{"grid", {"rows 2"}, {}});
-    // (and bf16 1M with a bf16 weight keeps its cluster: the host test
-    // NormFwdPlan.GridServesLongRowsWithAWorkspace checks that plan)
+    run_case(FwdCase("G1048576_bf16_bf16_w", 2, 1 << 20, kBF16).with(kW, kBF16), centre,
+             PlanCheck{"grid", {"rows 2"}, {}});
+    run_case(FwdCase("G262144_f32_w", 3, 262144, kF32).with(kW, kF32), centre, PlanCheck{"grid", {"rows 1"}, {}});
   }
 }
 

@@ -270,10 +270,10 @@ TEST_F(NormFwdPlan, ScanOfStagedRows) {
 }
 
 // The grid forward (ops/norm_fwd_grid.cuh) takes a row only where the call
-// passes a workspace; the defaults send it fp32 rows past 512K columns and
-// 16-bit rows with fp32 weights from 512K, and leave 16-bit rows with 16-bit weights
-// to their register clusters (src/config.cpp, fwd_grid_keep_reg). The
-// workspace query answers for the grid whether or not one is set.
+// passes a workspace; the defaults send it fp32 rows from 256K columns and
+// 16-bit rows from 512K, whatever their weights' dtype (src/config.cpp,
+// fwd_grid_min_cols16 / 32, fwd_grid_keep_reg 0). The workspace query
+// answers for the grid whether or not one is set.
 TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
   const DeviceLimits lim;
   auto with_ws = [](RMSNormFwdArgs a) {
@@ -292,9 +292,11 @@ TEST_F(NormFwdPlan, GridServesLongRowsWithAWorkspace) {
     };
     for (const Cell& c : {Cell{256, 1 << 20, kF32, kF32, true, 1}, Cell{256, 1 << 20, kBF16, kF32, true, 2},
                           Cell{256, 1 << 20, kF16, kF32, true, 2}, Cell{512, 524292, kF32, kF32, true, 1},
-                          Cell{256, 1 << 20, kBF16, kBF16, false, 0}, Cell{512, 524288, kF32, kF32, false, 0},
-                          Cell{512, 524288, kBF16, kF32, true, 2}, Cell{682, 393216, kBF16, kF32, false, 0},
-                          Cell{4096, 65536, kF32, kF32, false, 0}}) {
+                          Cell{256, 1 << 20, kBF16, kBF16, true, 2}, Cell{512, 524288, kF32, kF32, true, 1},
+                          Cell{1024, 262144, kF32, kF32, true, 1}, Cell{1024, 262143, kF32, kF32, false, 0},
+                          Cell{512, 524288, kBF16, kF32, true, 2}, Cell{512, 524288, kBF16, kBF16, true, 2},
+                          Cell{512, 524287, kBF16, kBF16, false, 0}, Cell{682, 393216, kBF16, kF32, false, 0},
+                          Cell{1024, 262144, kBF16, kBF16, false, 0}, Cell{4096, 65536, kF32, kF32, false, 0}}) {
       const RMSNormFwdArgs a = args_of({c.rows, c.cols, c.x, c.w});
       const std::string p = text(with_ws(a), ln);
       EXPECT_EQ(p.rfind("grid", 0) == 0, c.grid) << c.cols << " " << dtype_name(c.x) << " " << p;
@@ -393,10 +395,13 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_FALSE(choose_norm_fwd_grid_config(int64_t(1) << 31, kNormFwdWorkspaceMinCols, 2, false, lim, t, &c));
   t.fwd_grid = 0;
   EXPECT_FALSE(choose_norm_fwd_grid_config(16, 1 << 20, 2, false, lim, t, &c));
-  // The defaults: fp32 rows past 512K columns, 16-bit ones from 512K; one
+  // The defaults: fp32 rows from 256K columns, 16-bit ones from 512K; one
   // fp32 row of 1M over 128 CTAs in 6 stages of 32 KB, a 16-bit one in 8 of
   // 16 KB, two rows a step.
-  EXPECT_FALSE(choose_norm_fwd_grid_config(16, 524288, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, 262143, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_fwd_grid_config(16, 262144, 4, false, lim, default_row_tuning(), &c));
+  EXPECT_FALSE(choose_norm_fwd_grid_config(16, 524287, 2, false, lim, default_row_tuning(), &c));
+  EXPECT_TRUE(choose_norm_fwd_grid_config(16, 524288, 2, false, lim, default_row_tuning(), &c));
   ASSERT_TRUE(choose_norm_fwd_grid_config(256, 1 << 20, 4, false, lim, default_row_tuning(), &c));
   EXPECT_EQ(c.ranks, 128);
   EXPECT_EQ(c.groups, 1);
