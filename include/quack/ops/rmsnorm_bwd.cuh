@@ -1022,16 +1022,16 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
       if (k < nval) prefetch_l1(rp + k * TH * VEC);
   };
   // The collect's word a thread takes (every rank's of a step among the
-  // CTA: kNormBwdGridMaxStepWords), loaded at the top of phase B. (Issued
-  // before phase A, as the grid forward does, so that its L2 round trip
-  // overlaps phase A, the word held over phase A spilled in the fp16
-  // instances -- ptxas -v, sm_90a, CUDA 13.0; QUACK_BWD_GRID_EARLY_COLLECT=1
-  // builds that order, spill-free for bf16 and fp32 rows, for measuring.)
+  // CTA: kNormBwdGridMaxStepWords), issued before phase A so that its L2
+  // round trip overlaps phase A, as the grid forward's: bf16 RMSNorm 1M dx
+  // 494-500 us against 563 with the loads at the top of phase B, LayerNorm
+  // 573-587 against 604, fp32 RMSNorm 841-858 against 883 (rmsnorm_bwd_sweep,
+  // H200, f7d0703 built both ways, the same run;
+  // bench/results/2026-12-03-norm-bwd-grid-diet.md). fp16 rows load it at
+  // the top of phase B: held over phase A, the word spilled in their
+  // instances (ptxas -v, sm_90a, CUDA 13.0; bf16 and fp32 spill-free).
   constexpr int kGather = 1;
-#ifndef QUACK_BWD_GRID_EARLY_COLLECT
-#define QUACK_BWD_GRID_EARLY_COLLECT 0
-#endif
-  constexpr bool kEarlyCollect = QUACK_BWD_GRID_EARLY_COLLECT != 0;
+  constexpr bool kEarlyCollect = !std::is_same_v<T, __half>;
   for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
     const int q = i - lag;
     uint64_t pending[kGather];
