@@ -935,7 +935,7 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   // Rows a step: where (lag + 1) steps of them and a row in flight fit.
   c.rows = x_elem_bytes == 2 ? std::min(std::max(k.rows16, 1), kNormGridMaxRowsPerStep) : 1;
   if (c.stages < 2 * c.rows + 1) c.rows = 1;
-  if (k.max_step_words > 0 && int64_t(c.rows) * c.ranks * (centre ? 2 : 1) > k.max_step_words) c.rows = 1;
+  if (k.max_step_words > 0 && norm_grid_step_words(c.ranks, c.rows, centre) > k.max_step_words) c.rows = 1;
   // At least one row in flight past the lag where the stages allow it: the
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
   c.lag = std::min({std::max(k.lag, 1), kNormGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
@@ -944,7 +944,7 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   c.grid = int64_t(c.ranks) * c.groups;
   c.steps = ceil_div(ceil_div(rows, int64_t(c.groups)), int64_t(c.rows));
   // A group's exchange log is indexed in 32 bits (core/grid_exchange.cuh).
-  if (c.steps * c.ranks * c.rows * (centre ? 2 : 1) >= (int64_t(1) << 31)) return false;
+  if (c.steps * norm_grid_step_words(c.ranks, c.rows, centre) >= (int64_t(1) << 31)) return false;
   const size_t words = size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * (centre ? 2 : 1);
   c.exchange_bytes = (words * 8 + 15) / 16 * 16;
   *out = c;

@@ -372,6 +372,10 @@ constexpr int kNormGridMaxRowsPerStep = 2;
 // over the step's first phase spilled in LayerNorm's 2-row instances;
 // ptxas -v, sm_90a). Wider steps take a row a step.
 constexpr int kNormBwdGridMaxStepWords = kNormGridCtaThreads;
+// A grid step's exchange words: a word a rank a reduced value a row.
+constexpr int64_t norm_grid_step_words(int ranks, int rows, bool centre) {
+  return int64_t(ranks) * rows * (centre ? 2 : 1);
+}
 constexpr uint32_t kNormGridScratchBytes = 1024;                      // block reductions' partials
 constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the stages' mbarriers, 8 B each
 constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each

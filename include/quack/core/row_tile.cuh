@@ -147,11 +147,7 @@ struct GridTileVecs {
   // backward, ptxas -v). Re-derived at each use, they cost the hot path
   // nothing.
   __device__ __forceinline__ GridTileVecs fresh() const {
-    GridTileVecs t;
-    asm volatile("mov.b32 %0, %1;" : "=r"(t.nin) : "r"(nin));
-    asm volatile("mov.b32 %0, %1;" : "=r"(t.nval) : "r"(nval));
-    t.part = part;
-    return t;
+    return {fresh_i32(nin), fresh_i32(nval), part};
   }
 };
 

@@ -108,6 +108,11 @@ __device__ __forceinline__ float lds_f32(uint32_t addr) {
 // the branch and held (the grid backward computed every row's 64-bit
 // addresses of its rarely taken paths at the top of each step: ~100
 // instructions a step, ptxas at its register cap).
+__device__ __forceinline__ int fresh_i32(int v) {
+  int r;
+  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
 __device__ __forceinline__ int64_t fresh_i64(int64_t v) {
   int64_t r;
   asm volatile("mov.b64 %0, %1;" : "=l"(r) : "l"(v));

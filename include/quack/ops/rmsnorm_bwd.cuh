@@ -1361,7 +1361,7 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& 
   shape.cooperative = true;
   shape.not_resident = not_resident;
   shape.grid_y = cfg.groups;
-  if (int64_t(cfg.ranks) * cfg.rows * (kCentre ? 2 : 1) > kNormBwdGridMaxStepWords)
+  if (norm_grid_step_words(cfg.ranks, cfg.rows, kCentre) > kNormBwdGridMaxStepWords)
     return {Code::kUnsupported, "rmsnorm backward: grid config with more exchange words a step than kNormBwdGridMaxStepWords"};
   Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
                                 "rmsnorm backward exchange reset");
