@@ -140,6 +140,36 @@ RowTuning default_row_tuning() {
   // 395.2 / 348.8 / 354.3 / 363.3 / 405.0. Without any weight the same rows
   // take 270-272 us: the batched weight costs 1.5-5%, the serial one 7-11%.
   t.reg_w_batch = 1;
+  // Two staged rows a cluster (the kernel's kRows = 2). Why: LayerNorm
+  // bf16 rows (rmsnorm_sweep, QUACK_SWEEP_LAYERNORM=1, 6ae04cb, H200, % of
+  // copy at N = 32K / 64K / 128K / 256K; logs/2026-12-03-norm-fwd-params.log)
+  // ran 78.4 / 80.4 / 76.8 / 69.8 with fp32 weight and bias, 95.8 / 89.2 /
+  // 88.1 / 84.5 with bf16 ones and 95.6 / 94.6 / 95.3 / 95.7 without: the
+  // parameters, not the centring, cost them. Measured (the same sweep with
+  // pairs, A B A B against reg_staged_pair=0 in one call;
+  // logs/2026-12-03-norm-fwd-pairs.log), N = 40000 / 64K / 96K / 128K /
+  // 256K, clusters of 3 / 4 / 6 / 8 / 16:
+  //   LayerNorm bf16, fp32 weight and bias: 74.2 / 81.0 / 80.1 / 79.1 /
+  //     74.3 and 73.4 / 80.1 / 79.1 / 78.2 / 72.8 against 76.8 / 81.0 /
+  //     79.3 / 77.2 / 70.2 and 76.4 / 80.7 / 79.1 / 77.0 / 69.9; fp16
+  //     74.6 / 80.3 / 79.4 / 78.4 / 74.4 against 76.4 / 80.3 / 78.6 / 77.0
+  //     / 69.7;
+  //   LayerNorm bf16, bf16 weight and bias: 74.7 / 83.0 / 83.1 / 82.1 / 78.0
+  //     against 83.1 / 89.0 / 88.4 / 88.0 / 84.1 (both runs alike);
+  //   RMSNorm bf16 weight: 92.3 / 93.2 / 92.6 / 92.0 / 88.2 against 94.5 /
+  //     94.5 / 94.5 / 94.5 / 92.6; fp32 weight 89.9 / 91.8 / 90.9 / 89.6 /
+  //     84.9 against 93.6 / 94.2 / 93.8 / 93.3 / 91.7.
+  // (Predicted >= 85-90 for the fp32 parameters: missed. Halving their
+  // reads gains 2-4 points at clusters of 8-16, and the pair's own cost --
+  // three CTAs an SM instead of six, the same batches of one weight and
+  // one bias vector a round trip -- is 2-6 points wherever the parameters
+  // are light.) So only LayerNorm's fp32 parameters pair, from clusters of
+  // 8 (128K columns of 16-bit x). Few rows (256 / 128 / 64 rows of 64K /
+  // 128K / 256K) measured even either way (65.0 / 62.3 / 61.7 against 64.2
+  // / 63.9 / 62.4); the full-wave guard is kept for rows fewer than that.
+  t.reg_staged_pair = 8;
+  t.reg_staged_pair_full_wave = 1;
+  t.reg_staged_pair_min_cluster = 8;
   // Clustered rows keep the end-of-kernel cluster barrier: without it the
   // same call measured within noise (bf16 staged 40000 / 64K / 256K 282.7 /
   // 275.9 / 280.8 us against 278.0 / 276.3 / 283.3; LayerNorm bf16 1-2%
@@ -479,15 +509,30 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     vpt_max = std::min(vpt_max, prob.staged_vpt_max);
     while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
     const int64_t cl = ceil_div(nvec, t * vpt);
-    const size_t smem = prob.scratch_bytes + size_t(t) * vpt * 16;
+    size_t smem = prob.scratch_bytes + size_t(t) * vpt * 16;
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
+    // Two rows a cluster at the staged tile, where the problem allows and
+    // both rows' staging fits; with pair_full_wave only where the pairs'
+    // CTAs still fill every SM's slots once (fewer clusters than that would
+    // leave SMs idle that one row a cluster keeps busy).
+    int rows_per = 1;
+    if (prob.staged_rows == 2 && vpt == prob.staged_vpt && prob.rows > 1 && cl >= prob.pair_min_cluster) {
+      const size_t smem2 = prob.staged_pair_scratch_bytes + 2 * size_t(t) * vpt * 16;
+      const int64_t per_sm = int64_t(lim.smem_per_sm) / int64_t(smem2 + 1024);  // 1 KB reserved per CTA
+      const bool fills = ceil_div(prob.rows, 2) * cl >= per_sm * lim.num_sms;
+      if (smem2 <= lim.max_smem_per_block && per_sm >= 1 && (fills || !prob.pair_full_wave)) {
+        rows_per = 2;
+        smem = smem2;
+      }
+    }
     c.team = c.threads = int(t);
     c.cluster = int(cl);
     c.vpt = vpt;
     c.staged = true;
+    c.rows_per_cluster = rows_per;
     c.smem_bytes = smem;
-    c.row_blocks = prob.rows;
+    c.row_blocks = ceil_div(prob.rows, rows_per);
     c.grid = c.row_blocks * c.cluster;
     *out = c;
     return true;
@@ -570,9 +615,20 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     // A wider tile only where the narrower one needs more than max_cluster CTAs.
     if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
       return "a staged row takes a wider tile than it needs";
-    if (c.smem_bytes != prob.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
+    if (c.rows_per_cluster == 2) {
+      if (prob.staged_rows != 2 || c.vpt != prob.staged_vpt)
+        return "two staged rows a cluster where the problem does not allow them";
+      if (c.smem_bytes != prob.staged_pair_scratch_bytes + 2 * size_t(c.team) * c.vpt * 16 ||
+          c.smem_bytes > lim.max_smem_per_block)
+        return "staging does not fit the shared memory";
+    } else if (c.rows_per_cluster != 1) {
+      return "a staged cluster takes one or two rows";
+    } else if (c.smem_bytes != prob.scratch_bytes + size_t(c.team) * c.vpt * 16 ||
+               c.smem_bytes > lim.max_smem_per_block) {
       return "staging does not fit the shared memory";
+    }
   } else {
+    if (c.rows_per_cluster != 1) return "only staged rows go several a cluster";
     bool bucket = false;
     for (int b : kRegRowVptBuckets) bucket |= (b == c.vpt);
     if (!bucket || c.vpt > prob.max_vpt) return "vpt is not a bucket the kernel family is built with";
@@ -580,7 +636,7 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     if (c.smem_bytes != prob.scratch_bytes) return "shared memory is not the scratch alone";
   }
   if (int64_t(c.cluster) * c.team * c.vpt < nvec) return "the tiles do not cover the row";
-  if (c.row_blocks * c.teams_per_cta() < prob.rows) return "row blocks do not cover the rows";
+  if (c.row_blocks * c.teams_per_cta() * c.rows_per_cluster < prob.rows) return "row blocks do not cover the rows";
   if (c.grid < 0 || c.grid > int64_t(0x7fffffff)) return "grid exceeds gridDim.x";
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid != c.row_blocks * c.cluster) return "grid is not one cluster per row block";

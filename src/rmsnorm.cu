@@ -96,6 +96,18 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   }
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
+  // Two staged rows a cluster share their weight and bias reads (16-bit x,
+  // a weight or bias to share, the tuning's bit for the op and the
+  // parameters' dtype; the early-weight instance keeps one row).
+  const bool has_params = a.weight.ptr != nullptr || a.bias.ptr != nullptr;
+  const int pair_bit = (centre ? 4 : 1) << (*w_f32 ? 1 : 0);
+  if (prob.staged_vpt > 0 && dtype_size(x) == 2 && has_params && (tune.reg_staged_pair & pair_bit) &&
+      !(!*w_f32 && (tune.reg_staged_early_w & dtype_bit(x)))) {
+    prob.staged_rows = 2;
+    prob.staged_pair_scratch_bytes = ops::reg_scratch_bytes(centre, 2);
+    prob.pair_full_wave = tune.reg_staged_pair_full_wave != 0;
+    prob.pair_min_cluster = tune.reg_staged_pair_min_cluster;
+  }
   if (!choose_reg_row_config(prob, lim, tune, cfg)) return false;
   return check_reg_row_config(*cfg, prob, lim) == nullptr;
 }
@@ -165,6 +177,7 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                    !(plan.reg && (tune.fwd_grid_keep_reg & keep_reg_bit(a.x.dtype, plan.grid_w_f32)));
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
+                          plan.reg_cfg.rows_per_cluster == 1 &&
                           !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
                           (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
     plan.small_cta = tune.reg_small_cta != 0 && !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 &&
@@ -330,6 +343,8 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
     std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %2d smem %6zu grid %lld",
                   c.staged ? "stage  " : "reg    ", c.team, c.threads, c.cluster, c.vpt, c.smem_bytes,
                   (long long)c.grid);
+    if (c.rows_per_cluster > 1)
+      std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " %d rows", c.rows_per_cluster);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
     else if (c.staged && plan.w_batch) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " w batch");
     if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");

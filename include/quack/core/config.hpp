@@ -108,6 +108,18 @@ struct RowTuning {
   // reduction: 1 issues a thread's weight (and bias) vectors together, 0 one
   // before each use.
   int reg_w_batch;
+  // Staged 16-bit rows at the family's staged tile whose weight comes after
+  // the reduction: a cluster takes two rows at once and reads each weight
+  // and bias vector once for both (the kernel's kRows). Bits: 1 RMSNorm with
+  // a weight in x's dtype, 2 RMSNorm with an fp32 weight, 4 LayerNorm with
+  // weight / bias in x's dtype, 8 LayerNorm with fp32 ones (none: one row).
+  // reg_staged_pair_full_wave = 1: only where the pairs' CTAs still fill
+  // every SM's slots once (fewer rows keep one row a cluster);
+  // reg_staged_pair_min_cluster: only rows whose cluster has at least this
+  // many CTAs.
+  int reg_staged_pair;
+  int reg_staged_pair_full_wave;
+  int reg_staged_pair_min_cluster;
   // Staged rows too long for a 16-CTA cluster at the family's staged tile
   // take 2x, 4x .. that tile up to RegRowProblem::staged_vpt_max and up to
   // reg_staged_vpt_max where a register tile holds the row too (else the
@@ -264,6 +276,14 @@ struct RegRowProblem {
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
+  // Staged rows at staged_vpt may go two a cluster (2; 1: never), then with
+  // staged_pair_scratch_bytes of scratch, in clusters of at least
+  // pair_min_cluster CTAs; pair_full_wave: only where ceil(rows / 2)
+  // clusters fill every SM once.
+  int staged_rows = 1;
+  size_t staged_pair_scratch_bytes = 0;
+  int pair_min_cluster = 2;
+  bool pair_full_wave = true;
   int tile_for_clusters() const { return cluster_vpt > 0 && cluster_vpt < max_vpt ? cluster_vpt : max_vpt; }
 };
 
@@ -273,9 +293,10 @@ struct RegRowConfig {
   int threads = 1;         // threads per CTA (multiple of team)
   int cluster = 1;         // CTAs per row
   int vpt = 1;             // vectors per thread (a bucket)
-  int64_t row_blocks = 0;  // groups of threads/team rows (one row per cluster when clustered)
+  int64_t row_blocks = 0;  // groups of threads/team rows (clustered: one row, or rows_per_cluster staged ones)
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
   bool staged = false;     // x staged in shared memory (clustered rows only)
+  int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)

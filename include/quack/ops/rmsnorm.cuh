@@ -91,14 +91,25 @@ struct RMSNormFwdParams {
 
 // Reducer scratch: [RowReducer<SumOp>][ClusterExchange<SumOp> at kClusterScratchOffset];
 // the register kernel's LayerNorm rows exchange a pair (SumPairOp) and take
-// reg_scratch_bytes(true).
+// reg_scratch_bytes(true). Staged clusters of two rows (the kernel's kRows)
+// exchange twice the values: a pair for RMSNorm, two pairs (SumQuadOp) for
+// LayerNorm; their CTA reductions take 128-byte halves of the first 256
+// bytes (32 floats or 16 pairs each).
 constexpr uint32_t kReducerScratchBytes = 512;  // 16-B multiple
 constexpr uint32_t kClusterScratchOffset = 272;
-constexpr uint32_t reg_scratch_bytes(bool centre) { return centre ? 640 : kReducerScratchBytes; }
+constexpr uint32_t reg_scratch_bytes(bool centre, int rows = 1) {
+  return rows == 2 ? (centre ? 800 : 544) : centre ? 640 : kReducerScratchBytes;
+}
 static_assert(core::RowReducer<core::SumOp>::scratch_bytes() <= kClusterScratchOffset &&
                   kClusterScratchOffset % 8 == 0 &&
                   kClusterScratchOffset + core::ClusterExchange<core::SumOp>::scratch_bytes() <= kReducerScratchBytes &&
-                  kClusterScratchOffset + core::ClusterExchange<core::SumPairOp>::scratch_bytes() <= reg_scratch_bytes(true),
+                  kClusterScratchOffset + core::ClusterExchange<core::SumPairOp>::scratch_bytes() <= reg_scratch_bytes(true) &&
+                  kClusterScratchOffset + core::ClusterExchange<core::SumPairOp>::scratch_bytes() <=
+                      reg_scratch_bytes(false, 2) &&
+                  kClusterScratchOffset + core::ClusterExchange<core::SumQuadOp>::scratch_bytes() <=
+                      reg_scratch_bytes(true, 2) &&
+                  reg_scratch_bytes(true, 2) % 16 == 0 && reg_scratch_bytes(false, 2) % 16 == 0 &&
+                  256 <= kClusterScratchOffset,
               "reducer scratch layout");
 constexpr int kMaxThreads = kRowKernelMaxThreads;
 // Elements a thread handles as one straight-line group, all their loads
@@ -427,7 +438,11 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 // registers) and holds it through the reduction (under the 64 registers of
 // 1024-thread CTAs it spills, ptxas -v).
 constexpr int kStagedThreads = 256;
-constexpr int staged_min_blocks(bool early_w, int vpt) { return early_w || vpt > 8 ? 3 : 6; }
+// Two rows a cluster (kRows = 2) stage twice the bytes a CTA: three an SM.
+constexpr int staged_min_blocks(bool early_w, int vpt, int rows = 1) { return early_w || vpt > 8 || rows > 1 ? 3 : 6; }
+// Every staged CTA's warp partials fit a 128-byte half of the reducer
+// scratch as pairs (two rows a cluster).
+static_assert(kStagedThreads / 32 * sizeof(float2) <= 128, "staged reduction scratch");
 // The register kernel's small-CTA instances (kSmallCta): 8-vector tiles of
 // 16-bit x with an fp32 weight in CTAs of up to 256 threads, three CTAs an SM
 // (65536 / (3 * 256) = 85 registers, 80 in allocation units; 72 used).
@@ -453,10 +468,19 @@ constexpr int kRegSmallCtaMinBlocks = 3;
 // L1 pipe a wavefront per 16 bytes: each thread takes its own moments in the
 // first pass (core::ShiftedMoments), and the CTA's deviations are the
 // threads' combined (sum_t m2_t + n_t (mean_t - mean)^2).
+// kRows = 2 (staged 16-bit rows, weight late): a cluster takes two rows at
+// once, both staged, their sums reduced and exchanged together, and each
+// weight and bias vector read once for both. LayerNorm's fp32 weight and
+// bias (8 bytes an element of L2 reads against x's 2 of HBM), not the
+// arithmetic, hold its staged rows at 70-81% of copy (95-97% without them);
+// pairs gain 2-4 points at clusters of 8-16 and lose 2-6 where the
+// parameters are light (three CTAs an SM instead of six):
+// bench/results/2026-12-03-norm-fwd-pairs.md.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1>
 __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSmallCtaThreads : kRegRowMaxThreads,
-                                  kStaged ? staged_min_blocks(kStagedEarlyW, VPT) : kSmallCta ? kRegSmallCtaMinBlocks : 1)
+                                  kStaged ? staged_min_blocks(kStagedEarlyW, VPT, kRows)
+                                          : kSmallCta ? kRegSmallCtaMinBlocks : 1)
     rmsnorm_fwd_reg_kernel(const RMSNormFwdParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(Tx);
@@ -472,6 +496,8 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   constexpr bool kEarlyW = kStaged ? kStagedEarlyW : !kCluster && (kRes ? VPT == 1 : VPT <= 2);
   static_assert(!kStaged || (kCluster && !kRes), "staged rows: clustered, no residual stream");
   static_assert(!kStagedEarlyW || kStaged, "early weights: staged rows only");
+  static_assert(kRows == 1 || (kRows == 2 && kStaged && !kStagedEarlyW && sizeof(Tx) == 2),
+                "two rows a cluster: staged 16-bit rows, weight late");
   // Loops over a thread's vectors unroll fully where they index registers;
   // staged rows index shared memory, and their wide tiles (16, 32 vectors)
   // unrolled whole hoist every address out of the loop and spill (ptxas -v).
@@ -479,8 +505,11 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   static_assert(RowReducer<SumOp>::scratch_bytes() <= kReducerScratchBytes, "scratch");
   extern __shared__ __align__(16) unsigned char smem[];
 
-  // Cluster exchange (st.async + mbarrier) when clustered.
-  ClusterExchange<std::conditional_t<kCentre, SumPairOp, SumOp>> cl;
+  // Cluster exchange (st.async + mbarrier) when clustered: a row's sum, or
+  // LayerNorm's (sum, deviations) pair, for each of the kRows rows.
+  using ExchangeOp = std::conditional_t<kCentre, std::conditional_t<kRows == 2, SumQuadOp, SumPairOp>,
+                                        std::conditional_t<kRows == 2, SumPairOp, SumOp>>;
+  ClusterExchange<ExchangeOp> cl;
   if constexpr (kCluster) cl.start(smem + kClusterScratchOffset);
 
   // One row block: load, reduce, write. Everything here is derived afresh
@@ -532,25 +561,30 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       }
     };
 
-    const int64_t row = blk * teams + team_id;
+    // This team's (first) row; kRows = 2: the cluster's rows row, row + 1.
+    const int64_t row = (blk * teams + team_id) * kRows;
     const bool active = row < p.rows;
-    float acc = 0.0f;
+    // Row r of the block is there (the second of two may be past the end).
+    auto row_on = [&](int r) { return r == 0 || row + r < p.rows; };
+    float acc[kRows] = {};
     // Staged LayerNorm of 16-bit x: this thread's element count, mean and
     // squared deviations from it (pass 1). (fp32 rows keep the second pass:
     // their late-weight instance, 40 registers for six CTAs an SM, spilled
     // 4 bytes with it, ptxas -v; LayerNorm's fp32 rows are not staged by
     // default, RowTuning::ln_staged.)
     constexpr bool kOnePassMoments = kStaged && kCentre && sizeof(Tx) == 2;
-    int own_n = 0;
-    float own_mean = 0.0f, own_m2 = 0.0f;
+    int own_n[kRows] = {};
+    float own_mean[kRows] = {}, own_m2[kRows] = {};
     // x (and the residual) of this thread's share, and sum of squares.
     RawVec<Tx, VEC> xv[kRes || kStaged ? 1 : VPT] = {};
-    // Staging slot of vector i (kStaged): consecutive threads, consecutive 16 B.
-    const uint32_t x_slot0 = smem_addr(smem) + reg_scratch_bytes(kCentre) + uint32_t(t) * 16;
-    auto x_at = [&](int i) {
+    // Staging slot of vector i of row r (kStaged): consecutive threads,
+    // consecutive 16 B; a row's share after the other's.
+    const uint32_t x_slot0 = smem_addr(smem) + reg_scratch_bytes(kCentre, kRows) + uint32_t(t) * 16;
+    const uint32_t row_slots = uint32_t(VPT * team) * 16;
+    auto x_at = [&](int i, int r = 0) {
       if constexpr (kStaged) {
         RawVec<Tx, VEC> v;
-        lds<16>(x_slot0 + uint32_t(i * team) * 16, v.w);
+        lds<16>(x_slot0 + uint32_t(r) * row_slots + uint32_t(i * team) * 16, v.w);
         return v;
       } else {
         return xv[kRes || kStaged ? 0 : i];
@@ -615,14 +649,21 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
 #pragma unroll
         for (int i = 0; i < VPT; ++i)
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + h[i][j] : fmaf(h[i][j], h[i][j], acc);
+          for (int j = 0; j < VEC; ++j) acc[0] = kCentre ? acc[0] + h[i][j] : fmaf(h[i][j], h[i][j], acc[0]);
       } else {
         if constexpr (kStaged) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            // (A row past the end stages zeros from the first row's address.)
+            const bool on = row_on(r);
+            const Tx* src = on ? xrow + r * p.x_stride : xrow;
 #pragma unroll kUnrollVec
-          for (int i = 0; i < VPT; ++i) {
-            const int c = col0 + i * col_step;
-            const int n = c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
-            cp_async_zfill<16>(x_slot0 + uint32_t(i * team) * 16, xrow + (n > 0 ? c : 0), n * int(sizeof(Tx)));
+            for (int i = 0; i < VPT; ++i) {
+              const int c = col0 + i * col_step;
+              const int n = !on || c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC);
+              cp_async_zfill<16>(x_slot0 + uint32_t(r) * row_slots + uint32_t(i * team) * 16, src + (n > 0 ? c : 0),
+                                 n * int(sizeof(Tx)));
+            }
           }
           cp_async_commit();
           if constexpr (kEarlyW) load_w_early();
@@ -638,31 +679,37 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
           // deviations from the CTA's mean.
           by_whole([&](auto wc) {
             constexpr bool kW = decltype(wc)::value;
-            ShiftedMoments m;
-            int n = 0;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              ShiftedMoments m;
+              int n = 0;
+#pragma unroll kUnrollVec
+              for (int i = 0; i < VPT; ++i) {
+                float f[VEC];
+                x_at(i, r).widen(f);
+                if (i == 0) m.k = f[0];  // (0 in a thread that holds nothing: a zero-filled slot)
+                const int valid = valid_at(i, wc);
+                n += valid;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) m.add(f[j], kW || j < valid);
+              }
+              const float inv_n = kW ? 1.0f / float(VPT * VEC) : (n > 0 ? 1.0f / float(n) : 0.0f);
+              own_n[r] = n;
+              own_mean[r] = m.mean(inv_n);
+              own_m2[r] = m.m2(inv_n);
+              acc[r] = m.sum(n);
+            }
+          });
+        } else {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
 #pragma unroll kUnrollVec
             for (int i = 0; i < VPT; ++i) {
               float f[VEC];
-              x_at(i).widen(f);
-              if (i == 0) m.k = f[0];  // (0 in a thread that holds nothing: a zero-filled slot)
-              const int valid = valid_at(i, wc);
-              n += valid;
+              x_at(i, r).widen(f);
 #pragma unroll
-              for (int j = 0; j < VEC; ++j) m.add(f[j], kW || j < valid);
+              for (int j = 0; j < VEC; ++j) acc[r] = kCentre ? acc[r] + f[j] : fmaf(f[j], f[j], acc[r]);
             }
-            const float inv_n = kW ? 1.0f / float(VPT * VEC) : (n > 0 ? 1.0f / float(n) : 0.0f);
-            own_n = n;
-            own_mean = m.mean(inv_n);
-            own_m2 = m.m2(inv_n);
-            acc = m.sum(n);
-          });
-        } else {
-#pragma unroll kUnrollVec
-          for (int i = 0; i < VPT; ++i) {
-            float f[VEC];
-            x_at(i).widen(f);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) acc = kCentre ? acc + f[j] : fmaf(f[j], f[j], acc);
           }
         }
       }
@@ -671,39 +718,58 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       if (active) load_w_early();
     }
     // h of vector i (fp32).
-    auto h_at = [&](int i, float (&f)[VEC]) {
+    auto h_at = [&](int i, float (&f)[VEC], int r = 0) {
       if constexpr (kRes) {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) f[j] = h[i][j];
       } else {
-        x_at(i).widen(f);
+        x_at(i, r).widen(f);
+      }
+    };
+    // One value a row of the block, summed over the CTA together (a float,
+    // or a pair for two rows) in 128-byte half `half` of the scratch.
+    auto cta_sum = [&](float (&v)[kRows], uint32_t half) {
+      unsigned char* const s = smem + 128 * half;
+      if constexpr (kRows == 2) {
+        const float2 r2 = block_reduce<SumPairOp>(make_float2(v[0], v[1]), reinterpret_cast<float2*>(s));
+        v[0] = r2.x;
+        v[1] = r2.y;
+      } else {
+        v[0] = block_reduce<SumOp>(v[0], reinterpret_cast<float*>(s));
       }
     };
     // Every thread of the CTA (and cluster) takes part.
-    float mean = 0.0f;
+    float mean[kRows] = {};
     if constexpr (kCentre) {
       // Sum, then squared deviations from this CTA's mean (its n elements);
-      // two block reductions a row, always scratch halves 0 then 1.
+      // two block reductions a row block, always scratch halves 0 then 1.
       RowReducer<SumOp> red(smem, team, 1);
-      float sum, cta_mean;
+      float sum[kRows], cta_mean[kRows];
       if constexpr (kCluster) {
         // The exact quotient: combine_moments takes the deviations as taken
         // about sum / n, which it divides again.
         const int n = min(VPT * team * VEC, max(0, cols - crank * VPT * team * VEC));
-        sum = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem));
-        cta_mean = n > 0 ? sum / float(n) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] = acc[r];
+        cta_sum(sum, 0);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) cta_mean[r] = n > 0 ? sum[r] / float(n) : 0.0f;
       } else {
-        sum = red.reduce(acc);
-        cta_mean = sum * p.inv_cols;
+        sum[0] = red.reduce(acc[0]);
+        cta_mean[0] = sum[0] * p.inv_cols;
       }
-      float dev = 0.0f;
+      float dev[kRows] = {};
       if constexpr (kOnePassMoments) {
         // Chan's update over the threads: sum_t m2_t + n_t (mean_t - mean)^2.
-        if (own_n > 0) {
-          const float d = own_mean - cta_mean;
-          dev = fmaf(float(own_n) * d, d, own_m2);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (own_n[r] > 0) {
+            const float d = own_mean[r] - cta_mean[r];
+            dev[r] = fmaf(float(own_n[r]) * d, d, own_m2[r]);
+          }
         }
       } else if (active) {
+        static_assert(kRows == 1 || kOnePassMoments, "two rows: one-pass moments");
         by_whole([&](auto wc) {
 #pragma unroll kUnrollVec
           for (int i = 0; i < VPT; ++i) {
@@ -712,47 +778,70 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
             const int valid = valid_at(i, wc);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
-              const float d = decltype(wc)::value || j < valid ? f[j] - cta_mean : 0.0f;
-              dev = fmaf(d, d, dev);
+              const float d = decltype(wc)::value || j < valid ? f[j] - cta_mean[0] : 0.0f;
+              dev[0] = fmaf(d, d, dev[0]);
             }
           }
         });
       }
       if constexpr (kCluster) {
-        dev = block_reduce<SumOp>(dev, reinterpret_cast<float*>(smem) + 32);
-        // Lane r: CTA r's (sum, deviations) and element count.
-        const float2 part = cl.gather(make_float2(sum, dev), p.cluster, crank);
+        cta_sum(dev, 1);
+        // Lane r: CTA r's (sum, deviations) of each row and element count.
         const int lane = int(threadIdx.x) & 31;
         const int lane_n = lane < p.cluster ? min(VPT * team * VEC, max(0, cols - lane * VPT * team * VEC)) : 0;
-        const float2 mom = combine_moments(part, lane_n, float(cols));
-        mean = mom.x;
-        acc = mom.y;
+        if constexpr (kRows == 2) {
+          const float4 part = cl.gather(make_float4(sum[0], dev[0], sum[1], dev[1]), p.cluster, crank);
+          const float2 m0 = combine_moments(make_float2(part.x, part.y), lane_n, float(cols));
+          const float2 m1 = combine_moments(make_float2(part.z, part.w), lane_n, float(cols));
+          mean[0] = m0.x;
+          acc[0] = m0.y;
+          mean[1] = m1.x;
+          acc[1] = m1.y;
+        } else {
+          const float2 part = cl.gather(make_float2(sum[0], dev[0]), p.cluster, crank);
+          const float2 mom = combine_moments(part, lane_n, float(cols));
+          mean[0] = mom.x;
+          acc[0] = mom.y;
+        }
       } else {
-        mean = cta_mean;
-        acc = red.reduce(dev);
+        mean[0] = cta_mean[0];
+        acc[0] = red.reduce(dev[0]);
       }
     } else if constexpr (kCluster) {
       // One team per CTA; the exchange's count alternates the scratch.
-      acc = block_reduce<SumOp>(acc, reinterpret_cast<float*>(smem) + 32 * (cl.count & 1));
-      acc = cl.reduce(acc, p.cluster, crank);
+      cta_sum(acc, cl.count & 1);
+      if constexpr (kRows == 2) {
+        const float2 r2 = cl.reduce(make_float2(acc[0], acc[1]), p.cluster, crank);
+        acc[0] = r2.x;
+        acc[1] = r2.y;
+      } else {
+        acc[0] = cl.reduce(acc[0], p.cluster, crank);
+      }
     } else {
       RowReducer<SumOp> red(smem, team, 1);
-      acc = red.reduce(acc);
+      acc[0] = red.reduce(acc[0]);
     }
-    const float rstd = rsqrtf(fmaf(acc, p.inv_cols, p.eps));
-    if (!active) return;  // (clustered rows are always active: one row per cluster)
+    float rstd[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rstd[r] = rsqrtf(fmaf(acc[r], p.inv_cols, p.eps));
+    if (!active) return;  // (clustered rows are always active: one row block per cluster)
     if (t == 0 && crank == 0) {
-      if (p.rstd != nullptr) p.rstd[row] = rstd;
-      if (kCentre && p.mean != nullptr) p.mean[row] = mean;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (!row_on(r)) continue;
+        if (p.rstd != nullptr) p.rstd[row + r] = rstd[r];
+        if (kCentre && p.mean != nullptr) p.mean[row + r] = mean[r];
+      }
     }
 
     Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
     TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
-    // Writes vector i (its first `valid` elements) from its weight and bias.
-    auto write_vec = [&](int i, int valid, const RawVec<Tw, VEC>& wv, const RawVec<Tw, VEC>& bv) {
+    // Writes vector i of row r (its first `valid` elements) from its weight
+    // and bias.
+    auto write_vec = [&](int r, int i, int valid, const RawVec<Tw, VEC>& wv, const RawVec<Tw, VEC>& bv) {
       const int c = col0 + i * col_step;
       float f[VEC];
-      h_at(i, f);
+      h_at(i, f, r);
       if constexpr (kRes) {
         if (rorow != nullptr) {
           RawVec<TrOrX, VEC> o;
@@ -763,19 +852,19 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       }
       if constexpr (kCentre) {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) f[j] -= mean;
+        for (int j = 0; j < VEC; ++j) f[j] -= mean[r];
       }
       if (w != nullptr) {
         float wf[VEC];
         wv.widen(wf);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          const float hr = f[j] * rstd;
+          const float hr = f[j] * rstd[r];
           f[j] = fmaf(hr, wf[j], hr * p.weight_offset);
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) f[j] *= rstd;
+        for (int j = 0; j < VEC; ++j) f[j] *= rstd[r];
       }
       if (b != nullptr) {
         float bf[VEC];
@@ -785,8 +874,9 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       }
       RawVec<Tx, VEC> o;
       o.narrow(f);
-      if (valid == VEC) o.store(orow + c);
-      else o.store_partial(orow + c, valid);
+      Tx* const dst = r == 0 ? orow : orow + r * p.out_stride;
+      if (valid == VEC) o.store(dst + c);
+      else o.store_partial(dst + c, valid);
     };
     if constexpr (kStaged && !kEarlyW) {
       // Staged rows hold x in shared memory, so the registers are free here:
@@ -811,7 +901,11 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
               if constexpr (kWithB) bv[g].load(b + c);
             }
 #pragma unroll
-            for (int g = 0; g < kB; ++g) write_vec(i0 + g, VEC, wv[g], bv[kWithB ? g : 0]);
+            for (int r = 0; r < kRows; ++r) {
+              if (!row_on(r)) continue;
+#pragma unroll
+              for (int g = 0; g < kB; ++g) write_vec(r, i0 + g, VEC, wv[g], bv[kWithB ? g : 0]);
+            }
           }
         };
         if (b == nullptr) batched(std::integral_constant<int, kBatchW>{}, std::false_type{});
@@ -827,7 +921,11 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
         RawVec<Tw, VEC> w_late, b_late;
         if constexpr (!kEarlyW) load_wb(w, i, w_late, wc, std::true_type{});
         if constexpr (!kEarlyB) load_wb(b, i, b_late, wc, std::true_type{});
-        write_vec(i, valid, kEarlyW ? w_early[kEarlyW ? i : 0] : w_late, kEarlyB ? b_early[kEarlyB ? i : 0] : b_late);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (!row_on(r)) continue;
+          write_vec(r, i, valid, kEarlyW ? w_early[kEarlyW ? i : 0] : w_late, kEarlyB ? b_early[kEarlyB ? i : 0] : b_late);
+        }
       }
     };
     by_whole_io(write_row);
@@ -870,12 +968,12 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
   return core::launch_row_kernel(
-      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta>, cache, device,
-      core::launch_shape(cfg), stream, p);
+      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows>, cache,
+      device, core::launch_shape(cfg), stream, p);
 }
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre>
@@ -889,6 +987,16 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
       if constexpr (std::is_same_v<Tw, Tx>) {
         if (cfg.vpt == kSt && p.staged_early_w)
           return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, true>(p, cfg, device, stream);
+      }
+      // Two rows a cluster (config.cpp: RowTuning::reg_staged_pair).
+      if constexpr (sizeof(Tx) == 2) {
+        if (cfg.vpt == kSt && cfg.rows_per_cluster == 2)
+          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true, false, false, 2>(p, cfg, device,
+                                                                                                   stream);
+      }
+      if (cfg.rows_per_cluster != 1) {
+        return {Code::kUnsupported, "rmsnorm: no staged kernel takes " + std::to_string(cfg.rows_per_cluster) +
+                                        " rows a cluster at " + std::to_string(cfg.vpt) + " vectors a thread"};
       }
       if (cfg.vpt == kSt) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kSt, true, true>(p, cfg, device, stream);
       if (cfg.vpt == 2 * kSt)

@@ -552,15 +552,23 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
     const int vec = 16 / dtype_size(c.op[kX].dtype);
     const bool tile8 = (c.cols + vec - 1) / vec <= 16 * 256 * 8;  // the 8-vector tile holds it
     const char* mode_name[] = {"weight after the reduction, a vector at a time",
-                               "weight after the reduction, in batches", "weight loaded early"};
-    for (const int mode : {0, 1, 2}) {
+                               "weight after the reduction, in batches", "weight loaded early",
+                               "two rows a cluster, weight in batches", "two rows a cluster, a vector at a time"};
+    // Two rows a cluster: 16-bit x at the 8-vector tile with a weight or a
+    // bias to share, whatever the rows (an odd last pair has one row).
+    const bool pairable = dtype_size(c.op[kX].dtype) == 2 && tile8 && (c.op[kW].present || c.op[kB].present) &&
+                          test::case_rows(c.rows, c.cols) > 1;
+    for (const int mode : {0, 1, 2, 3, 4}) {
       SCOPED_TRACE(mode_name[mode]);
       RowTuning t = default_row_tuning();
       t.reg_staged = 3;
       t.ln_staged = 3;
       t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
-      t.reg_w_batch = mode >= 1;
+      t.reg_w_batch = mode == 1 || mode == 2 || mode == 3;
       t.reg_staged_early_w = mode == 2 ? 3 : 0;
+      t.reg_staged_pair = mode >= 3 ? 15 : 0;
+      t.reg_staged_pair_full_wave = 0;
+      t.reg_staged_pair_min_cluster = 2;
       t.fwd_grid = 0;  // (it would take the 1M rows with fp32 weights)
       set_row_tuning(&t);
       // fp32 weights of 16-bit x, and the 16- and 32-vector tiles, never
@@ -568,7 +576,8 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       const bool early = mode == 2 && !w_f32 && tile8;
       PlanCheck check{"stage", {}, {}};
       (early ? check.with : check.without).push_back("early w");
-      (mode >= 1 && !early ? check.with : check.without).push_back("w batch");
+      (t.reg_w_batch && !early ? check.with : check.without).push_back("w batch");
+      (mode >= 3 && pairable ? check.with : check.without).push_back("2 rows");
       run_case(c, centre, check);
       if (HasFatalFailure()) return;
     }

@@ -217,6 +217,107 @@ TEST_F(NormFwdPlan, EarlyWeightBitsByDtype) {
   }
 }
 
+// Two staged rows a cluster (RowTuning::reg_staged_pair): by default
+// LayerNorm's 16-bit rows with fp32 parameters at the 8-vector staged tile
+// in clusters of 8 CTAs or more (128K-256K columns), where the pairs' CTAs
+// still fill every SM once (three 66 KB CTAs an SM: 396 CTAs on an H200);
+// never fp32 x, the wider tiles, the early-weight instance or rows without
+// parameters.
+TEST_F(NormFwdPlan, TwoStagedRowsAClusterShareTheirParameters) {
+  auto pair = [](const Kernel& k) { return k.text.find(" 2 rows") != std::string::npos; };
+  for (DType x : {kBF16, kF16}) {
+    const Kernel k = plan({2048, 131072, x, kF32}, true);
+    EXPECT_TRUE(k.kind == "stage" && k.vpt == 8 && k.cluster == 8 && pair(k) && !k.early_w) << k.text;
+    const Kernel big = plan({1024, 262144, x, kF32}, true);
+    EXPECT_TRUE(big.cluster == 16 && pair(big)) << big.text;
+    const Kernel six = plan({2730, 98304, x, kF32}, true);
+    EXPECT_TRUE(six.kind == "stage" && six.cluster == 6 && !pair(six)) << six.text;  // below 8 CTAs
+    EXPECT_FALSE(pair(plan({2048, 131072, x, x}, true)));  // parameters in x's dtype
+    EXPECT_FALSE(pair(plan({2048, 131072, x, kF32})));     // RMSNorm
+    EXPECT_FALSE(pair(plan({512, 524288, x, kF32}, true)));  // 16 vectors a thread
+  }
+  // The full wave: ceil(rows / 2) clusters of 8 against 3 x 132 CTA slots.
+  EXPECT_TRUE(pair(plan({99, 131072, kBF16, kF32}, true)));
+  EXPECT_FALSE(pair(plan({98, 131072, kBF16, kF32}, true)));
+  EXPECT_FALSE(pair(plan({1, 131072, kBF16, kF32}, true)));
+  RowTuning t = default_row_tuning();
+  t.reg_staged_pair_full_wave = 0;
+  set_row_tuning(&t);
+  EXPECT_TRUE(pair(plan({2, 131072, kBF16, kF32}, true)));
+  EXPECT_TRUE(pair(plan({3, 131072, kBF16, kF32}, true)));
+  EXPECT_FALSE(pair(plan({1, 131072, kBF16, kF32}, true)));  // one row: nothing to pair
+  // The cluster floor.
+  t = default_row_tuning();
+  t.reg_staged_pair_min_cluster = 4;
+  set_row_tuning(&t);
+  EXPECT_TRUE(pair(plan({4096, 65536, kBF16, kF32}, true)));
+  EXPECT_FALSE(pair(plan({6710, 40000, kBF16, kF32}, true)));  // a cluster of 3
+  // Each bit: the op and the parameters' dtype.
+  for (int bits = 0; bits < 16; ++bits) {
+    t = default_row_tuning();
+    t.reg_staged_pair = bits;
+    t.reg_staged_pair_min_cluster = 2;
+    t.reg_staged_early_w = 0;
+    set_row_tuning(&t);
+    EXPECT_EQ(pair(plan({4096, 65536, kBF16, kBF16})), bool(bits & 1)) << bits;
+    EXPECT_EQ(pair(plan({4096, 65536, kBF16, kF32})), bool(bits & 2)) << bits;
+    EXPECT_EQ(pair(plan({4096, 65536, kBF16, kBF16}, true)), bool(bits & 4)) << bits;
+    EXPECT_EQ(pair(plan({4096, 65536, kBF16, kF32}, true)), bool(bits & 8)) << bits;
+    EXPECT_FALSE(pair(plan({2048, 131072, kF32, kF32}, true)));
+    EXPECT_FALSE(pair(plan({2048, 131072, kF32, kF32})));
+  }
+  // The early weight (x's dtype) keeps one row; an fp32 weight is never early.
+  t = default_row_tuning();
+  t.reg_staged_pair = 15;
+  t.reg_staged_early_w = 3;
+  set_row_tuning(&t);
+  const Kernel early = plan({2048, 131072, kBF16, kBF16});
+  EXPECT_TRUE(early.early_w && !pair(early)) << early.text;
+  EXPECT_TRUE(pair(plan({2048, 131072, kBF16, kF32})));
+}
+
+// A pair's configuration: its shared memory holds both rows and the wider
+// scratch, its row blocks cover the rows, and only staged rows at the
+// staged tile take it (check_reg_row_config).
+TEST(RegRowConfigPairs, CheckedLikeEveryStagedLayout) {
+  const DeviceLimits lim;
+  RegRowProblem prob;
+  prob.rows = 1001;
+  prob.cols = 65536;
+  prob.x_elem_bytes = 2;
+  prob.max_vpt = 8;
+  prob.staged_vpt = 8;
+  prob.staged_vpt_max = 32;
+  prob.scratch_bytes = 640;
+  prob.staged_rows = 2;
+  prob.staged_pair_scratch_bytes = 800;
+  RowTuning t = default_row_tuning();
+  RegRowConfig c;
+  ASSERT_TRUE(choose_reg_row_config(prob, lim, t, &c));
+  ASSERT_EQ(check_reg_row_config(c, prob, lim), nullptr);
+  EXPECT_TRUE(c.staged && c.rows_per_cluster == 2 && c.cluster == 4 && c.vpt == 8);
+  EXPECT_EQ(c.row_blocks, 501);
+  EXPECT_EQ(c.grid, 501 * 4);
+  EXPECT_EQ(c.smem_bytes, size_t(800) + 2 * 256 * 8 * 16);
+  RegRowConfig bad = c;
+  bad.smem_bytes = 640 + 256 * 8 * 16;  // one row's staging
+  EXPECT_NE(check_reg_row_config(bad, prob, lim), nullptr);
+  bad = c;
+  bad.row_blocks = 500;
+  bad.grid = 500 * 4;
+  EXPECT_NE(check_reg_row_config(bad, prob, lim), nullptr);
+  bad = c;
+  bad.rows_per_cluster = 3;
+  EXPECT_NE(check_reg_row_config(bad, prob, lim), nullptr);
+  RegRowProblem single = prob;
+  single.staged_rows = 1;
+  EXPECT_NE(check_reg_row_config(c, single, lim), nullptr);
+  // Without the problem's leave: one row a cluster.
+  ASSERT_TRUE(choose_reg_row_config(single, lim, t, &c));
+  EXPECT_TRUE(c.staged && c.rows_per_cluster == 1 && c.row_blocks == 1001) << c.rows_per_cluster;
+  EXPECT_EQ(check_reg_row_config(c, single, lim), nullptr);
+}
+
 // The small-CTA instance (kSmallCta, RowTuning::reg_small_cta): 8-vector
 // tiles of 16-bit x with an fp32 weight in CTAs of at most 256 threads, and
 // nothing else; the knob turns it off.
