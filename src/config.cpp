@@ -336,10 +336,14 @@ RowTuning default_row_tuning() {
   //     256K 55.5/53.8/54.0 (59.1/56.3/41.7), 1M 53.0/50.4/50.0;
   //     fp32 RMSNorm 256K 87.0/85.1/84.9, 1M 75.5/73.1/73.1; LayerNorm 256K
   //     80.7/79.7/79.4, 1M 73.5/71.1/71.0.
-  // So 256K (the register kernel's 16-CTA cluster) keeps the register
-  // kernel for dx and +dw, and gives +dw,db to the grid kernel
-  // (bwd_grid_keep_cluster16; rows of 240K-256K, the other 16-CTA
-  // clusters, follow it unmeasured). Stages: 6 of 32 KB for 16-bit rows
+  // So 256K (the register kernel's 16-CTA cluster) kept the register
+  // kernel for dx and +dw, and gave +dw,db to the grid kernel
+  // (bwd_grid_keep_cluster16 = 16). Since the grid's instruction diet
+  // (6ae04cb, logs/2026-12-03-norm-fwd-params.log, bf16 262144, dx / +dw,
+  // the 16-CTA cluster kept against bwd_grid_keep_cluster16=0 in one call):
+  // RMSNorm 73.7/69.4 against the grid's 76.4/72.8, LayerNorm 59.3/56.6
+  // against 72.2/68.8; 245760 (a grid row either way) 73.4 / 72.4. So no
+  // 16-bit row keeps its cluster now (0). Stages: 6 of 32 KB for 16-bit rows
   // (7 do not fit the 3456-byte header), 3 of 64 KB for fp32 rows; a lag of
   // 1 to 4 rows measured the same at a row a step (bf16 256K and 1M within
   // 0.3 points, 0c39bc9), 2 kept: with two rows a step, 6 stages leave a
@@ -356,7 +360,7 @@ RowTuning default_row_tuning() {
   // (8a13d2b, the same run). Predicted >= 72 / 60: missed; the step still
   // costs ~4.9 us for fp32's bytes, where fp32 takes ~4.0 (docs/KERNELS.md).
   t.bwd_grid_rows16 = 2;
-  t.bwd_grid_keep_cluster16 = 16;
+  t.bwd_grid_keep_cluster16 = 0;
   // The grid forward (rmsnorm_fwd_grid_kernel). rmsnorm_sweep, H200, % of
   // copy, the grid (min_cols 64K, keep_reg 0) against the plan without it
   // (bench/results/2026-12-02-norm-fwd-grid.md; f0e0632 and bd4430b, whose

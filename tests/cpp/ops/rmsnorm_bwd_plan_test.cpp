@@ -488,19 +488,24 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   EXPECT_EQ(plan({1024, 131080, kBF16, kBF16}).kind, "grid");
   EXPECT_EQ(plan({1024, 163840, kBF16, kBF16}).kind, "grid");  // pipe: a cluster of 10
   EXPECT_EQ(plan({1024, 196608, kBF16, kBF16}, true).kind, "grid");
-  // 16-bit rows in a full 16-CTA register cluster keep it, but with dbias.
-  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "pipe");  // with dweight
-  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "pipe");  // without a weight
+  // 16-bit rows in a full 16-CTA register cluster: the grid too by default
+  // (bwd_grid_keep_cluster16 = 0) ...
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "grid");  // with dweight
+  EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "grid");  // without a weight
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "grid");
   EXPECT_EQ(plan({1024, 262144, kBF16, kF32}, true).kind, "grid");  // LayerNorm: dbias
   EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}, true).kind, "grid");
-  EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "grid");  // fp32: no such rule
+  EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "grid");
   EXPECT_EQ(plan({1024, 262152, kBF16, kBF16}).kind, "grid");
   {
+    // ... and the knob keeps such clusters where no dbias is asked for.
     RowTuning t = default_row_tuning();
-    t.bwd_grid_keep_cluster16 = 0;
+    t.bwd_grid_keep_cluster16 = 16;
     set_row_tuning(&t);
-    EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "grid");
+    EXPECT_EQ(plan({1024, 262144, kBF16, kBF16}).kind, "pipe");  // with dweight
+    EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, false}).kind, "pipe");  // without a weight
+    EXPECT_EQ(plan({1024, 262144, kBF16, kBF16, true, false, 0, 1}).kind, "grid");  // dbias
+    EXPECT_EQ(plan({1024, 262144, kF32, kF32}).kind, "grid");  // fp32: no such rule
     t.bwd_grid_keep_cluster16 = 10;  // 160K's cluster of 10 kept too
     set_row_tuning(&t);
     EXPECT_EQ(plan({1024, 163840, kBF16, kBF16}).kind, "pipe");
