@@ -484,6 +484,14 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
   return c;
 }
 
+namespace {
+// Shared memory of a staged CTA: the scratch (one row, or a pair's) and
+// `rows` rows of t threads at vpt 16-byte vectors each.
+size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int vpt, int rows) {
+  return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) + size_t(rows) * size_t(t) * vpt * 16;
+}
+}  // namespace
+
 bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, RegRowConfig* out) {
   return choose_reg_row_config(prob, lim, current_row_tuning(), out);
 }
@@ -513,7 +521,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     vpt_max = std::min(vpt_max, prob.staged_vpt_max);
     while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
     const int64_t cl = ceil_div(nvec, t * vpt);
-    size_t smem = prob.scratch_bytes + size_t(t) * vpt * 16;
+    size_t smem = staged_smem_bytes(prob, t, vpt, 1);
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
     // Two rows a cluster at the staged tile, where the problem allows and
@@ -522,7 +530,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     // leave SMs idle that one row a cluster keeps busy).
     int rows_per = 1;
     if (prob.staged_rows == 2 && vpt == prob.staged_vpt && prob.rows > 1 && cl >= prob.pair_min_cluster) {
-      const size_t smem2 = prob.staged_pair_scratch_bytes + 2 * size_t(t) * vpt * 16;
+      const size_t smem2 = staged_smem_bytes(prob, t, vpt, 2);
       const int64_t per_sm = int64_t(lim.smem_per_sm) / int64_t(smem2 + 1024);  // 1 KB reserved per CTA
       const bool fills = ceil_div(prob.rows, 2) * cl >= per_sm * lim.num_sms;
       if (smem2 <= lim.max_smem_per_block && per_sm >= 1 && (fills || !prob.pair_full_wave)) {
@@ -619,18 +627,12 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     // A wider tile only where the narrower one needs more than max_cluster CTAs.
     if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
       return "a staged row takes a wider tile than it needs";
-    if (c.rows_per_cluster == 2) {
-      if (prob.staged_rows != 2 || c.vpt != prob.staged_vpt)
-        return "two staged rows a cluster where the problem does not allow them";
-      if (c.smem_bytes != prob.staged_pair_scratch_bytes + 2 * size_t(c.team) * c.vpt * 16 ||
-          c.smem_bytes > lim.max_smem_per_block)
-        return "staging does not fit the shared memory";
-    } else if (c.rows_per_cluster != 1) {
-      return "a staged cluster takes one or two rows";
-    } else if (c.smem_bytes != prob.scratch_bytes + size_t(c.team) * c.vpt * 16 ||
-               c.smem_bytes > lim.max_smem_per_block) {
+    if (c.rows_per_cluster != 1 && c.rows_per_cluster != 2) return "a staged cluster takes one or two rows";
+    if (c.rows_per_cluster == 2 && (prob.staged_rows != 2 || c.vpt != prob.staged_vpt))
+      return "two staged rows a cluster where the problem does not allow them";
+    if (c.smem_bytes != staged_smem_bytes(prob, c.team, c.vpt, c.rows_per_cluster) ||
+        c.smem_bytes > lim.max_smem_per_block)
       return "staging does not fit the shared memory";
-    }
   } else {
     if (c.rows_per_cluster != 1) return "only staged rows go several a cluster";
     bool bucket = false;

@@ -44,6 +44,14 @@ namespace {
 // The tuning's per-dtype bits: bit 0 16-bit x, bit 1 fp32 x.
 int dtype_bit(DType x) { return x == DType::kFloat32 ? 2 : 1; }
 
+// Staged 8-vector rows of x load the weight while x is in flight
+// (kStagedEarlyW) where the tuning's bit for x's dtype says so and the
+// weight is in x's dtype (fp32 weights of 16-bit x would take twice the
+// registers).
+bool wants_early_w(DType x, bool w_f32, const RowTuning& tune) {
+  return !(w_f32 && x != DType::kFloat32) && (tune.reg_staged_early_w & dtype_bit(x));
+}
+
 RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
   RowProblem prob;
   prob.rows = a.rows;
@@ -102,7 +110,7 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   const bool has_params = a.weight.ptr != nullptr || a.bias.ptr != nullptr;
   const int pair_bit = (centre ? 4 : 1) << (*w_f32 ? 1 : 0);
   if (prob.staged_vpt > 0 && dtype_size(x) == 2 && has_params && (tune.reg_staged_pair & pair_bit) &&
-      !(!*w_f32 && (tune.reg_staged_early_w & dtype_bit(x)))) {
+      !wants_early_w(x, *w_f32, tune)) {
     prob.staged_rows = 2;
     prob.staged_pair_scratch_bytes = ops::reg_scratch_bytes(centre, 2);
     prob.pair_full_wave = tune.reg_staged_pair_full_wave != 0;
@@ -177,9 +185,7 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                    !(plan.reg && (tune.fwd_grid_keep_reg & keep_reg_bit(a.x.dtype, plan.grid_w_f32)));
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
-                          plan.reg_cfg.rows_per_cluster == 1 &&
-                          !(plan.w_f32 && a.x.dtype != DType::kFloat32) &&
-                          (tune.reg_staged_early_w & dtype_bit(a.x.dtype));
+                          plan.reg_cfg.rows_per_cluster == 1 && wants_early_w(a.x.dtype, plan.w_f32, tune);
     plan.small_cta = tune.reg_small_cta != 0 && !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 &&
                      plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 &&
                      plan.reg_cfg.threads <= ops::kRegSmallCtaThreads;
