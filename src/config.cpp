@@ -244,6 +244,11 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
+  // Staged fused gradients (ce_reg_kernel<..., kStaged>): PROVISIONAL, set
+  // by the sweep of this session (see the record it cites once measured).
+  t.ce_staged_grad = 3;
+  t.ce_staged_vpt = 8;
+  t.ce_staged_min_cols = 16384;
   // The bulk-copy forward against the register and streaming kernels
   // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs
   // not): bf16 wins from 4096 to 128256 classes (73.5 vs 58.9 at 4096, 88.3

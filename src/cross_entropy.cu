@@ -253,9 +253,17 @@ struct Plan {
   RegRowConfig cfg;
 };
 
+// Whether a fused gradient of aligned rows may be staged in shared memory
+// (ce_reg_kernel's kStaged; RowTuning::ce_staged_grad).
+bool ce_staged_grad(int64_t cols, int es, const RowTuning& tune) {
+  return (tune.ce_staged_grad & (es == 4 ? 2 : 1)) != 0 && cols >= tune.ce_staged_min_cols &&
+         ops::ce_staged_tile(tune.ce_staged_vpt) && tune.reg_staged_team <= ops::kCEStagedThreads;
+}
+
 // wide: the plain forward (no gradient, no softcap, no weighted smoothing),
-// whose kernel has the 8-vector tile.
-Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide) {
+// whose kernel has the 8-vector tile. staged: a fused gradient, which may be
+// staged (ce_staged_grad).
+Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide, bool staged = false) {
   Plan plan;
   RegRowProblem prob;
   prob.rows = rows;
@@ -270,7 +278,12 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   // at V = 1K / 4K / 16K (cross_entropy_sweep, d46a4b2) against 44-48% with
   // 4 (bench_cross_entropy, a63c75a).
   if (wide && es == 2 && cols >= 512) prob.vpt_target = 8;
-  plan.reg = choose_reg_row_config(prob, lim, current_row_tuning(), &plan.cfg) &&
+  const RowTuning tune = current_row_tuning();
+  if (staged && !wide && ce_staged_grad(cols, es, tune)) {
+    prob.staged_vpt = tune.ce_staged_vpt;
+    prob.staged_vpt_max = ops::kCEStagedVptMax;
+  }
+  plan.reg = choose_reg_row_config(prob, lim, tune, &plan.cfg) &&
              check_reg_row_config(plan.cfg, prob, lim) == nullptr;
   return plan;
 }
@@ -287,15 +300,21 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
                                           bool wide, bool general) {
   const RowTuning tune = current_row_tuning();
   if (general) wide = false;
-  if (!wide && !general && cols >= tune.ce_grad_split_min_cols)
+  const int es = dtype_size(dtype);
+  // A gradient: staged and fused where a cluster holds the row, else (plain
+  // options, long rows) two passes.
+  const Plan fused = wide ? Plan{} : plan_rows(rows, cols, es, lim, false, true);
+  const bool staged = fused.reg && fused.cfg.staged;
+  if (!wide && !general && !staged && cols >= tune.ce_grad_split_min_cols)
     return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
-  if (ce_fwd_bulk(rows, cols, dtype_size(dtype), wide, tune)) return "fwd-bulk";
-  if (wide && cols * dtype_size(dtype) >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
-  const Plan plan = plan_rows(rows, cols, dtype_size(dtype), lim, wide);
+  if (ce_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk";
+  if (wide && cols * es >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
+  const Plan plan = wide ? plan_rows(rows, cols, es, lim, true) : fused;
   char buf[128];
   if (plan.reg) {
     const RegRowConfig& c = plan.cfg;
-    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", c.team, c.threads, c.cluster, c.vpt);
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt);
   } else {
     std::snprintf(buf, sizeof buf, "stream");
   }
@@ -537,9 +556,13 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       return ops::launch_ce_stream<decltype(dt)::value>(p, row_threads, row_grid, vec_io, true, true, device, stream);
     });
   }
-  // Two-pass gradient: the forward alone (its plain, wide kernels) writes lse,
-  // then ce_grad_stream_kernel the gradient.
-  const bool two_pass = vec_io && ce_two_pass(a, tune);
+  // A gradient of aligned rows that a cluster stages: one fused pass
+  // (ce_reg_kernel, kStaged). Else, two-pass gradient: the forward alone
+  // (its plain, wide kernels) writes lse, then ce_grad_stream_kernel the
+  // gradient. (The workspace keeps room for the two-pass lse either way.)
+  const Plan staged_plan = grad && vec_io ? plan_rows(a.rows, a.cols, es, lim, false, true) : Plan{};
+  const bool staged = staged_plan.reg && staged_plan.cfg.staged;
+  const bool two_pass = vec_io && !staged && ce_two_pass(a, tune);
   const bool row_grad = grad && !two_pass;  // the row kernels write dx
   const bool wide = !row_grad && ce_plain(a);
   if (two_pass) {
@@ -547,7 +570,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     if (p.lse == nullptr) p.lse = reinterpret_cast<float*>(base + ws.lse_offset);
     p.lse_src = p.lse;
   }
-  const Plan plan = vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
+  const Plan plan = row_grad && vec_io ? staged_plan : vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
   auto launch_rows = [&]() -> Status {
     if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune)) {
       const int64_t grid = std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps,

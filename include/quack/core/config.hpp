@@ -154,6 +154,16 @@ struct RowTuning {
   // fused.
   int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
+  // Cross-entropy gradients of aligned rows that a cluster of
+  // reg_staged_team-thread CTAs holds in shared memory at ce_staged_vpt
+  // 16-byte vectors a thread (8 or 16, the tiles built; 2x that for rows
+  // past 16 CTAs at 8) are staged and fused -- the logits read once, dx
+  // written once -- ahead of the two-pass gradient and of the register
+  // clusters: bit 0 for 16-bit logits, bit 1 for fp32 (0: never), from
+  // ce_staged_min_cols classes.
+  int ce_staged_grad;
+  int ce_staged_vpt;
+  int64_t ce_staged_min_cols;
   // The plain forward of aligned rows takes the bulk-copy kernel
   // (ce_fwd_bulk_kernel, a warp a row) when there are at least
   // ce_fwd_bulk_min_rows rows (0: never) of at least ce_fwd_bulk_min_bytes2

@@ -97,6 +97,19 @@ static_assert(core::RowReduce<core::MaxSumDotOp, true>::scratch_bytes() <= kCESc
 // it spilled 24-56 bytes, and the fp16 plain gradient 16.
 constexpr int ce_max_vpt(bool wide) { return wide ? 8 : 4; }
 constexpr int ce_cluster_vpt() { return 4; }
+// Staged gradient rows (ce_reg_kernel's kStaged): the tiles built;
+// RowTuning::ce_staged_vpt picks one, and rows past 16 CTAs of 8 take 16.
+constexpr bool ce_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+constexpr int kCEStagedVptMax = 16;
+// The staged kernels are built for CTAs of at most kCEStagedThreads threads
+// (RowTuning::reg_staged_team): four an SM at the plain 16-bit 8-vector
+// tile (64 registers; 34 KB of shared memory each), three otherwise (80
+// registers: at 64 the general flavour spilled 16 bytes and fp32's plain
+// one 8, ptxas -v; the 16-vector tile's 66 KB allow three).
+constexpr int kCEStagedThreads = 256;
+constexpr int ce_staged_min_blocks(int vpt, int elem_bytes, bool general) {
+  return vpt > 8 || elem_bytes == 4 || general ? 3 : 4;
+}
 
 // softcap(x) = c tanh(x / c) as c (1 - 2 / (1 + e^(2x/c))): one MUFU.EX2 and
 // one MUFU.RCP, absolute error ~1e-7 c (tanh.approx's 2^-11 relative error
@@ -292,10 +305,25 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
 
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
-template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
-__global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
+// kStaged (clustered gradients only): the logits go to shared memory with
+// cp.async (after the reduction's scratch; a thread's vector i at
+// (i * team + t) * 16 bytes, written and read by that thread alone) instead
+// of registers, as the softmax forward's staged rows: VPT = 8 or 16 vectors
+// a thread in small, register-light CTAs, many CTAs an SM and every byte of
+// the row in flight at once, one cluster a row. The training step's one
+// read and one write of the logits at any V up to a 16-CTA cluster's
+// staging, where the register kernel kept one row in flight an SM (56-61%
+// of the two-sweep ideal) and the two-pass gradient reads the logits twice.
+template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kStaged = false>
+__global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads,
+                                  kStaged ? ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral) : 1) ce_reg_kernel(const CEParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
+  static_assert(!kStaged || (kCluster && kGrad), "staged rows are clustered gradients");
+  // Staged vectors are read from shared memory where they are used; loops
+  // over more than 8 of them unroll by 4 (as the softmax forward's: fully
+  // unrolled, the tile's addresses stay live through the passes).
+  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<MaxSumDotOp, kCluster> red;
   red.start(smem);
@@ -306,24 +334,48 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
     const bool writer = active && g.t == 0 && g.crank == 0;
-    RawVec<T, VEC> xv[VPT];
+    RawVec<T, VEC> xv[kStaged ? 1 : VPT] = {};
+    const uint32_t slot0 = smem_addr(smem) + kCEScratchBytes + uint32_t(g.t) * 16;
+    // Vector i of the logits (-inf past the row's end once filled below;
+    // staged: filled as read).
+    auto x_at = [&](int i) {
+      if constexpr (kStaged) {
+        RawVec<T, VEC> v;
+        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+        if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
+        return v;
+      } else {
+        return xv[i];
+      }
+    };
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
     if (active) {
       const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+      if constexpr (kStaged) {
+#pragma unroll kUnroll
+        for (int i = 0; i < VPT; ++i) {
+          const int n = g.valid(i);
+          cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
+        }
+        cp_async_commit();
+      } else {
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+        for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
+      }
       // Every thread loads the target (a broadcast, in flight with the row);
       // the thread whose vector holds the target's column contributes x'_t
       // to the reduction (st.x). A writer loading the target and then its
       // logit would hold the row for two DRAM latencies in series.
       const int64_t t = CERow::target_of(p, row);
-      if (!g.whole) {
+      if constexpr (kStaged) {
+        cp_async_wait_all();
+      } else if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
       }
       // The max of the raw logits (softcap is monotonic), then one
       // exponential per element against it.
-      float m = max_of(xv);
+      float m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
       if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
       const float base = m == -INFINITY ? 0.0f : m;
       // (The general flavour keeps one masked loop: the split spilled its
@@ -332,19 +384,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       const int64_t tl = t - p.class_offset;
       const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
       if (!kGeneral && g.whole) {
-#pragma unroll
+#pragma unroll kUnroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
           ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
         }
       } else {
         // The thread holding the row's end: padding excluded element by element.
-#pragma unroll
+#pragma unroll kUnroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+          ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
           ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, true>(p, f, g.col(i), g.valid(i), base, st.s, st.d);
         }
@@ -360,12 +412,12 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
-#pragma unroll
+#pragma unroll kUnroll
       for (int i = 0; i < VPT; ++i) {
         const int n = g.valid(i);
         if (n == 0) continue;
         float f[VEC];
-        ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
+        ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
         ce_grad<kGeneral>(p, k, g.col(i), n, f);
         RawVec<T, VEC> o;
         o.narrow(f);
@@ -901,7 +953,19 @@ template <DType kX>
 Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape = core::launch_shape(cfg);
-  if (cfg.cluster > 1) {
+  if (cfg.staged) {
+    if (grad) {
+      const bool general = p.softcap != 0.0f || p.wsmooth;
+      if (cfg.vpt == 8) {
+        if (general) return launch_ce_kernel<ce_reg_kernel<T, 8, true, true, true, true>>(shape, device, stream, p);
+        return launch_ce_kernel<ce_reg_kernel<T, 8, true, true, false, true>>(shape, device, stream, p);
+      }
+      if (cfg.vpt == 16) {
+        if (general) return launch_ce_kernel<ce_reg_kernel<T, 16, true, true, true, true>>(shape, device, stream, p);
+        return launch_ce_kernel<ce_reg_kernel<T, 16, true, true, false, true>>(shape, device, stream, p);
+      }
+    }
+  } else if (cfg.cluster > 1) {
     if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true>(p, shape, grad, device, stream);
   } else {
     switch (cfg.vpt) {
@@ -915,7 +979,8 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
     }
   }
   return {Code::kUnsupported, "cross_entropy: no register-resident kernel with " + std::to_string(cfg.vpt) +
-                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) + ")"};
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) +
+                                  (cfg.staged ? (grad ? ", staged" : ", staged without a gradient") : "") + ")"};
 }
 
 // Streaming: one CTA of `threads` per row, `grid` CTAs; from_lse: the

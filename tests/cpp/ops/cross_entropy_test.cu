@@ -639,18 +639,27 @@ void check_loss_lse(const Problem& p, const Reference& ref, const std::vector<do
   if (p.reduction == kSum && ref.R == 0.0 && !bad_targets) ck.exact((*loss)[0], 0.0, 0);
 }
 
+// The case's logits or gradient are not 16-byte aligned (element-wise
+// streaming kernels).
+bool case_misaligned(const CeCase& c) {
+  return c.offset % (16 / dtype_size(c.dtype)) != 0 || (c.pad * dtype_size(c.dtype)) % 16 != 0 ||
+         (!c.in_place && c.want_grad &&
+          (c.dx_offset % (16 / dtype_size(c.dtype)) != 0 || (c.dx_pad * dtype_size(c.dtype)) % 16 != 0));
+}
+
+// The plan of an aligned case under the current tuning.
+std::string case_plan(const CeCase& c) {
+  const bool general = c.cap != 0.0f || (c.weight && c.eps != 0.0f);
+  return cross_entropy_plan_description(test::case_rows(c.rows, c.cols), c.cols, c.dtype, DeviceLimits{}, !c.want_grad,
+                                        general);
+}
+
 void run_case(const CeCase& case_) {
   CeCase c = case_;
   c.rows = test::case_rows(c.rows, c.cols);
   const std::string name = c.name();
-  const bool misaligned = c.offset % (16 / dtype_size(c.dtype)) != 0 ||
-                          (c.pad * dtype_size(c.dtype)) % 16 != 0 ||
-                          (!c.in_place && c.want_grad &&
-                           (c.dx_offset % (16 / dtype_size(c.dtype)) != 0 || (c.dx_pad * dtype_size(c.dtype)) % 16 != 0));
-  const bool general = c.cap != 0.0f || (c.weight && c.eps != 0.0f);
-  SCOPED_TRACE("plan (default tuning): " +
-               (misaligned ? std::string("stream, element-wise")
-                           : cross_entropy_plan_description(c.rows, c.cols, c.dtype, DeviceLimits{}, !c.want_grad, general)));
+  const bool misaligned = case_misaligned(c);
+  SCOPED_TRACE("plan (current tuning): " + (misaligned ? std::string("stream, element-wise") : case_plan(case_)));
   std::mt19937 gen(seed_of(name));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -934,6 +943,96 @@ std::vector<CeCase> bulk_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The staged fused gradient (ce_reg_kernel's kStaged) from short rows:
+// CTAs of 64 threads, every row wider than a 32-thread register team
+// staged where a cluster of 2..16 holds it, at the tile `vpt`.
+RowTuning staged_from_short_rows(int vpt) {
+  RowTuning t = default_row_tuning();
+  t.ce_staged_grad = 3;
+  t.ce_staged_vpt = vpt;
+  t.ce_staged_min_cols = 0;
+  t.reg_staged_team = 64;
+  t.reg_staged_above_team = 0;
+  t.reg_max_team = t.reg_wide_team = 32;
+  return t;
+}
+
+// The aligned gradient cases of `v` whose plan under tuning t is (staged)
+// or is not (!staged) the staged kernel.
+std::vector<CeCase> cases_planned(std::vector<CeCase> v, const RowTuning& t, bool staged) {
+  set_row_tuning(&t);
+  std::vector<CeCase> out;
+  for (const CeCase& c : v)
+    if (c.want_grad && !case_misaligned(c) && (case_plan(c).rfind("stage", 0) == 0) == staged) out.push_back(c);
+  set_row_tuning(nullptr);
+  return out;
+}
+
+// The cases with a gradient that the short-row staging stages at 8 vectors
+// a thread (2..16 CTAs of 64 threads: 16-bit rows of 4097..65536 classes,
+// fp32 of 2049..32768), plus many rows and odd tails. Each runs at 8
+// vectors, then at 16 where a cluster of those still takes it.
+std::vector<CeCase> staged_cases() {
+  std::vector<CeCase> v = cases();
+  v.push_back(C(kBF16, 2000, 8191, kMean).zl(1e-4f));
+  v.push_back(C(kF16, 300, 5003, kNone).w().g(0.75f).inplace());
+  v.push_back(C(kF32, 1000, 20001, kSum).smooth(0.1f).badt());
+  v.push_back(C(kBF16, 64, 65531, kMean).w().smooth(0.1f).softcap(30.0f).ign(10));
+  v.push_back(C(kF32, 7, 32768, kMean).softcap(30.0f).zl(1e-4f).g(2.5f));
+  return cases_planned(v, staged_from_short_rows(8), true);
+}
+
+class CrossEntropyGpuStaged : public testing::TestWithParam<CeCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuStaged, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  for (const int vpt : {8, 16}) {
+    SCOPED_TRACE("staged tile " + std::to_string(vpt));
+    const RowTuning t = staged_from_short_rows(vpt);
+    set_row_tuning(&t);
+    const std::string plan = case_plan(GetParam());
+    if (vpt == 8) ASSERT_EQ(plan.rfind("stage", 0), 0u) << plan;
+    else if (plan.rfind("stage", 0) != 0) continue;  // one CTA of 16 holds the row
+    run_case(GetParam());
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StagedCases, CrossEntropyGpuStaged, testing::ValuesIn(staged_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The cases the default tuning stages, with staging off: the register
+// clusters (general options) and the two-pass gradient (plain ones) they
+// took before and still take past a 16-CTA cluster's staging.
+RowTuning unstaged() {
+  RowTuning t = default_row_tuning();
+  t.ce_staged_grad = 0;
+  return t;
+}
+
+class CrossEntropyGpuUnstaged : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    const RowTuning t = unstaged();
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuUnstaged, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  const std::string plan = case_plan(GetParam());
+  ASSERT_NE(plan.rfind("stage", 0), 0u) << plan;
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(UnstagedCases, CrossEntropyGpuUnstaged,
+                         testing::ValuesIn(cases_planned(cases(), default_row_tuning(), true)),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // ---------------------------------------------------------------------------

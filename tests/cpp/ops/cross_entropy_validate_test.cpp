@@ -561,8 +561,8 @@ TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   EXPECT_EQ(cross_entropy_plan_description(rows, 12288, DType::kFloat32, lim, true), "fwd-stream");
   EXPECT_EQ(cross_entropy_plan_description(rows, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(rows, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
-  // A general option keeps the register (or streaming) row kernels.
-  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
+  // A general option keeps the fused row kernels (staged, for these rows).
+  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("stage", 0), 0u);
 }
 
 // Many rows in the bulk window (16-bit 8 KB to 128 KB, fp32 4 KB to 128 KB:
@@ -590,8 +590,13 @@ TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   EXPECT_EQ(cross_entropy_plan_description(many - 1, 16384, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, false).rfind("reg", 0), 0u);
+  // (The two-pass gradient's forward, with staging off.)
+  RowTuning unstaged = t;
+  unstaged.ce_staged_grad = 0;
+  set_row_tuning(&unstaged);
   EXPECT_EQ(cross_entropy_plan_description(many, 50304, DType::kBFloat16, lim, false), "2-pass: fwd-bulk");
   EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, false), "2-pass: fwd-stream");
+  set_row_tuning(nullptr);
   // Off, and the kernel's 1 KB floor whatever the tuning.
   RowTuning off = t;
   off.ce_fwd_bulk_min_rows = 0;
@@ -605,14 +610,81 @@ TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   set_row_tuning(nullptr);
 }
 
+// Without staging (ce_staged_grad = 0), or past what a 16-CTA cluster
+// stages, the plain options' gradient of long rows takes two passes.
 TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
   const DeviceLimits lim;
-  const int64_t split = default_row_tuning().ce_grad_split_min_cols;
+  RowTuning t = default_row_tuning();
+  t.ce_staged_grad = 0;
+  set_row_tuning(&t);
+  const int64_t split = t.ce_grad_split_min_cols;
   const std::string two = cross_entropy_plan_description(1024, split, DType::kBFloat16, lim, false);
   EXPECT_EQ(two.rfind("2-pass: ", 0), 0u) << two;
   EXPECT_EQ(two.substr(8), cross_entropy_plan_description(1024, split, DType::kBFloat16, lim, true));
   const std::string one = cross_entropy_plan_description(1024, split - 1, DType::kBFloat16, lim, false);
   EXPECT_EQ(one.rfind("reg", 0), 0u) << one;
+  set_row_tuning(nullptr);
+  // 16 CTAs of 256 threads at 16 vectors hold 524288 16-bit logits.
+  EXPECT_EQ(cross_entropy_plan_description(8192, 524288, DType::kBFloat16, lim, false),
+            "stage team  256 thr  256 cl 16 vpt 16");
+  EXPECT_EQ(cross_entropy_plan_description(8192, 524289, DType::kBFloat16, lim, false), "2-pass: fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(8192, 262145, DType::kFloat32, lim, false), "2-pass: fwd-stream");
+}
+
+// The default tuning stages every fused gradient of aligned rows from
+// ce_staged_min_cols classes that a cluster of 2..16 CTAs of 256 threads
+// holds at 8 vectors a thread (16 past 16 CTAs): the plain options' (ahead
+// of the two-pass gradient) and the general ones' (ahead of the register
+// clusters); the forward never.
+TEST(CrossEntropyPlan, FusedGradientsOfLongRowsAreStaged) {
+  const DeviceLimits lim;
+  const RowTuning d = default_row_tuning();
+  ASSERT_EQ(d.ce_staged_vpt, 8);
+  auto plan = [&](int64_t cols, DType dt, bool general = false) {
+    return cross_entropy_plan_description(8192, cols, dt, lim, false, general);
+  };
+  const int64_t lo = d.ce_staged_min_cols;
+  // bf16: 2048 vectors a CTA at 8 a thread.
+  EXPECT_EQ(plan(32000, DType::kBFloat16), "stage team  256 thr  256 cl  2 vpt 8");
+  EXPECT_EQ(plan(50304, DType::kBFloat16), "stage team  256 thr  256 cl  4 vpt 8");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  8 vpt 8");
+  EXPECT_EQ(plan(151936, DType::kFloat16), "stage team  256 thr  256 cl 10 vpt 8");
+  EXPECT_EQ(plan(262144, DType::kBFloat16), "stage team  256 thr  256 cl 16 vpt 8");
+  EXPECT_EQ(plan(262151, DType::kBFloat16), "stage team  256 thr  256 cl  9 vpt 16");
+  EXPECT_EQ(plan(128256, DType::kBFloat16, true), "stage team  256 thr  256 cl  8 vpt 8");
+  // fp32: 2048 vectors of 4 elements a CTA.
+  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  4 vpt 8");
+  EXPECT_EQ(plan(131072, DType::kFloat32), "stage team  256 thr  256 cl 16 vpt 8");
+  EXPECT_EQ(plan(151936, DType::kFloat32, true), "stage team  256 thr  256 cl 10 vpt 16");
+  EXPECT_EQ(plan(262144, DType::kFloat32), "stage team  256 thr  256 cl 16 vpt 16");
+  // Below the window, rows one register CTA holds, and the forward.
+  EXPECT_EQ(plan(lo - 1, DType::kFloat32).rfind("reg", 0), 0u) << plan(lo - 1, DType::kFloat32);
+  EXPECT_EQ(plan(16384, DType::kBFloat16).rfind("reg", 0), 0u) << plan(16384, DType::kBFloat16);
+  EXPECT_EQ(cross_entropy_plan_description(8192, 128256, DType::kBFloat16, lim, true), "fwd-stream");
+  // The dtype bits, and CTAs wider than the staged kernels are built for.
+  RowTuning t = d;
+  t.ce_staged_grad = 2;  // fp32 only
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  EXPECT_EQ(plan(128256, DType::kBFloat16, true).rfind("reg", 0), 0u);
+  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  4 vpt 8");
+  t.ce_staged_grad = 1;  // 16-bit only
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(32000, DType::kFloat32), "2-pass: fwd-bulk");
+  EXPECT_EQ(plan(32000, DType::kFloat16), "stage team  256 thr  256 cl  2 vpt 8");
+  t = d;
+  t.reg_staged_team = 512;
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  t = d;
+  t.ce_staged_vpt = 12;  // not a tile the kernel is built with
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  t = d;
+  t.ce_staged_vpt = 16;
+  set_row_tuning(&t);
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  4 vpt 16");
+  set_row_tuning(nullptr);
 }
 
 TEST(CrossEntropyValidate, NoRowsWithNothingToWriteIsANoOp) {
@@ -661,7 +733,9 @@ TEST(CrossEntropyScaleValidate, ErrorsNameTheArgument) {
 // H100/H200 (default DeviceLimits, default tuning), so that the GPU cases
 // keep covering every path: a register team inside a CTA, a whole CTA per
 // row, a cluster per row, and the streaming kernel beyond the register tiles
-// (misaligned rows stream too; the plan assumes aligned rows). The plans of
+// (misaligned rows stream too; the plan assumes aligned rows), and the
+// staged clusters -- which the GPU tests' staging-off suite
+// (CrossEntropyGpuUnstaged) turns back into register clusters. The plans of
 // the fused gradient with a general option (softcap or class-weighted
 // smoothing), as those cases have; the plain options' two passes:
 // LongPlainGradientsTakeTwoPasses.
@@ -670,34 +744,44 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
   struct Want {
     int64_t rows, cols;
     DType dtype;
-    const char* kind;  // "team": team < threads; "cta": one CTA; "cluster"; "stream"
+    const char* kind;      // "team": team < threads; "cta": one CTA; "cluster"; "stage"; "stream"
+    const char* unstaged;  // the kind with ce_staged_grad = 0
   };
   const Want wants[] = {
-      {7, 1, DType::kFloat32, "team"},         {289, 7, DType::kFloat32, "team"},
-      {289, 100, DType::kBFloat16, "team"},    {289, 200, DType::kFloat16, "team"},
-      {289, 1000, DType::kBFloat16, "cta"},    {289, 4096, DType::kFloat32, "cta"},
-      {7, 32000, DType::kBFloat16, "cta"},     {7, 32000, DType::kFloat32, "cluster"},
-      {7, 50304, DType::kBFloat16, "cluster"}, {7, 128256, DType::kFloat16, "cluster"},
-      {3, 262144, DType::kFloat32, "cluster"}, {3, 262144, DType::kBFloat16, "cluster"},
-      {2, 300000, DType::kFloat32, "stream"},  {2, 600000, DType::kBFloat16, "stream"},
+      {7, 1, DType::kFloat32, "team", "team"},          {289, 7, DType::kFloat32, "team", "team"},
+      {289, 100, DType::kBFloat16, "team", "team"},     {289, 200, DType::kFloat16, "team", "team"},
+      {289, 1000, DType::kBFloat16, "cta", "cta"},      {289, 4096, DType::kFloat32, "cta", "cta"},
+      {7, 32000, DType::kBFloat16, "stage", "cta"},     {7, 32000, DType::kFloat32, "stage", "cluster"},
+      {7, 50304, DType::kBFloat16, "stage", "cluster"}, {7, 128256, DType::kFloat16, "stage", "cluster"},
+      {3, 262144, DType::kFloat32, "stage", "cluster"}, {3, 262144, DType::kBFloat16, "stage", "cluster"},
+      {2, 300000, DType::kFloat32, "stream", "stream"}, {2, 600000, DType::kBFloat16, "stream", "stream"},
   };
-  for (const Want& w : wants) {
-    const std::string d = cross_entropy_plan_description(w.rows, w.cols, w.dtype, lim, false, true);
-    SCOPED_TRACE(std::to_string(w.rows) + " x " + std::to_string(w.cols) + " " + dtype_name(w.dtype) + ": " + d);
-    const std::string kind = w.kind;
-    if (kind == "stream") {
-      EXPECT_EQ(d.rfind("stream", 0), 0u);
-      continue;
-    }
-    ASSERT_EQ(d.rfind("reg", 0), 0u);
-    int team = 0, threads = 0, cluster = 0, vpt = 0;
-    ASSERT_EQ(std::sscanf(d.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
-    if (kind == "team") {
-      EXPECT_TRUE(team < threads && cluster == 1);
-    } else if (kind == "cta") {
-      EXPECT_TRUE(team == threads && cluster == 1);
-    } else {
-      EXPECT_GT(cluster, 1);
+  RowTuning off = default_row_tuning();
+  off.ce_staged_grad = 0;
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  for (const bool staged : {true, false}) {
+    set_row_tuning(staged ? nullptr : &off);
+    for (const Want& w : wants) {
+      const std::string d = cross_entropy_plan_description(w.rows, w.cols, w.dtype, lim, false, true);
+      SCOPED_TRACE(std::to_string(w.rows) + " x " + std::to_string(w.cols) + " " + dtype_name(w.dtype) + ": " + d +
+                   (staged ? "" : " (staging off)"));
+      const std::string kind = staged ? w.kind : w.unstaged;
+      if (kind == "stream" || kind == "stage") {
+        EXPECT_EQ(d.rfind(kind, 0), 0u);
+        continue;
+      }
+      ASSERT_EQ(d.rfind("reg", 0), 0u);
+      int team = 0, threads = 0, cluster = 0, vpt = 0;
+      ASSERT_EQ(std::sscanf(d.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
+      if (kind == "team") {
+        EXPECT_TRUE(team < threads && cluster == 1);
+      } else if (kind == "cta") {
+        EXPECT_TRUE(team == threads && cluster == 1);
+      } else {
+        EXPECT_GT(cluster, 1);
+      }
     }
   }
 }
