@@ -254,7 +254,7 @@ struct Plan {
 };
 
 // Whether a fused gradient of aligned rows may be staged in shared memory
-// (ce_reg_kernel's kStaged; RowTuning::ce_staged_grad).
+// (ce_staged_kernel; RowTuning::ce_staged_grad).
 bool ce_staged_grad(int64_t cols, int es, const RowTuning& tune) {
   return (tune.ce_staged_grad & (es == 4 ? 2 : 1)) != 0 && cols >= tune.ce_staged_min_cols &&
          ops::ce_staged_tile(tune.ce_staged_vpt) && tune.reg_staged_team <= ops::kCEStagedThreads;
@@ -557,7 +557,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     });
   }
   // A gradient of aligned rows that a cluster stages: one fused pass
-  // (ce_reg_kernel, kStaged). Else, two-pass gradient: the forward alone
+  // (ce_staged_kernel). Else, two-pass gradient: the forward alone
   // (its plain, wide kernels) writes lse, then ce_grad_stream_kernel the
   // gradient. (The workspace keeps room for the two-pass lse either way.)
   const Plan staged_plan = grad && vec_io ? plan_rows(a.rows, a.cols, es, lim, false, true) : Plan{};

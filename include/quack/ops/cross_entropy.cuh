@@ -97,7 +97,7 @@ static_assert(core::RowReduce<core::MaxSumDotOp, true>::scratch_bytes() <= kCESc
 // it spilled 24-56 bytes, and the fp16 plain gradient 16.
 constexpr int ce_max_vpt(bool wide) { return wide ? 8 : 4; }
 constexpr int ce_cluster_vpt() { return 4; }
-// Staged gradient rows (ce_reg_kernel's kStaged): the tiles built;
+// Staged gradient rows (ce_staged_kernel): the tiles built;
 // RowTuning::ce_staged_vpt picks one, and rows past 16 CTAs of 8 take 16.
 constexpr bool ce_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
 constexpr int kCEStagedVptMax = 16;
@@ -305,25 +305,10 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
 
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
-// kStaged (clustered gradients only): the logits go to shared memory with
-// cp.async (after the reduction's scratch; a thread's vector i at
-// (i * team + t) * 16 bytes, written and read by that thread alone) instead
-// of registers, as the softmax forward's staged rows: VPT = 8 or 16 vectors
-// a thread in small, register-light CTAs, many CTAs an SM and every byte of
-// the row in flight at once, one cluster a row. The training step's one
-// read and one write of the logits at any V up to a 16-CTA cluster's
-// staging, where the register kernel kept one row in flight an SM (56-61%
-// of the two-sweep ideal) and the two-pass gradient reads the logits twice.
-template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kStaged = false>
-__global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads,
-                                  kStaged ? ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral) : 1) ce_reg_kernel(const CEParams p) {
+template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
+__global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
-  static_assert(!kStaged || (kCluster && kGrad), "staged rows are clustered gradients");
-  // Staged vectors are read from shared memory where they are used; loops
-  // over more than 8 of them unroll by 4 (as the softmax forward's: fully
-  // unrolled, the tile's addresses stay live through the passes).
-  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<MaxSumDotOp, kCluster> red;
   red.start(smem);
@@ -334,48 +319,24 @@ __global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
     const bool writer = active && g.t == 0 && g.crank == 0;
-    RawVec<T, VEC> xv[kStaged ? 1 : VPT] = {};
-    const uint32_t slot0 = smem_addr(smem) + kCEScratchBytes + uint32_t(g.t) * 16;
-    // Vector i of the logits (-inf past the row's end once filled below;
-    // staged: filled as read).
-    auto x_at = [&](int i) {
-      if constexpr (kStaged) {
-        RawVec<T, VEC> v;
-        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
-        if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
-        return v;
-      } else {
-        return xv[i];
-      }
-    };
+    RawVec<T, VEC> xv[VPT];
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
     if (active) {
       const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
-      if constexpr (kStaged) {
-#pragma unroll kUnroll
-        for (int i = 0; i < VPT; ++i) {
-          const int n = g.valid(i);
-          cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
-        }
-        cp_async_commit();
-      } else {
 #pragma unroll
-        for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
-      }
+      for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
       // Every thread loads the target (a broadcast, in flight with the row);
       // the thread whose vector holds the target's column contributes x'_t
       // to the reduction (st.x). A writer loading the target and then its
       // logit would hold the row for two DRAM latencies in series.
       const int64_t t = CERow::target_of(p, row);
-      if constexpr (kStaged) {
-        cp_async_wait_all();
-      } else if (!g.whole) {
+      if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
       }
       // The max of the raw logits (softcap is monotonic), then one
       // exponential per element against it.
-      float m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
+      float m = max_of(xv);
       if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
       const float base = m == -INFINITY ? 0.0f : m;
       // (The general flavour keeps one masked loop: the split spilled its
@@ -384,19 +345,19 @@ __global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads
       const int64_t tl = t - p.class_offset;
       const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
       if (!kGeneral && g.whole) {
-#pragma unroll kUnroll
+#pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+          ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
           ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
         }
       } else {
         // The thread holding the row's end: padding excluded element by element.
-#pragma unroll kUnroll
+#pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+          ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
           ce_pick_target(f, tcol - g.col(i), st.x);
           ce_accumulate<kGeneral, true>(p, f, g.col(i), g.valid(i), base, st.s, st.d);
         }
@@ -412,12 +373,12 @@ __global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
-#pragma unroll kUnroll
+#pragma unroll
       for (int i = 0; i < VPT; ++i) {
         const int n = g.valid(i);
         if (n == 0) continue;
         float f[VEC];
-        ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+        ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
         ce_grad<kGeneral>(p, k, g.col(i), n, f);
         RawVec<T, VEC> o;
         o.narrow(f);
@@ -427,6 +388,147 @@ __global__ void __launch_bounds__(kStaged ? kCEStagedThreads : kRegRowMaxThreads
   };
 
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
+  red.finish();
+}
+
+// ---------------------------------------------------------------------------
+// The fused gradient of rows staged in shared memory: one row a cluster of
+// p.cluster CTAs of p.team threads (RegRowConfig with `staged`), CTA r
+// owning vectors [r, r + 1) * VPT * team of it, thread t vectors i * team + t
+// (i < VPT) at (i * team + t) * 16 bytes after the reduction's scratch,
+// written by cp.async and read by that thread alone. Small, register-light
+// CTAs, several an SM, every byte of the row in flight at once, one cluster a
+// row (not persistent): the training step reads the logits once and writes
+// dx once, where the register clusters kept one row in flight an SM (56-61%
+// of the two-sweep ideal) and the two-pass gradient reads the logits twice.
+// A thread's whole vectors are a prefix of its VPT (the row's end cuts them
+// once): the passes walk that prefix with no per-vector tests, then at most
+// one partial vector (kSum: the sum of logits, for label smoothing's loss).
+template <typename T, int VPT, bool kGeneral, bool kSum>
+__global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral))
+    ce_staged_kernel(const CEParams p) {
+  using namespace core;
+  constexpr int VEC = 16 / sizeof(T);
+  using V = RawVec<T, VEC>;
+  // Loops over the tile unroll by 4: fully unrolled, the tile's addresses
+  // stay live through the passes (as the softmax forward's staged rows).
+  constexpr int kUnroll = 4;
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowReduce<MaxSumDotOp, true> red;
+  red.start(smem);
+  const float k2 = kGeneral && p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
+  const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
+  const int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
+  const bool active = row < p.rows;  // (always: one cluster a row)
+  // Whole vectors of this thread: i < nw; vector nw holds `part` elements
+  // (0 < part < VEC) when the row ends inside it.
+  const int rest = g.cols - g.col0;
+  const int nw = g.whole ? VPT : (rest < VEC ? 0 : min(VPT, (rest - VEC) / g.col_step + 1));
+  const int part = nw < VPT ? max(0, min(VEC - 1, g.cols - g.col(nw))) : 0;
+  const uint32_t slot0 = smem_addr(smem) + kCEScratchBytes + uint32_t(g.t) * 16;
+  auto x_at = [&](int i) {
+    V v;
+    lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+    return v;
+  };
+  MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
+  V tail;  // the partial vector, -inf past the row's end (out of the max and the sum of exponentials)
+  tail.zero();
+  if (active) {
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+#pragma unroll kUnroll
+    for (int i = 0; i < VPT; ++i) {
+      const int n = i < nw ? VEC : (i == nw ? part : 0);
+      cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
+    }
+    cp_async_commit();
+    // Every thread loads the target, in flight with the row (see ce_reg_kernel).
+    const int64_t t = CERow::target_of(p, row);
+    cp_async_wait_all();
+    if (part > 0) {
+      tail = x_at(nw);
+      tail.fill_tail(part, neg_inf_bits<T>());
+    }
+    float m = max_of_first<T, VEC, kUnroll>(nw, x_at);
+    if (part > 0) m = fmaxf(m, max_of_first<T, VEC, 1>(1, [&](int) { return tail; }));
+    if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
+    const float base = m == -INFINITY ? 0.0f : m;
+    const int64_t tl = t - p.class_offset;
+    const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
+#pragma unroll kUnroll
+    for (int i = 0; i < nw; ++i) {
+      float f[VEC];
+      ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+      ce_pick_target(f, tcol - g.col(i), st.x);
+      if constexpr (kGeneral) {
+        ce_accumulate<true, false>(p, f, g.col(i), VEC, base, st.s, st.d);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          st.s += fast_exp2((f[j] - base) * kLog2e);
+          if constexpr (kSum) st.d += f[j];
+        }
+      }
+    }
+    if (part > 0) {
+      float f[VEC];
+      ce_widen<kGeneral>(tail, f, p.softcap, k2);
+      ce_pick_target(f, tcol - g.col(nw), st.x);
+      ce_accumulate<kGeneral, true>(p, f, g.col(nw), part, base, st.s, st.d);
+    }
+    st.m = m;
+  }
+  st = red.reduce(st, g.team, p.cluster, g.crank);
+  if (active) {
+    const CERow r = CERow::make(p, row);
+    if (g.t == 0 && g.crank == 0) ce_write_row(p, r, st, st.x, row);
+    const CECoef k(p, r, st, row);
+    T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+    if (kGeneral || k.zero) {
+      // (An ignored row's gradient is exactly 0: ce_grad.)
+#pragma unroll kUnroll
+      for (int i = 0; i < nw; ++i) {
+        float f[VEC];
+        ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+        ce_grad<kGeneral>(p, k, g.col(i), VEC, f);
+        V o;
+        o.narrow(f);
+        o.store(orow + g.col(i));
+      }
+    } else {
+      // dx = A p_c - b an element; the target's own (less a) is stored
+      // again below by the thread that holds it, which a select an element
+      // would cost every thread (an ISETP and an FSEL: SASS).
+#pragma unroll kUnroll
+      for (int i = 0; i < nw; ++i) {
+        float f[VEC];
+        x_at(i).widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = fmaf(k.A, fast_exp2((f[j] - k.lse) * kLog2e), -k.b);
+        V o;
+        o.narrow(f);
+        o.store(orow + g.col(i));
+      }
+      // The target's column in a whole vector of this thread: i * col_step
+      // = tcol - col0 - jt, 0 <= jt < VEC, i < nw.
+      // Its logit from the staged copy (in place, dx has overwritten x).
+      const int off = k.tcol - g.col0;
+      if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC) {
+        float f[VEC], xt = 0.0f;
+        x_at(off / g.col_step).widen(f);
+        ce_pick_target(f, off % g.col_step, xt);
+        orow[k.tcol] = from_float<T>(fmaf(k.A, fast_exp2((xt - k.lse) * kLog2e), -k.b) - k.a);
+      }
+    }
+    if (part > 0) {
+      float f[VEC];
+      ce_widen<kGeneral>(tail, f, p.softcap, k2);
+      ce_grad<kGeneral>(p, k, g.col(nw), part, f);
+      V o;
+      o.narrow(f);
+      o.store_partial(orow + g.col(nw), part);
+    }
+  }
   red.finish();
 }
 
@@ -955,15 +1057,15 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
   const core::LaunchShape shape = core::launch_shape(cfg);
   if (cfg.staged) {
     if (grad) {
-      const bool general = p.softcap != 0.0f || p.wsmooth;
-      if (cfg.vpt == 8) {
-        if (general) return launch_ce_kernel<ce_reg_kernel<T, 8, true, true, true, true>>(shape, device, stream, p);
-        return launch_ce_kernel<ce_reg_kernel<T, 8, true, true, false, true>>(shape, device, stream, p);
-      }
-      if (cfg.vpt == 16) {
-        if (general) return launch_ce_kernel<ce_reg_kernel<T, 16, true, true, true, true>>(shape, device, stream, p);
-        return launch_ce_kernel<ce_reg_kernel<T, 16, true, true, false, true>>(shape, device, stream, p);
-      }
+      const bool general = p.softcap != 0.0f || p.wsmooth, sum = p.smoothing != 0.0f;
+      auto tile = [&](auto vpt) -> Status {
+        constexpr int VPT = decltype(vpt)::value;
+        if (general) return launch_ce_kernel<ce_staged_kernel<T, VPT, true, true>>(shape, device, stream, p);
+        if (sum) return launch_ce_kernel<ce_staged_kernel<T, VPT, false, true>>(shape, device, stream, p);
+        return launch_ce_kernel<ce_staged_kernel<T, VPT, false, false>>(shape, device, stream, p);
+      };
+      if (cfg.vpt == 8) return tile(std::integral_constant<int, 8>{});
+      if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{});
     }
   } else if (cfg.cluster > 1) {
     if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true>(p, shape, grad, device, stream);

@@ -135,6 +135,33 @@ __device__ __forceinline__ float max_of_each(At&& at) {
     return fmaxf(core::to_float(m2.x), core::to_float(m2.y));
   }
 }
+// The max of at(0) .. at(n - 1), n at run time (-inf for n = 0): the staged
+// rows' loops over shared memory, as max_of_each.
+template <typename T, int VEC, int kUnroll, class At>
+__device__ __forceinline__ float max_of_first(int n, At&& at) {
+  constexpr int W = core::RawVec<T, VEC>::kWords;
+  if constexpr (sizeof(T) == 4) {
+    float m = -INFINITY;
+#pragma unroll kUnroll
+    for (int i = 0; i < n; ++i) {
+      const core::RawVec<T, VEC> v = at(i);
+#pragma unroll
+      for (int k = 0; k < W; ++k) m = fmaxf(m, __uint_as_float(v.w[k]));
+    }
+    return m;
+  } else {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const uint32_t ninf2 = std::is_same_v<T, __half> ? 0xfc00fc00u : 0xff80ff80u;
+    T2 m2 = *reinterpret_cast<const T2*>(&ninf2);
+#pragma unroll kUnroll
+    for (int i = 0; i < n; ++i) {
+      const core::RawVec<T, VEC> v = at(i);
+#pragma unroll
+      for (int k = 0; k < W; ++k) m2 = __hmax2(m2, *reinterpret_cast<const T2*>(&v.w[k]));
+    }
+    return fmaxf(core::to_float(m2.x), core::to_float(m2.y));
+  }
+}
 template <typename T, int VEC, int VPT>
 __device__ __forceinline__ float max_of(const core::RawVec<T, VEC> (&v)[VPT]) {
   return max_of_each<T, VEC, VPT>([&](int i) { return v[i]; });

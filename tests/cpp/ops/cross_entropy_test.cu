@@ -945,7 +945,7 @@ std::vector<CeCase> bulk_cases() {
 INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
-// The staged fused gradient (ce_reg_kernel's kStaged) from short rows:
+// The staged fused gradient (ce_staged_kernel) from short rows:
 // CTAs of 64 threads, every row wider than a 32-thread register team
 // staged where a cluster of 2..16 holds it, at the tile `vpt`.
 RowTuning staged_from_short_rows(int vpt) {
