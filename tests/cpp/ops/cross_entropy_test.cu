@@ -496,6 +496,12 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 7, 50257, kMean).smooth(0.1f).zl(1e-4f).mis(0, 7));
   v.push_back(C(kF16, 5, 128259, kNone).w().g(0.75f).mis(0, 5).badt());
   v.push_back(C(kF32, 3, 65537, kSum).smooth(0.2f).mis(0, 3).inplace().nolse());
+  // A cluster whose last CTA holds one element (fp32 65537 staged: 9 CTAs,
+  // the row's last vector partial in its thread 0), and a few (65541).
+  v.push_back(C(kF32, 3, 65537, kSum).smooth(0.2f).mis(0, 3));
+  v.push_back(C(kF32, 3, 65537, kNone).mis(0, 3).inplace());
+  v.push_back(C(kF32, 5, 65541, kMean).mis(0, 3).inplace());
+  v.push_back(C(kBF16, 3, 131073, kSum).smooth(0.1f).mis(0, 7).inplace());
   // Many rows: the scalar kernels split into parts (16384 rows each) and
   // combine them.
   v.push_back(C(kBF16, 40000, 7, kMean).w().smooth(0.1f).zl(1e-4f));
