@@ -247,7 +247,7 @@ RowTuning default_row_tuning() {
   // Staged fused gradients (ce_reg_kernel<..., kStaged>): PROVISIONAL, set
   // by the sweep of this session (see the record it cites once measured).
   t.ce_staged_grad = 3;
-  t.ce_staged_vpt = 8;
+  t.ce_staged_vpt = 16;
   t.ce_staged_min_cols = 16384;
   // The bulk-copy forward against the register and streaming kernels
   // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs

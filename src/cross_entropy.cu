@@ -279,12 +279,23 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   // 4 (bench_cross_entropy, a63c75a).
   if (wide && es == 2 && cols >= 512) prob.vpt_target = 8;
   const RowTuning tune = current_row_tuning();
+  auto choose = [&]() {
+    plan.reg = choose_reg_row_config(prob, lim, tune, &plan.cfg) &&
+               check_reg_row_config(plan.cfg, prob, lim) == nullptr;
+  };
   if (staged && !wide && ce_staged_grad(cols, es, tune)) {
     prob.staged_vpt = tune.ce_staged_vpt;
     prob.staged_vpt_max = ops::kCEStagedVptMax;
+    choose();
+    // A row that one CTA holds at the tuned tile is staged at a smaller one
+    // in a cluster of two, where that tile is built.
+    if (!(plan.reg && plan.cfg.staged) && tune.ce_staged_vpt > ops::kCEStagedVptMin) {
+      prob.staged_vpt = ops::kCEStagedVptMin;
+      choose();
+    }
+    return plan;
   }
-  plan.reg = choose_reg_row_config(prob, lim, tune, &plan.cfg) &&
-             check_reg_row_config(plan.cfg, prob, lim) == nullptr;
+  choose();
   return plan;
 }
 

@@ -97,9 +97,11 @@ static_assert(core::RowReduce<core::MaxSumDotOp, true>::scratch_bytes() <= kCESc
 // it spilled 24-56 bytes, and the fp16 plain gradient 16.
 constexpr int ce_max_vpt(bool wide) { return wide ? 8 : 4; }
 constexpr int ce_cluster_vpt() { return 4; }
-// Staged gradient rows (ce_staged_kernel): the tiles built;
-// RowTuning::ce_staged_vpt picks one, and rows past 16 CTAs of 8 take 16.
+// Staged gradient rows (ce_staged_kernel): the tiles built (8 and 16);
+// RowTuning::ce_staged_vpt picks one; rows past 16 CTAs of 8 take 16, rows
+// that one CTA of 16 holds take 8 (src/cross_entropy.cu).
 constexpr bool ce_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+constexpr int kCEStagedVptMin = 8;
 constexpr int kCEStagedVptMax = 16;
 // The staged kernels are built for CTAs of at most kCEStagedThreads threads
 // (RowTuning::reg_staged_team): four an SM at the plain 16-bit 8-vector

@@ -633,45 +633,49 @@ TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
 
 // The default tuning stages every fused gradient of aligned rows from
 // ce_staged_min_cols classes that a cluster of 2..16 CTAs of 256 threads
-// holds at 8 vectors a thread (16 past 16 CTAs): the plain options' (ahead
-// of the two-pass gradient) and the general ones' (ahead of the register
-// clusters); the forward never.
+// holds at 16 vectors a thread (at 8 where one CTA of 16 would hold it):
+// the plain options' (ahead of the two-pass gradient) and the general ones'
+// (ahead of the register clusters); the forward never.
 TEST(CrossEntropyPlan, FusedGradientsOfLongRowsAreStaged) {
   const DeviceLimits lim;
   const RowTuning d = default_row_tuning();
-  ASSERT_EQ(d.ce_staged_vpt, 8);
+  ASSERT_EQ(d.ce_staged_vpt, 16);
   auto plan = [&](int64_t cols, DType dt, bool general = false) {
     return cross_entropy_plan_description(8192, cols, dt, lim, false, general);
   };
   const int64_t lo = d.ce_staged_min_cols;
-  // bf16: 2048 vectors a CTA at 8 a thread.
+  // 16-bit: 4096 vectors (32768 elements) a CTA at 16 a thread, 2048 at 8.
   EXPECT_EQ(plan(32000, DType::kBFloat16), "stage team  256 thr  256 cl  2 vpt 8");
-  EXPECT_EQ(plan(50304, DType::kBFloat16), "stage team  256 thr  256 cl  4 vpt 8");
-  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  8 vpt 8");
-  EXPECT_EQ(plan(151936, DType::kFloat16), "stage team  256 thr  256 cl 10 vpt 8");
-  EXPECT_EQ(plan(262144, DType::kBFloat16), "stage team  256 thr  256 cl 16 vpt 8");
-  EXPECT_EQ(plan(262151, DType::kBFloat16), "stage team  256 thr  256 cl  9 vpt 16");
-  EXPECT_EQ(plan(128256, DType::kBFloat16, true), "stage team  256 thr  256 cl  8 vpt 8");
-  // fp32: 2048 vectors of 4 elements a CTA.
-  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  4 vpt 8");
-  EXPECT_EQ(plan(131072, DType::kFloat32), "stage team  256 thr  256 cl 16 vpt 8");
+  EXPECT_EQ(plan(32768, DType::kBFloat16), "stage team  256 thr  256 cl  2 vpt 8");
+  EXPECT_EQ(plan(32769, DType::kBFloat16), "stage team  256 thr  256 cl  2 vpt 16");
+  EXPECT_EQ(plan(50304, DType::kBFloat16), "stage team  256 thr  256 cl  2 vpt 16");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  4 vpt 16");
+  EXPECT_EQ(plan(151936, DType::kFloat16), "stage team  256 thr  256 cl  5 vpt 16");
+  EXPECT_EQ(plan(262144, DType::kBFloat16), "stage team  256 thr  256 cl  8 vpt 16");
+  EXPECT_EQ(plan(524288, DType::kBFloat16), "stage team  256 thr  256 cl 16 vpt 16");
+  EXPECT_EQ(plan(128256, DType::kBFloat16, true), "stage team  256 thr  256 cl  4 vpt 16");
+  // fp32: 4096 vectors of 4 elements a CTA at 16.
+  EXPECT_EQ(plan(16384, DType::kFloat32), "stage team  256 thr  256 cl  2 vpt 8");
+  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  2 vpt 16");
+  EXPECT_EQ(plan(65537, DType::kFloat32), "stage team  256 thr  256 cl  5 vpt 16");
   EXPECT_EQ(plan(151936, DType::kFloat32, true), "stage team  256 thr  256 cl 10 vpt 16");
   EXPECT_EQ(plan(262144, DType::kFloat32), "stage team  256 thr  256 cl 16 vpt 16");
   // Below the window, rows one register CTA holds, and the forward.
   EXPECT_EQ(plan(lo - 1, DType::kFloat32).rfind("reg", 0), 0u) << plan(lo - 1, DType::kFloat32);
   EXPECT_EQ(plan(16384, DType::kBFloat16).rfind("reg", 0), 0u) << plan(16384, DType::kBFloat16);
   EXPECT_EQ(cross_entropy_plan_description(8192, 128256, DType::kBFloat16, lim, true), "fwd-stream");
-  // The dtype bits, and CTAs wider than the staged kernels are built for.
+  // The dtype bits, CTAs wider than the staged kernels are built for, and
+  // the tuned tile.
   RowTuning t = d;
   t.ce_staged_grad = 2;  // fp32 only
   set_row_tuning(&t);
   EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
   EXPECT_EQ(plan(128256, DType::kBFloat16, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  4 vpt 8");
+  EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  2 vpt 16");
   t.ce_staged_grad = 1;  // 16-bit only
   set_row_tuning(&t);
   EXPECT_EQ(plan(32000, DType::kFloat32), "2-pass: fwd-bulk");
-  EXPECT_EQ(plan(32000, DType::kFloat16), "stage team  256 thr  256 cl  2 vpt 8");
+  EXPECT_EQ(plan(50304, DType::kFloat16), "stage team  256 thr  256 cl  2 vpt 16");
   t = d;
   t.reg_staged_team = 512;
   set_row_tuning(&t);
@@ -681,9 +685,11 @@ TEST(CrossEntropyPlan, FusedGradientsOfLongRowsAreStaged) {
   set_row_tuning(&t);
   EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
   t = d;
-  t.ce_staged_vpt = 16;
+  t.ce_staged_vpt = 8;
   set_row_tuning(&t);
-  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  4 vpt 16");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "stage team  256 thr  256 cl  8 vpt 8");
+  EXPECT_EQ(plan(262151, DType::kBFloat16), "stage team  256 thr  256 cl  9 vpt 16");
+  EXPECT_EQ(plan(65537, DType::kFloat32), "stage team  256 thr  256 cl  9 vpt 8");
   set_row_tuning(nullptr);
 }
 
