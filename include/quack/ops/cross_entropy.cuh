@@ -440,36 +440,52 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
 #pragma unroll kUnroll
     for (int i = 0; i < VPT; ++i) {
-      const int n = i < nw ? VEC : (i == nw ? part : 0);
+      const int n = i < nw ? VEC : 0;
       cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
     }
     cp_async_commit();
+    // The partial vector by element loads into registers, not a partial
+    // cp.async: in place (dx over the logits), the row's partial last
+    // vector staged by cp.async with its zero fill read back wrong values
+    // (fp32 65537 / 65541, bf16 131073 with padded strides, H200, 466bcfc
+    // and 5e84b6d; out of place it read right).
+    if (part > 0) {
+      tail.load_partial(xrow + g.col(nw), part);
+      tail.fill_tail(part, neg_inf_bits<T>());
+    }
     // Every thread loads the target, in flight with the row (see ce_reg_kernel).
     const int64_t t = CERow::target_of(p, row);
     cp_async_wait_all();
-    if (part > 0) {
-      tail = x_at(nw);
-      tail.fill_tail(part, neg_inf_bits<T>());
-    }
     float m = max_of_first<T, VEC, kUnroll>(nw, x_at);
     if (part > 0) m = fmaxf(m, max_of_first<T, VEC, 1>(1, [&](int) { return tail; }));
     if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
     const float base = m == -INFINITY ? 0.0f : m;
     const int64_t tl = t - p.class_offset;
     const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
+    // exp(f - base) as one FFMA and the MUFU.EX2 (ce_exp_from).
+    const float base_log2 = base * kLog2e;
 #pragma unroll kUnroll
     for (int i = 0; i < nw; ++i) {
       float f[VEC];
       ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
-      ce_pick_target(f, tcol - g.col(i), st.x);
       if constexpr (kGeneral) {
         ce_accumulate<true, false>(p, f, g.col(i), VEC, base, st.s, st.d);
       } else {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          st.s += fast_exp2((f[j] - base) * kLog2e);
+          st.s += ce_exp_from(f[j], base_log2);
           if constexpr (kSum) st.d += f[j];
         }
+      }
+    }
+    // x'_t from the whole vector that holds the target's column, if this
+    // thread's (one test a thread, not one a vector).
+    {
+      const int off = tcol - g.col0;
+      if (tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC) {
+        float f[VEC];
+        ce_widen<kGeneral>(x_at(off / g.col_step), f, p.softcap, k2);
+        ce_pick_target(f, off % g.col_step, st.x);
       }
     }
     if (part > 0) {
