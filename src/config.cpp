@@ -244,8 +244,19 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
-  // Staged fused gradients (ce_reg_kernel<..., kStaged>): PROVISIONAL, set
-  // by the sweep of this session (see the record it cites once measured).
+  // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
+  // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
+  // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):
+  // bf16 32000 / 50304 / 65536 / 128256 / 151936 / 262144 66.0 / 66.4 /
+  // 78.1 / 72.1 / 69.0 / 72.0 against two passes' 58.1 / 56.3 / 56.3 / 58.4 /
+  // 58.1 / 57.5; fp32 16384 74.2 against the register CTA's 61.8, 32000 ..
+  // 262144 87.2 / 74.3 / 83.3 / 80.9 / 73.9 / 76.3 against 60.7 / 60.4 /
+  // 60.2 / 60.9 / 60.0 / 59.6. 16 vectors a thread against 8 (5e84b6d, one
+  // call): bf16 65536 75.1 / 62.6, 128256 70.1 / 62.5, 262144 69.9 / 60.4;
+  // fp32 32000 83.8 / 69.4, 128256 79.2 / 65.0 -- 8 only where one CTA of 16
+  // would hold the row (src/cross_entropy.cu). bf16 16384 is not staged (a
+  // 512-thread register CTA, 58.8%; rows that one CTA of 16 holds are not
+  // staged at all, unmeasured).
   t.ce_staged_grad = 3;
   t.ce_staged_vpt = 16;
   t.ce_staged_min_cols = 16384;

@@ -151,7 +151,7 @@ struct RowTuning {
   // (ce_fwd_stream_kernel) instead of holding them in registers; the
   // gradient of rows of at least ce_grad_split_min_cols classes takes two
   // passes (the forward, then ce_grad_stream_kernel from lse) instead of one
-  // fused.
+  // fused, unless staged (ce_staged_grad below).
   int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
   // Cross-entropy gradients of aligned rows that a cluster of
