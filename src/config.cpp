@@ -260,6 +260,9 @@ RowTuning default_row_tuning() {
   t.ce_staged_grad = 3;
   t.ce_staged_vpt = 16;
   t.ce_staged_min_cols = 16384;
+  // Persistent clusters walking rows, each slot refilled with the next row
+  // as its gradient is written (MEASUREMENT PENDING).
+  t.ce_staged_clusters = 0;
   // The bulk-copy forward against the register and streaming kernels
   // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs
   // not): bf16 wins from 4096 to 128256 classes (73.5 vs 58.9 at 4096, 88.3

@@ -164,6 +164,11 @@ struct RowTuning {
   int ce_staged_grad;
   int ce_staged_vpt;
   int64_t ce_staged_min_cols;
+  // The staged gradient's grid: 0, as many clusters as are resident, each
+  // walking rows (persistent); n > 0, at most n clusters (the tests: many
+  // rows a cluster); -1, one cluster a row (not persistent: the kernel as
+  // before the persistent walk, for the benchmarks' A/B).
+  int ce_staged_clusters;
   // The plain forward of aligned rows takes the bulk-copy kernel
   // (ce_fwd_bulk_kernel, a warp a row) when there are at least
   // ce_fwd_bulk_min_rows rows (0: never) of at least ce_fwd_bulk_min_bytes2

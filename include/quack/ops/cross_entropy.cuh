@@ -394,18 +394,24 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 }
 
 // ---------------------------------------------------------------------------
-// The fused gradient of rows staged in shared memory: one row a cluster of
-// p.cluster CTAs of p.team threads (RegRowConfig with `staged`), CTA r
-// owning vectors [r, r + 1) * VPT * team of it, thread t vectors i * team + t
-// (i < VPT) at (i * team + t) * 16 bytes after the reduction's scratch,
-// written by cp.async and read by that thread alone. Small, register-light
-// CTAs, several an SM, every byte of the row in flight at once, one cluster a
-// row (not persistent): the training step reads the logits once and writes
-// dx once, where the register clusters kept one row in flight an SM (56-61%
-// of the two-sweep ideal) and the two-pass gradient reads the logits twice.
+// The fused gradient of rows staged in shared memory: a persistent grid of
+// clusters of p.cluster CTAs of p.team threads (RegRowConfig with `staged`;
+// as many clusters as can be resident, core::launch_row_kernel), cluster c
+// walking rows c, c + clusters, ...; CTA r owns vectors [r, r + 1) * VPT *
+// team of a row, thread t vectors i * team + t (i < VPT) at (i * team + t) *
+// 16 bytes after the reduction's scratch, written by cp.async and read by
+// that thread alone. A row: wait for its staged copy, reduce it (max, sum of
+// exponentials, the target's logit) over the cluster, then the gradient
+// pass, which refills each slot with the cluster's next row right after
+// reading it, so that the next row's reads are in flight with this row's
+// writes. (Before, one cluster a row, not persistent: the row's reads, then
+// its writes, then a new cluster's launch -- 66-78% of the two-sweep ideal
+// in bf16, e299386.) Small, register-light CTAs, several an SM: the
+// training step reads the logits once and writes dx once.
 // A thread's whole vectors are a prefix of its VPT (the row's end cuts them
 // once): the passes walk that prefix with no per-vector tests, then at most
-// one partial vector (kSum: the sum of logits, for label smoothing's loss).
+// one partial vector (kSum: the sum of logits, for label smoothing's loss),
+// loaded into registers a row ahead with the target.
 template <typename T, int VPT, bool kGeneral, bool kSum>
 __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral))
     ce_staged_kernel(const CEParams p) {
@@ -420,8 +426,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   red.start(smem);
   const float k2 = kGeneral && p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
   const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
-  const int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
-  const bool active = row < p.rows;  // (always: one cluster a row)
+  const int64_t row_step = int64_t(gridDim.x / unsigned(p.cluster));
   // Whole vectors of this thread: i < nw; vector nw holds `part` elements
   // (0 < part < VEC) when the row ends inside it.
   const int rest = g.cols - g.col0;
@@ -433,29 +438,38 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
     return v;
   };
-  MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
-  V tail;  // the partial vector, -inf past the row's end (out of the max and the sum of exponentials)
+  auto stage = [&](const T* xrow, int i) { cp_async16(slot0 + uint32_t(i * g.team) * 16, xrow + g.col(i)); };
+  // The partial vector by element loads into registers, not a partial
+  // cp.async: in place (dx over the logits), the row's partial last
+  // vector staged by cp.async with its zero fill read back wrong values
+  // (fp32 65537 / 65541, bf16 131073 with padded strides, H200, 466bcfc
+  // and 5e84b6d; out of place it read right). -inf past the row's end (out
+  // of the max and the sum of exponentials). With it the row's target (a
+  // broadcast load), in flight with the row.
+  V tail;
   tail.zero();
-  if (active) {
-    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
-#pragma unroll kUnroll
-    for (int i = 0; i < VPT; ++i) {
-      const int n = i < nw ? VEC : 0;
-      cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
-    }
-    cp_async_commit();
-    // The partial vector by element loads into registers, not a partial
-    // cp.async: in place (dx over the logits), the row's partial last
-    // vector staged by cp.async with its zero fill read back wrong values
-    // (fp32 65537 / 65541, bf16 131073 with padded strides, H200, 466bcfc
-    // and 5e84b6d; out of place it read right).
+  int64_t t = 0;
+  auto fetch = [&](int64_t r) {
     if (part > 0) {
-      tail.load_partial(xrow + g.col(nw), part);
+      tail.load_partial(static_cast<const T*>(p.x) + r * p.x_stride + g.col(nw), part);
       tail.fill_tail(part, neg_inf_bits<T>());
     }
-    // Every thread loads the target, in flight with the row (see ce_reg_kernel).
-    const int64_t t = CERow::target_of(p, row);
+    t = CERow::target_of(p, r);
+  };
+  int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
+  if (row < p.rows) {
+    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+#pragma unroll kUnroll
+    for (int i = 0; i < nw; ++i) stage(xrow, i);
+    cp_async_commit();
+    fetch(row);
+  }
+  // (Every CTA of a cluster takes the same rows: the reductions match.)
+  for (; row < p.rows; row += row_step) {
+    const int64_t next = row + row_step;
+    const bool more = next < p.rows;
     cp_async_wait_all();
+    MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
     float m = max_of_first<T, VEC, kUnroll>(nw, x_at);
     if (part > 0) m = fmaxf(m, max_of_first<T, VEC, 1>(1, [&](int) { return tail; }));
     if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
@@ -495,13 +509,25 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       ce_accumulate<kGeneral, true>(p, f, g.col(nw), part, base, st.s, st.d);
     }
     st.m = m;
-  }
-  st = red.reduce(st, g.team, p.cluster, g.crank);
-  if (active) {
-    const CERow r = CERow::make(p, row);
+    // st.x is now x'_t in every thread (one thread's value plus zeros).
+    st = red.reduce(st, g.team, p.cluster, g.crank);
+    const CERow r = CERow::of(p, t);
     if (g.t == 0 && g.crank == 0) ce_write_row(p, r, st, st.x, row);
     const CECoef k(p, r, st, row);
     T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+    // The partial vector first: its registers then take the next row's.
+    if (part > 0) {
+      float f[VEC];
+      ce_widen<kGeneral>(tail, f, p.softcap, k2);
+      ce_grad<kGeneral>(p, k, g.col(nw), part, f);
+      V o;
+      o.narrow(f);
+      o.store_partial(orow + g.col(nw), part);
+    }
+    const T* nrow = static_cast<const T*>(p.x) + (more ? next : row) * p.x_stride;
+    if (more) fetch(next);
+    // Each slot is refilled with the next row after its vector is read and
+    // its gradient stored (the store depends on the read).
     if (kGeneral || k.zero) {
       // (An ignored row's gradient is exactly 0: ce_grad.)
 #pragma unroll kUnroll
@@ -512,6 +538,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
         V o;
         o.narrow(f);
         o.store(orow + g.col(i));
+        if (more) stage(nrow, i);
       }
     } else {
       // dx = A p_c - b an element; the target's own (less a) is stored
@@ -526,26 +553,16 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
         V o;
         o.narrow(f);
         o.store(orow + g.col(i));
+        if (more) stage(nrow, i);
       }
       // The target's column in a whole vector of this thread: i * col_step
-      // = tcol - col0 - jt, 0 <= jt < VEC, i < nw.
-      // Its logit from the staged copy (in place, dx has overwritten x).
+      // = tcol - col0 - jt, 0 <= jt < VEC, i < nw. Its logit is st.x (its
+      // slot holds the next row by now; in place, dx has overwritten x).
       const int off = k.tcol - g.col0;
-      if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC) {
-        float f[VEC], xt = 0.0f;
-        x_at(off / g.col_step).widen(f);
-        ce_pick_target(f, off % g.col_step, xt);
-        orow[k.tcol] = from_float<T>(fmaf(k.A, fast_exp2((xt - k.lse) * kLog2e), -k.b) - k.a);
-      }
+      if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC)
+        orow[k.tcol] = from_float<T>(fmaf(k.A, fast_exp2((st.x - k.lse) * kLog2e), -k.b) - k.a);
     }
-    if (part > 0) {
-      float f[VEC];
-      ce_widen<kGeneral>(tail, f, p.softcap, k2);
-      ce_grad<kGeneral>(p, k, g.col(nw), part, f);
-      V o;
-      o.narrow(f);
-      o.store_partial(orow + g.col(nw), part);
-    }
+    cp_async_commit();
   }
   red.finish();
 }
@@ -1072,9 +1089,14 @@ Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, boo
 template <DType kX>
 Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
-  const core::LaunchShape shape = core::launch_shape(cfg);
+  core::LaunchShape shape = core::launch_shape(cfg);
   if (cfg.staged) {
     if (grad) {
+      // ce_staged_kernel walks rows: as many clusters as are resident, at
+      // most RowTuning::ce_staged_clusters, or (-1) one a row.
+      const int cap = current_row_tuning().ce_staged_clusters;
+      shape.persistent = cap >= 0;
+      if (cap > 0) shape.grid = std::min<int64_t>(shape.grid, int64_t(cap) * cfg.cluster);
       const bool general = p.softcap != 0.0f || p.wsmooth, sum = p.smoothing != 0.0f;
       auto tile = [&](auto vpt) -> Status {
         constexpr int VPT = decltype(vpt)::value;

@@ -990,6 +990,10 @@ std::vector<CeCase> staged_cases() {
   v.push_back(C(kF32, 300, 20002, kMean).softcap(30.0f).mis(0, 2).inplace());
   v.push_back(C(kBF16, 64, 65531, kMean).w().smooth(0.1f).softcap(30.0f).mis(0, 5).dx_mis(0, 5).ign(10));
   v.push_back(C(kF32, 7, 32768, kMean).softcap(30.0f).zl(1e-4f).g(2.5f));
+  // Many rows, in place, a partial last vector: with two clusters each
+  // walks 150 rows, refilling the slots it has just read.
+  v.push_back(C(kF32, 301, 8195, kNone).mis(0, 1).inplace().badt());
+  v.push_back(C(kBF16, 300, 16383, kMean).w().smooth(0.1f).mis(0, 1).inplace());
   return cases_planned(v, staged_from_short_rows(8), true);
 }
 
@@ -998,17 +1002,23 @@ class CrossEntropyGpuStaged : public testing::TestWithParam<CeCase> {
   void TearDown() override { set_row_tuning(nullptr); }
 };
 
+// Each tile with the grid as many clusters as are resident (small CTAs: most
+// rows their own cluster), with two clusters (each walks half the rows: the
+// next row staged under the gradient's stores), and one cluster a row.
 TEST_P(CrossEntropyGpuStaged, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
   for (const int vpt : {8, 16}) {
-    SCOPED_TRACE("staged tile " + std::to_string(vpt));
-    const RowTuning t = staged_from_short_rows(vpt);
-    set_row_tuning(&t);
-    const std::string plan = case_plan(GetParam());
-    if (vpt == 8) ASSERT_EQ(plan.rfind("stage", 0), 0u) << plan;
-    else if (plan.rfind("stage", 0) != 0) continue;  // one CTA of 16 holds the row
-    run_case(GetParam());
-    if (HasFatalFailure()) return;
+    for (const int clusters : {0, 2, -1}) {
+      SCOPED_TRACE("staged tile " + std::to_string(vpt) + ", clusters " + std::to_string(clusters));
+      RowTuning t = staged_from_short_rows(vpt);
+      t.ce_staged_clusters = clusters;
+      set_row_tuning(&t);
+      const std::string plan = case_plan(GetParam());
+      if (vpt == 8) ASSERT_EQ(plan.rfind("stage", 0), 0u) << plan;
+      else if (plan.rfind("stage", 0) != 0) break;  // one CTA of 16 holds the row
+      run_case(GetParam());
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
