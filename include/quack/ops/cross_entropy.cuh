@@ -149,6 +149,27 @@ struct CERow {
 // lse of a row from its statistics.
 __device__ __forceinline__ float ce_lse(const core::MaxSumDot& st) { return st.m + core::fast_log2(st.s) * kLn2; }
 
+// The row-invariant scalars of the loss and its gradient: the mean's
+// denominators W and R and the smoothing's weight sum (ce_prepare_kernel's
+// totals; V without class weights), which a persistent kernel loads once.
+struct CETotals {
+  float w, r, wsum;
+  __device__ __forceinline__ static CETotals load(const CEParams& p) {
+    CETotals t{1.0f, 1.0f, float(p.num_classes)};
+    if (p.reduction == 1) {
+      t.w = __ldg(p.totals);
+      t.r = __ldg(p.totals + 1);
+    }
+    if (p.wsmooth) t.wsum = __ldg(p.totals + 2);
+    return t;
+  }
+};
+
+// The row's upstream gradient (1 without one).
+__device__ __forceinline__ float ce_dloss(const CEParams& p, int64_t row) {
+  return p.dloss ? __ldg(p.dloss + (p.dloss_per_row ? row : 0)) : 1.0f;
+}
+
 // The row's gradient coefficients, from its statistics or its lse.
 struct CECoef {
   float lse;
@@ -157,31 +178,31 @@ struct CECoef {
   bool zero;      // an ignored row: the gradient is exactly 0
 
   __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, const core::MaxSumDot& st, int64_t row)
-      : CECoef(p, r, ce_lse(st), row) {}
-  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, float row_lse, int64_t row) {
+      : CECoef(p, r, ce_lse(st), ce_dloss(p, row), CETotals::load(p)) {}
+  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, float row_lse, int64_t row)
+      : CECoef(p, r, row_lse, ce_dloss(p, row), CETotals::load(p)) {}
+  // From the row's upstream gradient g and the totals, already loaded.
+  __device__ __forceinline__ CECoef(const CEParams& p, const CERow& r, float row_lse, float g, const CETotals& tot) {
     lse = row_lse;
     zero = r.ignored;
     tcol = int(r.tl);
-    float g = 1.0f;
-    if (p.dloss) g = __ldg(p.dloss + (p.dloss_per_row ? row : 0));
     float gce = g, gz = g;
     if (p.reduction == 1) {
-      gce = __fdiv_rn(g, __ldg(p.totals));
-      gz = __fdiv_rn(g, __ldg(p.totals + 1));
+      gce = __fdiv_rn(g, tot.w);
+      gz = __fdiv_rn(g, tot.r);
     }
     const float V = float(p.num_classes);
     a = gce * (1.0f - p.smoothing) * r.wt;
     b = gce * p.smoothing / V;
-    const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
-    A = a + b * wsum + 2.0f * gz * p.z_loss * lse;
+    A = a + b * tot.wsum + 2.0f * gz * p.z_loss * lse;
     if (r.bad) A = a = b = __int_as_float(0x7fc00000);
   }
 };
 
 // The row's loss (or its share of the total) from its statistics and target
-// logit x'_t; written by one thread per row.
+// logit x'_t; written by one thread per row (tot: the totals, if loaded).
 __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
-                                             float xt, int64_t row) {
+                                             float xt, int64_t row, const CETotals* tot = nullptr) {
   if (p.stats) {  // a shard's statistics, combined across shards by the caller
     p.stats[row] = make_float4(st.m, st.s, st.d, xt);
     return;
@@ -195,7 +216,7 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   } else if (!r.ignored) {
     const float V = float(p.num_classes);
     // sum_c w_c (lse - x'_c) = lse sum_c w_c - d.
-    const float wsum = p.wsmooth ? __ldg(p.totals + 2) : V;
+    const float wsum = tot ? tot->wsum : p.wsmooth ? __ldg(p.totals + 2) : V;
     ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
     if (p.smoothing != 0.0f) ce += p.smoothing / V * (lse * wsum - st.d);
     z = p.z_loss * lse * lse;
@@ -445,16 +466,21 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   // (fp32 65537 / 65541, bf16 131073 with padded strides, H200, 466bcfc
   // and 5e84b6d; out of place it read right). -inf past the row's end (out
   // of the max and the sum of exponentials). With it the row's target (a
-  // broadcast load), in flight with the row.
+  // broadcast load) and upstream gradient, in flight with the row; the
+  // totals once (no dependent load between the reduction and the gradient).
+  const CETotals tot = CETotals::load(p);
+  const float g_all = p.dloss_per_row ? 1.0f : ce_dloss(p, 0);
   V tail;
   tail.zero();
   int64_t t = 0;
+  float gr = g_all;
   auto fetch = [&](int64_t r) {
     if (part > 0) {
       tail.load_partial(static_cast<const T*>(p.x) + r * p.x_stride + g.col(nw), part);
       tail.fill_tail(part, neg_inf_bits<T>());
     }
     t = CERow::target_of(p, r);
+    if (p.dloss_per_row) gr = ce_dloss(p, r);
   };
   int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
   if (row < p.rows) {
@@ -512,8 +538,8 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     // st.x is now x'_t in every thread (one thread's value plus zeros).
     st = red.reduce(st, g.team, p.cluster, g.crank);
     const CERow r = CERow::of(p, t);
-    if (g.t == 0 && g.crank == 0) ce_write_row(p, r, st, st.x, row);
-    const CECoef k(p, r, st, row);
+    if (g.t == 0 && g.crank == 0) ce_write_row(p, r, st, st.x, row, &tot);
+    const CECoef k(p, r, ce_lse(st), gr, tot);
     T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
     // The partial vector first: its registers then take the next row's.
     if (part > 0) {
@@ -543,13 +569,15 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     } else {
       // dx = A p_c - b an element; the target's own (less a) is stored
       // again below by the thread that holds it, which a select an element
-      // would cost every thread (an ISETP and an FSEL: SASS).
+      // would cost every thread (an ISETP and an FSEL: SASS). p_c =
+      // exp(f - lse) as one FFMA and the MUFU.EX2 (ce_exp_from).
+      const float lse_log2 = k.lse * kLog2e;
 #pragma unroll kUnroll
       for (int i = 0; i < nw; ++i) {
         float f[VEC];
         x_at(i).widen(f);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) f[j] = fmaf(k.A, fast_exp2((f[j] - k.lse) * kLog2e), -k.b);
+        for (int j = 0; j < VEC; ++j) f[j] = fmaf(k.A, ce_exp_from(f[j], lse_log2), -k.b);
         V o;
         o.narrow(f);
         o.store(orow + g.col(i));
@@ -560,7 +588,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       // slot holds the next row by now; in place, dx has overwritten x).
       const int off = k.tcol - g.col0;
       if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC)
-        orow[k.tcol] = from_float<T>(fmaf(k.A, fast_exp2((st.x - k.lse) * kLog2e), -k.b) - k.a);
+        orow[k.tcol] = from_float<T>(fmaf(k.A, ce_exp_from(st.x, lse_log2), -k.b) - k.a);
     }
     cp_async_commit();
   }
