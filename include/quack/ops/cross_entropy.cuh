@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   // stay live through the passes (as the softmax forward's staged rows).
   constexpr int kUnroll = 4;
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReduce<MaxSumDotOp, true> red;
+  RowReduce<MaxSumDotMaxFirstOp, true> red;
   red.start(smem);
   const float k2 = kGeneral && p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
   const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
