@@ -261,7 +261,16 @@ RowTuning default_row_tuning() {
   t.ce_staged_vpt = 16;
   t.ce_staged_min_cols = 16384;
   // Persistent clusters walking rows, each slot refilled with the next row
-  // as its gradient is written (MEASUREMENT PENDING).
+  // as its gradient is written, against one cluster a row (-1), in one
+  // call (cross_entropy_sweep, M*V = 2^28, H200, 942e0d4, % of the
+  // two-sweep ideal; bench/results/2026-12-03-cross-entropy-persistent.md):
+  // bf16 32000 / 50304 / 65536 / 128256 / 151936 / 262144 70.3 / 69.2 /
+  // 78.7 / 75.7 / 72.1 / 75.4 against 68.4 / 68.0 / 79.6 / 75.0 / 71.4 /
+  // 74.9; fp32 16384 .. 262144 80.9 / 84.1 / 80.2 / 83.3 / 84.1 / 75.8 /
+  // 81.4 against 72.6 / 90.7 / 77.8 / 86.8 / 84.7 / 75.0 / 80.2 -- even or
+  // ahead but at fp32 32000 and 65536 (clusters of 2 and 4), where one
+  // cluster a row led by 3-7 points; the record has the same A/B after the
+  // reductions' change (400a4f5).
   t.ce_staged_clusters = 0;
   // The bulk-copy forward against the register and streaming kernels
   // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs
