@@ -269,9 +269,13 @@ RowTuning default_row_tuning() {
   // 74.9; fp32 16384 .. 262144 80.9 / 84.1 / 80.2 / 83.3 / 84.1 / 75.8 /
   // 81.4 against 72.6 / 90.7 / 77.8 / 86.8 / 84.7 / 75.0 / 80.2 -- even or
   // ahead but at fp32 32000 and 65536 (clusters of 2 and 4), where one
-  // cluster a row led by 3-7 points; the record has the same A/B after the
-  // reductions' change (400a4f5).
-  t.ce_staged_clusters = 0;
+  // cluster a row led by 3-7 points. After the reductions went max first
+  // one cluster a row led everywhere (same sweep, 8be4e96): bf16 84.1 /
+  // 80.0 / 87.5 / 87.5 / 81.9 / 84.5 against persistent 81.2 / 78.7 / 81.5
+  // / 80.1 / 78.9 / 80.5; fp32 90.2 / 90.7 / 89.8 / 90.2 / 91.1 / 86.8 /
+  // 89.2 against 86.3 / 86.4 / 82.0 / 84.6 / 85.4 / 81.1 / 83.0 -- so one
+  // cluster a row (-1); the persistent walk stays built and tested.
+  t.ce_staged_clusters = -1;
   // The bulk-copy forward against the register and streaming kernels
   // (cross_entropy_sweep, M*V = 2^28, H200, cea56ca; % of copy, bulk vs
   // not): bf16 wins from 4096 to 128256 classes (73.5 vs 58.9 at 4096, 88.3
