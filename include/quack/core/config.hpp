@@ -164,10 +164,10 @@ struct RowTuning {
   int ce_staged_grad;
   int ce_staged_vpt;
   int64_t ce_staged_min_cols;
-  // The staged gradient's grid: 0, as many clusters as are resident, each
-  // walking rows (persistent); n > 0, at most n clusters (the tests: many
-  // rows a cluster); -1, one cluster a row (not persistent: the kernel as
-  // before the persistent walk, for the benchmarks' A/B).
+  // The staged gradient's grid: -1, one cluster a row (the default: it
+  // measured faster); 0, as many clusters as are resident, each walking
+  // rows (persistent, the next row staged under this one's gradient pass);
+  // n > 0, at most n clusters (the tests: many rows a cluster).
   int ce_staged_clusters;
   // The plain forward of aligned rows takes the bulk-copy kernel
   // (ce_fwd_bulk_kernel, a warp a row) when there are at least

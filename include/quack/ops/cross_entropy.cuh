@@ -415,21 +415,23 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 }
 
 // ---------------------------------------------------------------------------
-// The fused gradient of rows staged in shared memory: a persistent grid of
-// clusters of p.cluster CTAs of p.team threads (RegRowConfig with `staged`;
-// as many clusters as can be resident, core::launch_row_kernel), cluster c
-// walking rows c, c + clusters, ...; CTA r owns vectors [r, r + 1) * VPT *
-// team of a row, thread t vectors i * team + t (i < VPT) at (i * team + t) *
-// 16 bytes after the reduction's scratch, written by cp.async and read by
-// that thread alone. A row: wait for its staged copy, reduce it (max, sum of
-// exponentials, the target's logit) over the cluster, then the gradient
-// pass, which refills each slot with the cluster's next row right after
+// The fused gradient of rows staged in shared memory: clusters of p.cluster
+// CTAs of p.team threads (RegRowConfig with `staged`), cluster c walking
+// rows c, c + clusters, ... -- by default one cluster a row (the grid holds
+// every row's cluster), or persistent (RowTuning::ce_staged_clusters: as
+// many clusters as are resident, core::launch_row_kernel). CTA r owns
+// vectors [r, r + 1) * VPT * team of a row, thread t vectors i * team + t
+// (i < VPT) at (i * team + t) * 16 bytes after the reduction's scratch,
+// written by cp.async and read by that thread alone. A row: wait for its
+// staged copy, reduce it (max, sum of exponentials, the target's logit)
+// over the cluster, max first (MaxSumDotMaxFirstOp), then the gradient
+// pass; a cluster with a next row refills each slot with it right after
 // reading it, so that the next row's reads are in flight with this row's
-// writes. (Before, one cluster a row, not persistent: the row's reads, then
-// its writes, then a new cluster's launch -- 66-78% of the two-sweep ideal
-// in bf16, e299386; persistent, 69-79%, 942e0d4; with the reductions max
-// first, 79-82%, 400a4f5.) Small, register-light CTAs, several an SM: the
-// training step reads the logits once and writes dx once.
+// writes. (% of the two-sweep ideal, bf16: 66-78% at e299386; the walk
+// 69-79%, 942e0d4; the reductions max first 79-82% walking, 80-88% one
+// cluster a row, 8be4e96: the default went back to one a row.) Small,
+// register-light CTAs, several an SM: the training step reads the logits
+// once and writes dx once.
 // A thread's whole vectors are a prefix of its VPT (the row's end cuts them
 // once): the passes walk that prefix with no per-vector tests, then at most
 // one partial vector (kSum: the sum of logits, for label smoothing's loss),
@@ -1121,8 +1123,9 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
   core::LaunchShape shape = core::launch_shape(cfg);
   if (cfg.staged) {
     if (grad) {
-      // ce_staged_kernel walks rows: as many clusters as are resident, at
-      // most RowTuning::ce_staged_clusters, or (-1) one a row.
+      // ce_staged_kernel's grid (RowTuning::ce_staged_clusters): -1 one
+      // cluster a row (the default), 0 as many as are resident (each walks
+      // rows), n > 0 at most n.
       const int cap = current_row_tuning().ce_staged_clusters;
       shape.persistent = cap >= 0;
       if (cap > 0) shape.grid = std::min<int64_t>(shape.grid, int64_t(cap) * cfg.cluster);
