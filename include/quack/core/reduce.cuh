@@ -137,28 +137,37 @@ __device__ __forceinline__ typename Op::T warp_reduce(typename Op::T v, int widt
   return v;
 }
 
-// MaxSumDotOp's values and combination, reduced max first in a warp
-// (warp_reduce below); the staged cross-entropy gradient's reductions (at
-// 00bb1fa the plain register forward of 8 bf16 vectors a thread spilled 8
-// bytes with it, ptxas -v: the other kernels keep the online combine).
-struct MaxSumDotMaxFirstOp : MaxSumDotOp {};
-
-// Cross-entropy's statistics max first: the group's max by a butterfly of
-// FMNMX, each lane's sum of exponentials rescaled to it once (s * 0 for a
-// lane whose max is -inf, as MaxSumOp::combine), then three plain sums --
-// about 45 instructions a lane where the online combine at every level took
-// ~120 (two accurate exp2f a level; ncu source counters, bf16 128256 staged
-// gradient, 00bb1fa, H200: the row's reductions 22% of its instructions).
-// The max is exact and the sums' tree is the same in every lane: every lane
-// of a group ends with the same bits.
-template <>
-__device__ __forceinline__ MaxSumDot warp_reduce<MaxSumDotMaxFirstOp>(MaxSumDot v, int width) {
+// Max-first warp reductions (warp_reduce's specialisations below): the
+// group's max by a butterfly of FMNMX, each lane's sum of exponentials
+// rescaled to it once (s * 0 for a lane whose max is -inf, as
+// MaxSumOp::combine), then plain sums -- about 45 instructions a lane for
+// cross-entropy's four values, where the online combine at every level
+// took ~120 (two accurate exp2f a level; ncu source counters, bf16 128256
+// staged gradient, 00bb1fa, H200: the row's reductions 22% of its
+// instructions). The max is exact and the sums' tree is the same in every
+// lane: every lane of a group ends with the same bits. kLog2Units: m is in
+// log2 units (the rescale is 2^(m_lane - m)), else natural (e^(m_lane - m)).
+template <bool kLog2Units>
+__device__ __forceinline__ float max_first_rescale(float m_lane, float s_lane, int width, float& m) {
   constexpr float kLog2e = 1.4426950408889634f;
-  float m = v.m;
+  m = m_lane;
 #pragma unroll
   for (int mask = 16; mask >= 1; mask >>= 1)
     if (mask < width) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask));
-  float s = v.m == -INFINITY ? __fmul_rn(v.s, 0.0f) : __fmul_rn(v.s, fast_exp2((v.m - m) * kLog2e));
+  const float d = kLog2Units ? m_lane - m : (m_lane - m) * kLog2e;
+  return m_lane == -INFINITY ? __fmul_rn(s_lane, 0.0f) : __fmul_rn(s_lane, fast_exp2(d));
+}
+
+// MaxSumDotOp's values and combination, reduced max first in a warp: the
+// staged cross-entropy gradient's reductions (at 00bb1fa the plain register
+// forward of 8 bf16 vectors a thread spilled 8 bytes with it, ptxas -v: the
+// other cross-entropy kernels keep the online combine).
+struct MaxSumDotMaxFirstOp : MaxSumDotOp {};
+
+template <>
+__device__ __forceinline__ MaxSumDot warp_reduce<MaxSumDotMaxFirstOp>(MaxSumDot v, int width) {
+  float m;
+  float s = max_first_rescale<false>(v.m, v.s, width, m);
   float d = v.d, x = v.x;
 #pragma unroll
   for (int mask = 16; mask >= 1; mask >>= 1) {
@@ -169,6 +178,32 @@ __device__ __forceinline__ MaxSumDot warp_reduce<MaxSumDotMaxFirstOp>(MaxSumDot 
     }
   }
   return {m, s, d, x};
+}
+
+// The online-softmax pair in log2 units, reduced max first: m = a rounded
+// max(x) log2(e) -- any float at or just below it: the exponents are taken
+// against m itself, so its rounding cancels -- and s = sum 2^(x log2 e - m),
+// each term one FFMA (x log2 e is exact inside it) and the MUFU.EX2 (the
+// softmax register and staged forwards). Empty: (-inf, 0).
+struct MaxSumLog2Op {
+  using T = MaxSum;
+  __device__ __forceinline__ static MaxSum identity() { return {-INFINITY, 0.0f}; }
+  __device__ __forceinline__ static MaxSum combine(MaxSum a, MaxSum b) {
+    const float m = fmaxf(a.m, b.m);
+    const float sa = a.m == -INFINITY ? __fmul_rn(a.s, 0.0f) : __fmul_rn(a.s, fast_exp2(a.m - m));
+    const float sb = b.m == -INFINITY ? __fmul_rn(b.s, 0.0f) : __fmul_rn(b.s, fast_exp2(b.m - m));
+    return {m, sa + sb};
+  }
+};
+
+template <>
+__device__ __forceinline__ MaxSum warp_reduce<MaxSumLog2Op>(MaxSum v, int width) {
+  float m;
+  float s = max_first_rescale<true>(v.m, v.s, width, m);
+#pragma unroll
+  for (int mask = 16; mask >= 1; mask >>= 1)
+    if (mask < width) s += __shfl_xor_sync(0xffffffffu, s, mask);
+  return {m, s};
 }
 
 // Row moments from parts: lane r holds part r's (sum, sum of squared

@@ -14,10 +14,14 @@
 //    reduction, then for the outputs (x read twice; the second pass often
 //    hits L2).
 //
-// Arithmetic in fp32: the pair is (m, s) = (max x, sum exp(x - m)), exp as
-// exp2((x - m) * log2 e) after the subtraction; softmax = exp(x - m) / s and
-// log_softmax = x - m - log2(s) ln 2. NaN and +inf propagate to the whole
-// row, an all -inf row gives NaN, as torch (core/reduce.cuh MaxSumOp).
+// Arithmetic in fp32. The streaming and chunked kernels: the pair is
+// (m, s) = (max x, sum exp(x - m)), exp as exp2((x - m) * log2 e) after the
+// subtraction; softmax = exp(x - m) / s and log_softmax = x - m - log2(s) ln 2
+// (core/reduce.cuh MaxSumOp). The register and staged forwards keep the
+// pair in log2 units, max first (MaxSumLog2Op, SoftmaxRowLog2): one FFMA
+// and one MUFU.EX2 an element for the sum, one or two FFMAs and the EX2 for
+// the output. NaN and +inf propagate to the whole row, an all -inf row
+// gives NaN, as torch.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +61,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // larger of the two ops', clustered).
 constexpr uint32_t kSoftmaxScratchBytes = 1024;
 static_assert(core::RowReduce<core::MaxSumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
+                  core::RowReduce<core::MaxSumLog2Op, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
                   core::RowReduce<core::SumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes,
               "softmax scratch");
 
@@ -106,6 +111,32 @@ struct SoftmaxRow {
     return log ? d - ln_s : core::fast_exp2(fmaf(d, kLog2e, -log2_s));
   }
 };
+
+// The register and staged forwards' row constants, from the row's pair in
+// log2 units (core::MaxSumLog2Op: m = the max's x log2 e, rounded, and
+// s = sum 2^(x log2 e - m)). With t = x log2 e - m (one FFMA, x log2 e
+// exact inside it), softmax is 2^(t - log2 s) and log_softmax
+// t ln 2 - ln s (one more FFMA): no rounding of m or of a row's offset
+// reaches the outputs. Softmax's rows whose offset c = m + log2 s is
+// `near` 0 take 2^(x log2 e - c), one FFMA and the MUFU.EX2: rounding c
+// moves every output of the row by at most |c| 2^-24 ln 2 relative -- under
+// 16-bit rows' bound of 256, 5e-6 (bf16 and fp16 round at 2e-3 / 2.4e-4);
+// fp32 rows' bound of 16, 7e-7 (ex2.approx's own error is ~2.4e-7).
+struct SoftmaxRowLog2 {
+  float m, log2_s, ln_s, c;
+  bool near;
+  __device__ __forceinline__ SoftmaxRowLog2(core::MaxSum r, float near_bound)
+      : m(r.m), log2_s(core::fast_log2(r.s)), ln_s(log2_s * kLn2), c(m + log2_s), near(fabsf(c) < near_bound) {}
+  __device__ __forceinline__ float out(float x, bool log) const {
+    const float t = fmaf(x, kLog2e, -m);
+    return log ? fmaf(t, kLn2, -ln_s) : core::fast_exp2(t - log2_s);
+  }
+  __device__ __forceinline__ float out_near(float x) const { return core::fast_exp2(fmaf(x, kLog2e, -c)); }
+};
+template <typename T>
+constexpr float softmax_near_bound() {
+  return sizeof(T) == 4 ? 16.0f : 256.0f;
+}
 
 // The max of a thread's vectors at(0) .. at(VPT - 1) (NaN skipped, as fmaxf:
 // the sum of exponentials carries it). 16-bit elements are compared in pairs
@@ -193,7 +224,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
   // tiles unroll fully (they index registers).
   constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReduce<MaxSumOp, kCluster> red;
+  RowReduce<MaxSumLog2Op, kCluster> red;
   red.start(smem);
 
   auto do_rows = [&](int64_t blk) {
@@ -233,32 +264,38 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         }
       }
       // The thread's max first (the elements are on chip), then one
-      // exponential per element against it: no online rescaling.
+      // exponential per element against it (one FFMA and the MUFU.EX2, in
+      // log2 units: MaxSumLog2Op): no online rescaling.
       m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
       // A thread with only -inf (or padding) has sum 0: exp2(-inf) = 0.
-      const float base = m == -INFINITY ? 0.0f : m;
+      const float base2 = m == -INFINITY ? 0.0f : m * kLog2e;
+      m = m == -INFINITY ? m : base2;
 #pragma unroll kUnroll
       for (int i = 0; i < VPT; ++i) {
         float f[VEC];
         x_at(i).widen(f);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - base) * kLog2e);
+        for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -base2));
       }
     }
-    const SoftmaxRow r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank));
+    const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
     if (!active) return;
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
+    auto write = [&](auto&& out) {
 #pragma unroll kUnroll
-    for (int i = 0; i < VPT; ++i) {
-      if (g.valid(i) == 0) continue;
-      float f[VEC];
-      x_at(i).widen(f);
+      for (int i = 0; i < VPT; ++i) {
+        if (g.valid(i) == 0) continue;
+        float f[VEC];
+        x_at(i).widen(f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = r.out(f[j], p.log);
-      RawVec<T, VEC> o;
-      o.narrow(f);
-      g.store(o, orow, i);
-    }
+        for (int j = 0; j < VEC; ++j) f[j] = out(f[j]);
+        RawVec<T, VEC> o;
+        o.narrow(f);
+        g.store(o, orow, i);
+      }
+    };
+    if (!p.log && r.near) write([&](float x) { return r.out_near(x); });
+    else write([&](float x) { return r.out(x, p.log); });
   };
 
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
