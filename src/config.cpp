@@ -213,8 +213,9 @@ RowTuning default_row_tuning() {
   t.chunk_min_cols = 64 << 10;
   t.chunk_clustered_fwd = 1;
   // Softmax forward rows staged in clusters of 256-thread CTAs (the RMSNorm
-  // rule above: from rows needing a 1024-thread register team, up to 16
-  // CTAs), ahead of chunking: fp32 only, 16 vectors (256 bytes) a thread
+  // rule above: from rows needing a register team past reg_staged_above_team
+  // / _f32, up to 16 CTAs), ahead of chunking, 16 vectors (256 bytes) a
+  // thread; fp32 first
   // (softmax_sweep, H200, M*N = 2^28 unless said; softmax-sweep.md runs 8
   // and 9, commits 7da9258 / b034322, % of copy):
   //   fp32 staged at 16 vectors against chunked: N = 64K 95.9 vs 88.6,
@@ -223,12 +224,18 @@ RowTuning default_row_tuning() {
   //   (16K < N <= 32K) even: 20000 74.1 vs 73.6, 24576 83.6 vs 83.9, 32768
   //   95.4 vs 95.8 (and 93.3 vs 87.3 at 640 rows). At 8 vectors fp32 lost
   //   5-11 points from 32K to 128K (90.9 / 90.2 / 84.4%).
-  //   16-bit staged lost or tied: bf16 at 16 vectors 64K 87.4 vs 89.1
-  //   chunked, 128K 81.6 vs 82.8, 256K 78.6 vs 77.9, 512K 74.9 vs 77.0,
-  //   and 6-11 points at 300-1120 rows (N = 70000: 63.3 vs 73.9); at 8
-  //   vectors 68-75% at 64K-256K. (16-bit rows carry twice the elements a
-  //   byte; two exponentials an element seem to bound them: docs/KERNELS.md.)
-  t.softmax_staged_fwd = 2;
+  //   16-bit rows too since the pair went to log2 units, max first
+  //   (5454870; bench/results/logs/2026-12-03-softmax-log2-ab-5454870.log,
+  //   the defaults then against softmax_staged_fwd=3 in one call, bf16,
+  //   M*N = 2^28): 64K 88.0-88.7 -> 95.3, 128K 81.4-82.0 -> 94.6, 256K
+  //   77.7-78.2 -> 93.2, 512K 76.7-77.1 -> 87.6-88.6 (staged against
+  //   chunked); at 8 vectors 94.2 / 93.6 / 87.8. Where it loses: N = 70000
+  //   at 300 / 1120 rows 70.2-73.2 / 71.1 against 73.5-74.3 / 73.5-73.6
+  //   chunked, 49152 68.5 against 69.5-69.7 in one register CTA (rows
+  //   whose last CTA is mostly empty), 128K at 64 rows 57.6-62.7 against
+  //   62.6-70.1 (noisy); 40000 ties (61%). Before, 16-bit staged lost or
+  //   tied (bf16 64K 87.4 vs 89.1 chunked, 6417b13).
+  t.softmax_staged_fwd = 3;
   t.softmax_staged_vpt = 16;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;

@@ -346,7 +346,7 @@ INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(cl
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The aligned cases whose forward rows are staged when every dtype may
-// (softmax_staged_fwd = 3; by default fp32 only), at both tiles the kernel
+// (softmax_staged_fwd = 3, the default since 5454870's measurements), at both tiles the kernel
 // is built with (16 vectors a thread, the default, and 8): fp32 and 16-bit
 // rows, partial last vectors, special values, clusters of 2 to 16 CTAs
 // with idle threads in the last.
