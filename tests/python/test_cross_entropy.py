@@ -229,6 +229,45 @@ def test_large_vocab(dtype, v):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("v", [1000, 4096, 50304, 262144])
+def test_huge_finite_logits(dtype, v):
+    """Logits of any finite magnitude (log2 units break from about 1e10, and
+    past 2.36e38 max log2 e is no float): rows shifted by 3e7, -1e12 + 1e6 z,
+    a target logit of 2.5e38 beside a -3e38, all -3e38 but the target's
+    -2.9e38. lse's own fp32 rounding (2^-24 |lse|) bounds the loss."""
+    g = torch.Generator(device="cuda").manual_seed(v)
+    x = torch.randn(5, v, device="cuda", generator=g) * 3
+    t = torch.randint(0, v, (5,), device="cuda", generator=g)
+    x[1] += 3e7
+    x[2] = -1e12 + 1e6 * x[2] / 3
+    x[3, t[3]] = 2.5e38
+    x[3, (t[3] + 1) % v] = -3e38
+    x[4] = -3e38
+    x[4, t[4]] = -2.9e38
+    x = x.to(dtype)
+    ref, ref_lse = reference(x, t, reduction="none")
+    for grad in (False, True):  # the plain forwards, then the training step
+        xg = x.detach().clone().requires_grad_(grad)
+        loss, lse = quack_cpp.cross_entropy(xg, t, reduction="none", return_lse=True)
+        tol = 4 * 2.0 ** -24 * ref_lse.abs() + 2e-5 + 1e-6 * math.sqrt(v)
+        assert torch.isfinite(loss).all() and torch.isfinite(lse).all()
+        assert ((lse.double() - ref_lse).abs() <= tol).all(), (lse, ref_lse)
+        assert ((loss.detach().double() - ref).abs() <= tol).all(), (loss, ref)
+        if grad:
+            loss.sum().backward()
+            assert torch.isfinite(xg.grad).all()
+            # Against float64 where fp32's lse does not bound p_c coarsely:
+            # row 0 (ordinary logits), rows 3 and 4 (p_t = 1, the rest 0:
+            # a zero gradient). In rows 1 and 2 lse's own rounding (2, 65536)
+            # moves every p_c by a factor up to e or more.
+            xr = x.detach().double().requires_grad_(True)
+            reference(xr, t, reduction="none")[0].sum().backward()
+            for r in (0, 3, 4):
+                assert_grad_close(xg.grad[r], xr.grad[r], dtype)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("v", [32768, 50257, 100003])
 def test_forward_long_rows_with_partial_vectors(dtype, v):

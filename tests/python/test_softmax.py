@@ -131,6 +131,39 @@ def test_large_magnitude_rows(op, fn, ref, dtype):
     check(fn(x), ref(x.double(), -1), dtype, 1.0 if op == "log_softmax" else 1.0 / 4096)
 
 
+def huge_rows(n, dtype, seed):
+    """Rows of finite values of any magnitude: shifted by 3e7 and 1e7,
+    -1e12 + 2e6 u, one 3e38, 3e38 with 2.5e38 and -3e38, all -3e38 but one
+    -2.9e38, two maxima of 3e38 (log2 units break from about 1e10, and past
+    2.36e38 max log2 e is no float)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(7, n, device="cuda", generator=g)
+    x[0] += 3e7
+    x[1] = -1e12 + 2e6 * x[1]
+    x[2, n // 2] = 3e38
+    x[3, n // 3] = -3e38
+    x[3, 0] = 3e38
+    x[3, n - 1] = 2.5e38
+    x[4] = -3e38
+    x[4, n - 1] = -2.9e38
+    x[5] += 1e7
+    x[6, n // 4] = 3e38
+    x[6, 3 * n // 4] = 3e38
+    return x.to(dtype)
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("op,fn,ref", OPS)
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n", [7, 4096, 65544, 131072])
+def test_huge_finite_values_match_float64(op, fn, ref, dtype, n):
+    x = huge_rows(n, dtype, n)
+    want = ref(x.double(), -1)
+    # log_softmax of -3e38 against 3e38 is -6e38: -inf in every dtype.
+    want = torch.where(want.abs() > 3.5e38, want.sign() * float("inf"), want)
+    check(fn(x), want, dtype, 1.0 if op == "log_softmax" else 1.0 / n)
+
+
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("op,fn,ref", OPS)
 def test_special_values_match_torch(op, fn, ref):

@@ -145,16 +145,16 @@ __device__ __forceinline__ typename Op::T warp_reduce(typename Op::T v, int widt
 // took ~120 (two accurate exp2f a level; ncu source counters, bf16 128256
 // staged gradient, 00bb1fa, H200: the row's reductions 22% of its
 // instructions). The max is exact and the sums' tree is the same in every
-// lane: every lane of a group ends with the same bits. kLog2Units: m is in
-// log2 units (the rescale is 2^(m_lane - m)), else natural (e^(m_lane - m)).
-template <bool kLog2Units>
+// lane: every lane of a group ends with the same bits. Natural units: the
+// rescale is e^(m_lane - m), as 2^((m_lane - m) log2 e), at any magnitude
+// (m_lane - m is -inf or exact where it matters).
 __device__ __forceinline__ float max_first_rescale(float m_lane, float s_lane, int width, float& m) {
   constexpr float kLog2e = 1.4426950408889634f;
   m = m_lane;
 #pragma unroll
   for (int mask = 16; mask >= 1; mask >>= 1)
     if (mask < width) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, mask));
-  const float d = kLog2Units ? m_lane - m : (m_lane - m) * kLog2e;
+  const float d = (m_lane - m) * kLog2e;
   return m_lane == -INFINITY ? __fmul_rn(s_lane, 0.0f) : __fmul_rn(s_lane, fast_exp2(d));
 }
 
@@ -167,7 +167,7 @@ struct MaxSumDotMaxFirstOp : MaxSumDotOp {};
 template <>
 __device__ __forceinline__ MaxSumDot warp_reduce<MaxSumDotMaxFirstOp>(MaxSumDot v, int width) {
   float m;
-  float s = max_first_rescale<false>(v.m, v.s, width, m);
+  float s = max_first_rescale(v.m, v.s, width, m);
   float d = v.d, x = v.x;
 #pragma unroll
   for (int mask = 16; mask >= 1; mask >>= 1) {
@@ -180,30 +180,53 @@ __device__ __forceinline__ MaxSumDot warp_reduce<MaxSumDotMaxFirstOp>(MaxSumDot 
   return {m, s, d, x};
 }
 
-// The online-softmax pair in log2 units, reduced max first: m = a rounded
-// max(x) log2(e) -- any float at or just below it: the exponents are taken
-// against m itself, so its rounding cancels -- and s = sum 2^(x log2 e - m),
-// each term one FFMA (x log2 e is exact inside it) and the MUFU.EX2 (the
-// softmax register and staged forwards). Empty: (-inf, 0).
-struct MaxSumLog2Op {
-  using T = MaxSum;
-  __device__ __forceinline__ static MaxSum identity() { return {-INFINITY, 0.0f}; }
-  __device__ __forceinline__ static MaxSum combine(MaxSum a, MaxSum b) {
-    const float m = fmaxf(a.m, b.m);
-    const float sa = a.m == -INFINITY ? __fmul_rn(a.s, 0.0f) : __fmul_rn(a.s, fast_exp2(a.m - m));
-    const float sb = b.m == -INFINITY ? __fmul_rn(b.s, 0.0f) : __fmul_rn(b.s, fast_exp2(b.m - m));
-    return {m, sa + sb};
-  }
-};
+// MaxSumOp's pair (natural units: m = max x, s = sum e^(x - m)) reduced max
+// first in a warp (the softmax register and staged forwards).
+struct MaxSumMaxFirstOp : MaxSumOp {};
 
 template <>
-__device__ __forceinline__ MaxSum warp_reduce<MaxSumLog2Op>(MaxSum v, int width) {
+__device__ __forceinline__ MaxSum warp_reduce<MaxSumMaxFirstOp>(MaxSum v, int width) {
   float m;
-  float s = max_first_rescale<true>(v.m, v.s, width, m);
+  float s = max_first_rescale(v.m, v.s, width, m);
 #pragma unroll
   for (int mask = 16; mask >= 1; mask >>= 1)
     if (mask < width) s += __shfl_xor_sync(0xffffffffu, s, mask);
   return {m, s};
+}
+
+// A thread's exponentials against its max m in log2 units: e^(x - m) =
+// 2^(x log2 e - b) 2^-r, with b = log2_base(m) = RN(m log2 e) and r =
+// m log2 e - b, the rounding's residual, exact in one FFMA
+// (from_log2_units). x log2 e - b is one FFMA (x log2 e exact inside it)
+// and 2^ of it the MUFU.EX2: one FFMA and one EX2 an element, where natural
+// units take an FADD, an FMUL and the EX2. A sum of such terms is taken
+// back to natural units once, s 2^-r (from_log2_units).
+// That holds while |m| < 2^24 (log2_units_ok): b < 2^25, so |r| <= 1 and
+// 2^r neither overflows nor underflows a sum. Larger |m| loses it: at 1e9
+// |r| reaches 64, at 1e12 65536 (2^r is 0 or inf: the row's sum with it),
+// and past FLT_MAX / log2 e = 2.36e38 b is no float at all. Such rows take
+// natural units, 2^((x - m) log2 e), whose x - m is exact near m and -inf or
+// exact enough where e^(x - m) is 0. -inf (a thread that saw nothing but
+// -inf or padding) stays in log2 units: its sum is 0 either way, and a
+// branch per thread would split warps at a row's end.
+// b's floor of -2^25 (reached only by m = -inf, or by |m| >= 2^24 below
+// zero) keeps x log2 e - b finite or -inf: an online fold whose early
+// batches saw only such values adds finite terms, which a later max's
+// rescale 2^(b_old - b_new) takes to 0, or which a thread whose own max
+// stays there replaces by its natural-units sum.
+constexpr float kLog2UnitsMax = 0x1p24f;
+constexpr float kLog2BaseFloor = -0x1p25f;  // log2_base(-inf)
+__device__ __forceinline__ bool log2_units_ok(float m) { return fabsf(m) < kLog2UnitsMax || m == -INFINITY; }
+__device__ __forceinline__ float log2_base(float m) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  return fmaxf(__fmul_rn(m, kLog2e), kLog2BaseFloor);
+}
+// s (a sum of 2^(x log2 e - b)) in natural units against m: s 2^-r, with
+// -r = b - m log2 e exact in one FFMA; capped at 2^1 so that m = -inf (s = 0,
+// -r = +inf) stays 0 and a NaN -r (m = +inf: s is NaN) keeps s NaN.
+__device__ __forceinline__ float from_log2_units(float s, float m, float b) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  return __fmul_rn(s, fast_exp2(fminf(fmaf(-m, kLog2e, b), 1.0f)));
 }
 
 // Row moments from parts: lane r holds part r's (sum, sum of squared

@@ -290,12 +290,14 @@ __device__ __forceinline__ void ce_widen(const core::RawVec<T, VEC>& v, float (&
   }
 }
 
-// exp(f - base) as 2^(f log2e - base log2e): one FFMA and the MUFU.EX2 an
-// element instead of an FADD, an FMUL and the MUFU.EX2. The rounding of
-// base log2e is the same for every element of a thread: it shifts the row's
-// lse by at most |base| * 6e-8 -- 2e-6 at logits of 30.
-__device__ __forceinline__ float ce_exp_from(float f, float base_log2) {
-  return core::fast_exp2(fmaf(f, kLog2e, -base_log2));
+// exp(f - base) as 2^(f log2e - b) 2^-r, b = core::log2_base(base): one
+// FFMA and the MUFU.EX2 an element instead of an FADD, an FMUL and the
+// MUFU.EX2; the caller applies 2^-r once (core::from_log2_units, or a
+// gradient's coefficient), so that no rounding of b reaches the results,
+// and takes |base| >= 2^24 in natural units (core::log2_units_ok: there
+// 2^r leaves the float range).
+__device__ __forceinline__ float ce_exp_from(float f, float b) {
+  return core::fast_exp2(fmaf(f, kLog2e, -b));
 }
 
 // Adds VEC logits (kMasked: the first n) into the thread's (s, d) against
@@ -505,21 +507,29 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     const float base = m == -INFINITY ? 0.0f : m;
     const int64_t tl = t - p.class_offset;
     const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
-    // exp(f - base) as one FFMA and the MUFU.EX2 (ce_exp_from).
-    const float base_log2 = base * kLog2e;
+    if (kGeneral || !log2_units_ok(m)) {
+      // The general options, and |m| >= 2^24 (a cold path): natural units.
 #pragma unroll kUnroll
-    for (int i = 0; i < nw; ++i) {
-      float f[VEC];
-      ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
-      if constexpr (kGeneral) {
-        ce_accumulate<true, false>(p, f, g.col(i), VEC, base, st.s, st.d);
-      } else {
+      for (int i = 0; i < nw; ++i) {
+        float f[VEC];
+        ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
+        ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
+      }
+    } else {
+      // exp(f - m) as one FFMA and the MUFU.EX2 (ce_exp_from), the sum back
+      // in natural units once.
+      const float b = log2_base(m);
+#pragma unroll kUnroll
+      for (int i = 0; i < nw; ++i) {
+        float f[VEC];
+        x_at(i).widen(f);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          st.s += ce_exp_from(f[j], base_log2);
+          st.s += ce_exp_from(f[j], b);
           if constexpr (kSum) st.d += f[j];
         }
       }
+      st.s = from_log2_units(st.s, m, b);
     }
     // x'_t from the whole vector that holds the target's column, if this
     // thread's (one test a thread, not one a vector).
@@ -557,8 +567,9 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     if (more) fetch(next);
     // Each slot is refilled with the next row after its vector is read and
     // its gradient stored (the store depends on the read).
-    if (kGeneral || k.zero) {
-      // (An ignored row's gradient is exactly 0: ce_grad.)
+    if (kGeneral || k.zero || !log2_units_ok(k.lse)) {
+      // (An ignored row's gradient is exactly 0: ce_grad. |lse| >= 2^24, a
+      // cold path: natural units.)
 #pragma unroll kUnroll
       for (int i = 0; i < nw; ++i) {
         float f[VEC];
@@ -573,14 +584,16 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       // dx = A p_c - b an element; the target's own (less a) is stored
       // again below by the thread that holds it, which a select an element
       // would cost every thread (an ISETP and an FSEL: SASS). p_c =
-      // exp(f - lse) as one FFMA and the MUFU.EX2 (ce_exp_from).
-      const float lse_log2 = k.lse * kLog2e;
+      // exp(f - lse) as one FFMA and the MUFU.EX2 (ce_exp_from), with A
+      // times 2^-r (the rounding of lse log2 e) once a row.
+      const float lse_log2 = log2_base(k.lse);
+      const float A = from_log2_units(k.A, k.lse, lse_log2);
 #pragma unroll kUnroll
       for (int i = 0; i < nw; ++i) {
         float f[VEC];
         x_at(i).widen(f);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) f[j] = fmaf(k.A, ce_exp_from(f[j], lse_log2), -k.b);
+        for (int j = 0; j < VEC; ++j) f[j] = fmaf(A, ce_exp_from(f[j], lse_log2), -k.b);
         V o;
         o.narrow(f);
         o.store(orow + g.col(i));
@@ -591,25 +604,28 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       // slot holds the next row by now; in place, dx has overwritten x).
       const int off = k.tcol - g.col0;
       if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC)
-        orow[k.tcol] = from_float<T>(fmaf(k.A, ce_exp_from(st.x, lse_log2), -k.b) - k.a);
+        orow[k.tcol] = from_float<T>(fmaf(A, ce_exp_from(st.x, lse_log2), -k.b) - k.a);
     }
     cp_async_commit();
   }
   red.finish();
 }
 
-// The plain forward's online fold of a batch of vectors into (max, sum of
-// exp, and with kSum the sum): one rescale for the batch; v[u] counts when
-// valid(u) (the others hold -inf padding). The sum of logits only serves
-// label smoothing and a shard's statistics (ce_sums_logits): without them an
-// element costs a widening, an FFMA, the MUFU.EX2 and one FADD.
+// The plain forward's online fold of a batch of vectors into (max m, sum
+// of exp in log2 units against b = core::log2_base(m), and with kSum the
+// sum): one rescale for the batch, 2^(b_old - b_new) (the bases' exact
+// difference); v[u] counts when valid(u) (the others hold -inf padding).
+// Start from (-inf, kLog2BaseFloor, 0); ce_fold_finish takes s to natural
+// units. The sum of logits only serves label smoothing and a shard's
+// statistics (ce_sums_logits): without them an element costs a widening, an
+// FFMA, the MUFU.EX2 and one FADD.
 template <bool kSum, typename T, int VEC, int U, class Valid>
-__device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U], Valid valid, float& m, float& s,
-                                              float& d) {
+__device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U], Valid valid, float& m, float& b,
+                                              float& s, float& d) {
   using namespace core;
   const float nm = fmaxf(m, max_of(v));
-  s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-  const float bl = (nm == -INFINITY ? 0.0f : nm) * kLog2e;
+  const float nb = log2_base(nm);
+  s = __fmul_rn(s, fast_exp2(b - nb));
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (valid(u)) {
@@ -617,12 +633,34 @@ __device__ __forceinline__ void ce_fold_batch(const core::RawVec<T, VEC> (&v)[U]
       v[u].widen(f);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        s += ce_exp_from(f[j], bl);
+        s += ce_exp_from(f[j], nb);
         if constexpr (kSum) d += f[j];
       }
     }
   }
   m = nm;
+  b = nb;
+}
+
+// A fold's sum (ce_fold_batch) in natural units against the thread's max m:
+// s 2^-r (core::from_log2_units); where |m| >= 2^24 (core::log2_units_ok:
+// 2^r left the float range) the sum is taken again in natural units, each
+// of the thread's vectors from `at(k)` for k = 0, 1, ... while it returns
+// true (a cold path: the row is read again).
+template <typename T, int VEC, class At>
+__device__ __forceinline__ float ce_fold_finish(float m, float b, float s, At&& at) {
+  using namespace core;
+  if (log2_units_ok(m)) return from_log2_units(s, m, b);
+  s = 0.0f;
+  RawVec<T, VEC> v;
+#pragma unroll 1
+  for (int k = 0; at(k, v); ++k) {
+    float f[VEC];
+    v.widen(f);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - m) * kLog2e);
+  }
+  return s;
 }
 
 // Whether a plain forward needs the sum of its logits: uniform label
@@ -660,7 +698,7 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
     // The writer's target first: its logit's load then overlaps the row's.
     CERow r{};
     if (writer) r = CERow::make(p, row);
-    float m = -INFINITY, s = 0.0f, d = 0.0f;
+    float m = -INFINITY, b = kLog2BaseFloor, s = 0.0f, d = 0.0f;
 #pragma unroll 1
     for (int64_t k0 = tid; k0 < nfull; k0 += int64_t(U) * nthr) {
       V v[U];
@@ -670,8 +708,14 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
         if (k < nfull) v[u].load(xrow + k * VEC);
         else v[u].fill_tail(0, neg_inf_bits<T>());
       }
-      ce_fold_batch<kSum>(v, [&](int u) { return k0 + int64_t(u) * nthr < nfull; }, m, s, d);
+      ce_fold_batch<kSum>(v, [&](int u) { return k0 + int64_t(u) * nthr < nfull; }, m, b, s, d);
     }
+    s = ce_fold_finish<T, VEC>(m, b, s, [&](int k, V& v) {
+      const int64_t kk = tid + int64_t(k) * nthr;
+      if (kk >= nfull) return false;
+      v.load(xrow + kk * VEC);
+      return true;
+    });
     float xt = 0.0f;
     if (writer) {
       xt = ce_target_logit<T>(p, r, row, 0.0f);
@@ -792,7 +836,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
   };
   int64_t t_cur = group_target(lane), t_next = group_target(32 + lane);
   const int64_t slot_elems = slot_bytes / int(sizeof(T));
-  float m = -INFINITY, s = 0.0f, d = 0.0f, xt = 0.0f;
+  float m = -INFINITY, b = kLog2BaseFloor, s = 0.0f, d = 0.0f, xt = 0.0f;
   CERow r{};
   // The consumer: chunk c of the warp's row ri (global row `row`) in slot
   // `slot_i`, whose barrier completes phase `phase` for it.
@@ -802,6 +846,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
   for (int64_t q = 0; q < total; ++q) {
     if (c == 0) {
       m = -INFINITY;
+      b = kLog2BaseFloor;
       s = 0.0f;
       d = 0.0f;
       xt = 0.0f;
@@ -838,7 +883,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
           v[u].fill_tail(0, neg_inf_bits<T>());
         }
       }
-      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv; }, m, s, d);
+      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv; }, m, b, s, d);
     }
     __syncwarp();  // every lane has read the slot: it may be refilled
     if (lane == 0 && pq < total) {  // the next chunk into the slot just read
@@ -850,6 +895,19 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
       phase ^= 1u;
     }
     if (c == nch - 1) {
+      // The lane's vectors again, from global memory, where its max is out
+      // of log2 units' range: chunk k / per of the row, its vector
+      // lane + 32 (k % per).
+      const int64_t per = (slot_bytes / 16 + 31) / 32;
+      s = ce_fold_finish<T, VEC>(m, b, s, [&](int k, V& v) {
+        const int64_t ck = k / per, kk = lane + 32 * (k % per);
+        if (ck >= nch) return false;
+        if (kk < min(int64_t(slot_bytes), row_bytes - ck * slot_bytes) / 16)
+          v.load(static_cast<const T*>(p.x) + row * p.x_stride + (ck * (slot_bytes / 16) + kk) * VEC);
+        else
+          v.fill_tail(0, neg_inf_bits<T>());
+        return true;
+      });
       if (lane == 0 && tail > 0) {
         V v[1];
         v[0].load_partial(static_cast<const T*>(p.x) + row * p.x_stride + nfull * VEC, tail);

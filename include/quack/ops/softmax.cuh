@@ -17,10 +17,13 @@
 // Arithmetic in fp32. The streaming and chunked kernels: the pair is
 // (m, s) = (max x, sum exp(x - m)), exp as exp2((x - m) * log2 e) after the
 // subtraction; softmax = exp(x - m) / s and log_softmax = x - m - log2(s) ln 2
-// (core/reduce.cuh MaxSumOp). The register and staged forwards keep the
-// pair in log2 units, max first (MaxSumLog2Op, SoftmaxRowLog2): one FFMA
-// and one MUFU.EX2 an element for the sum, one or two FFMAs and the EX2 for
-// the output. NaN and +inf propagate to the whole row, an all -inf row
+// (core/reduce.cuh MaxSumOp). The register and staged forwards take each
+// thread's exponentials in log2 units (core::log2_base: one FFMA and one
+// MUFU.EX2 an element for the sum, one or two FFMAs and the EX2 for the
+// output, SoftmaxRowLog2), reduce the pair in natural units max first
+// (MaxSumMaxFirstOp), and take rows whose max is 2^24 or more in magnitude
+// in natural units throughout (core::log2_units_ok). Any finite input gives
+// torch's answer; NaN and +inf propagate to the whole row, an all -inf row
 // gives NaN, as torch.
 #pragma once
 
@@ -61,7 +64,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // larger of the two ops', clustered).
 constexpr uint32_t kSoftmaxScratchBytes = 1024;
 static_assert(core::RowReduce<core::MaxSumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
-                  core::RowReduce<core::MaxSumLog2Op, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
+                  core::RowReduce<core::MaxSumMaxFirstOp, true>::scratch_bytes() <= kSoftmaxScratchBytes &&
                   core::RowReduce<core::SumOp, true>::scratch_bytes() <= kSoftmaxScratchBytes,
               "softmax scratch");
 
@@ -113,25 +116,39 @@ struct SoftmaxRow {
 };
 
 // The register and staged forwards' row constants, from the row's pair in
-// log2 units (core::MaxSumLog2Op: m = the max's x log2 e, rounded, and
-// s = sum 2^(x log2 e - m)). With t = x log2 e - m (one FFMA, x log2 e
-// exact inside it), softmax is 2^(t - log2 s) and log_softmax
-// t ln 2 - ln s (one more FFMA): no rounding of m or of a row's offset
-// reaches the outputs. Softmax's rows whose offset c = m + log2 s is
-// `near` 0 take 2^(x log2 e - c), one FFMA and the MUFU.EX2: rounding c
-// moves every output of the row by at most |c| 2^-24 ln 2 relative -- under
-// 16-bit rows' bound of 256, 5e-6 (bf16 and fp16 round at 2e-3 / 2.4e-4);
-// fp32 rows' bound of 16, 7e-7 (ex2.approx's own error is ~2.4e-7).
+// natural units (m = max x, s = sum e^(x - m)), for outputs in log2 units:
+// with b = log2_base(m), r = m log2 e - b (exact, |r| <= 1) and t =
+// x log2 e - b (one FFMA, x log2 e exact inside it), softmax is 2^(t - L)
+// and log_softmax t ln 2 - L ln 2 (one more FFMA), L = log2 s + r: the
+// rounding of b cancels and L's own (an ulp of log2 N + 1 or so) is what
+// reaches the outputs. Softmax's rows whose offset c = b + L is `near` 0
+// take 2^(x log2 e - c), one FFMA and the MUFU.EX2: rounding c moves every
+// output of the row by at most |c| 2^-24 ln 2 relative -- under 16-bit
+// rows' bound of 256, 5e-6 (bf16 and fp16 round at 2e-3 / 2.4e-4); fp32
+// rows' bound of 16, 7e-7 (ex2.approx's own error is ~2.4e-7). Rows whose
+// max is 2^24 or more in magnitude (or +inf, or NaN: core::log2_units_ok)
+// take natural units, x - m first (out_natural: a cold path).
 struct SoftmaxRowLog2 {
-  float m, log2_s, ln_s, c;
-  bool near;
+  float m, b, log2_s, L, ln_L, c;
+  bool natural, near;
   __device__ __forceinline__ SoftmaxRowLog2(core::MaxSum r, float near_bound)
-      : m(r.m), log2_s(core::fast_log2(r.s)), ln_s(log2_s * kLn2), c(m + log2_s), near(fabsf(c) < near_bound) {}
+      : m(r.m),
+        b(core::log2_base(r.m)),
+        log2_s(core::fast_log2(r.s)),
+        L(log2_s + fmaf(r.m, kLog2e, -b)),
+        ln_L(L * kLn2),
+        c(b + L),
+        natural(!core::log2_units_ok(r.m)),
+        near(fabsf(c) < near_bound) {}
   __device__ __forceinline__ float out(float x, bool log) const {
-    const float t = fmaf(x, kLog2e, -m);
-    return log ? fmaf(t, kLn2, -ln_s) : core::fast_exp2(t - log2_s);
+    const float t = fmaf(x, kLog2e, -b);
+    return log ? fmaf(t, kLn2, -ln_L) : core::fast_exp2(t - L);
   }
   __device__ __forceinline__ float out_near(float x) const { return core::fast_exp2(fmaf(x, kLog2e, -c)); }
+  __device__ __forceinline__ float out_natural(float x, bool log) const {
+    const float d = x - m;
+    return log ? fmaf(-log2_s, kLn2, d) : core::fast_exp2(fmaf(d, kLog2e, -log2_s));
+  }
 };
 template <typename T>
 constexpr float softmax_near_bound() {
@@ -224,7 +241,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
   // tiles unroll fully (they index registers).
   constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReduce<MaxSumLog2Op, kCluster> red;
+  RowReduce<MaxSumMaxFirstOp, kCluster> red;
   red.start(smem);
 
   auto do_rows = [&](int64_t blk) {
@@ -265,17 +282,29 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       }
       // The thread's max first (the elements are on chip), then one
       // exponential per element against it (one FFMA and the MUFU.EX2, in
-      // log2 units: MaxSumLog2Op): no online rescaling.
+      // log2 units: core::log2_base), no online rescaling; the sum back in
+      // natural units once. A thread with only -inf (or padding) has sum 0.
       m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
-      // A thread with only -inf (or padding) has sum 0: exp2(-inf) = 0.
-      const float base2 = m == -INFINITY ? 0.0f : m * kLog2e;
-      m = m == -INFINITY ? m : base2;
+      if (log2_units_ok(m)) {
+        const float b = log2_base(m);
 #pragma unroll kUnroll
-      for (int i = 0; i < VPT; ++i) {
-        float f[VEC];
-        x_at(i).widen(f);
+        for (int i = 0; i < VPT; ++i) {
+          float f[VEC];
+          x_at(i).widen(f);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -base2));
+          for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -b));
+        }
+        s = from_log2_units(s, m, b);
+      } else {
+        // |m| >= 2^24 (or +inf, NaN): natural units, a cold path (unrolled
+        // as the other: register tiles are indexed by constants only).
+#pragma unroll kUnroll
+        for (int i = 0; i < VPT; ++i) {
+          float f[VEC];
+          x_at(i).widen(f);
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - m) * kLog2e);
+        }
       }
     }
     const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
@@ -294,7 +323,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         g.store(o, orow, i);
       }
     };
-    if (!p.log && r.near) write([&](float x) { return r.out_near(x); });
+    if (r.natural) write([&](float x) { return r.out_natural(x, p.log); });
+    else if (!p.log && r.near) write([&](float x) { return r.out_near(x); });
     else write([&](float x) { return r.out(x, p.log); });
   };
 

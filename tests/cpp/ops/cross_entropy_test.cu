@@ -389,6 +389,7 @@ struct CeCase {
   bool bad = false;        // out-of-range targets in some rows
   bool want_loss = true, want_lse = true, want_grad = true;
   double spread = 3.0;     // logits ~ N(0, (spread * (0.5 .. 2))^2) per row
+  bool huge = false;       // rows of huge finite logits (fill_huge_rows)
 
   // Fluent setters for the case list.
   CeCase& i32_() { i32 = true; return *this; }
@@ -407,6 +408,7 @@ struct CeCase {
   CeCase& noloss() { want_loss = false; return *this; }
   CeCase& nolse() { want_lse = false; return *this; }
   CeCase& nograd() { want_grad = false; return *this; }
+  CeCase& big() { huge = true; return *this; }
 
   std::string name() const {
     auto num = [](double v) {
@@ -440,6 +442,7 @@ struct CeCase {
     if (!want_loss) n += "_noloss";
     if (!want_lse) n += "_nolse";
     if (!want_grad) n += "_nograd";
+    if (huge) n += "_huge";
     return n;
   }
 };
@@ -542,7 +545,41 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 7, 1000, kMean).w().smooth(0.1f).g(0.75f).ign(10));
   v.push_back(C(kF32, 7, 4096, kSum).zl(1e-4f).ign(10));
   v.push_back(C(kF16, 7, 200, kNone).softcap(30.0f).ign(10));
+  // Logits of any finite magnitude (fill_huge_rows): the register rows, the
+  // staged gradient (and the two-pass one under staging off), the plain
+  // streaming and bulk forwards (CrossEntropyGpuBulk), element-wise rows.
+  v.push_back(C(kF32, 10, 1000, kNone).big());
+  v.push_back(C(kBF16, 10, 50304, kNone).big());
+  v.push_back(C(kF32, 10, 32000, kMean).big().inplace());
+  v.push_back(C(kF32, 10, 262144, kNone).big().nograd());
+  v.push_back(C(kBF16, 1100, 4096, kSum).big().nograd());
+  v.push_back(C(kBF16, 10, 1000, kNone).big().mis(1, 0));
   return v;
+}
+
+// Rows of huge finite logits, by row % 5 (t: the row's target, or column 0
+// where it has none): 0 as generated; 1 shifted by 3e7 (fp32 steps of 2);
+// 2: -1e12 + 1e6 N(0, 1) (steps of 65536); 3: x_t = 2.5e38 and -3e38 beside
+// it (the loss ~ 0, the gradient's p_t ~ 1); 4: all -3e38 but x_t = -2.9e38.
+// |max| >= 2^24 takes natural units in every kernel (core::log2_units_ok);
+// in log2 units the rounding of max log2 e leaves the float range from
+// about 1e10, and past 2.36e38 max log2 e does. Plain options only: lse^2,
+// the smoothing's lse sum_c w_c and a reduced sum of such rows leave fp32's
+// range, as they would in torch.
+void fill_huge_rows(std::vector<float>& x, const std::vector<int64_t>& target, int64_t rows, int64_t V,
+                    std::mt19937& gen) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = &x[size_t(r * V)];
+    const int64_t t = target[size_t(r)] >= 0 && target[size_t(r)] < V ? target[size_t(r)] : 0;
+    switch (r % 5) {
+      case 1: for (int64_t j = 0; j < V; ++j) xr[j] += 3e7f; break;
+      case 2: for (int64_t j = 0; j < V; ++j) xr[j] = -1e12f + 1e6f * normal(gen); break;
+      case 3: xr[t] = 2.5e38f; if (V > 1) xr[(t + 1) % V] = -3e38f; break;
+      case 4: for (int64_t j = 0; j < V; ++j) xr[j] = j == t ? -2.9e38f : -3e38f; break;
+      default: break;
+    }
+  }
 }
 
 void PrintTo(const CeCase& c, std::ostream* os) { *os << c.name(); }
@@ -711,6 +748,7 @@ void run_case(const CeCase& case_) {
     const int64_t t = p.target[size_t(r)];
     if (r % 2 == 0 && t >= 0 && t < V) x[size_t(r * V + t)] += 2.0f * s;
   }
+  if (c.huge) fill_huge_rows(x, p.target, M, V, gen);
   for (float& v : x) v = float(round_to(c.dtype, v));
   p.x.assign(x.begin(), x.end());
 

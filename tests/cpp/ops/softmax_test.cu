@@ -13,7 +13,8 @@
 // whole-CTA teams, clusters, many rows per persistent cluster, forward rows
 // staged in shared memory), chunked (rows beyond the register tiles) and
 // streaming (misaligned rows or strides), plus rows of +inf, -inf and NaN
-// checked against torch's rules.
+// checked against torch's rules, and rows of finite values of any magnitude
+// (3e7, -1e12, up to 3e38: `huge`), where log2-unit arithmetic breaks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +51,7 @@ struct SmCase {
   int64_t pad = 0;      // row stride = cols + pad
   double shift = 0.0;   // added to every x (large-magnitude stability)
   bool special = false; // rows of +inf / -inf / NaN mixed in
+  bool huge = false;    // rows of huge finite values (fill_huge_rows)
 };
 
 std::vector<SmCase> cases() {
@@ -92,7 +94,43 @@ std::vector<SmCase> cases() {
   add({"N64_f32_special", 8, 64, kF32, false, 0, 0, 0.0, true});
   add({"N5000_bf16_special", 8, 5000, kBF16, false, 0, 0, 0.0, true});
   add({"N300001_f32_special_chunked", 8, 300001, kF32, false, 0, 0, 0.0, true});
+  // Finite values of any magnitude (fill_huge_rows): sub-warp teams, a
+  // whole CTA, a cluster (staged by default, and register-held under
+  // SoftmaxGpuRegister), fp32 staged, streaming.
+  add({"N1_f32_huge", 16, 1, kF32, false, 0, 0, 0.0, false, true});
+  add({"N100_bf16_huge", 16, 100, kBF16, false, 0, 0, 0.0, false, true});
+  add({"N4096_f32_huge", 16, 4096, kF32, false, 0, 0, 0.0, false, true});
+  add({"N32768_f32_huge", 8, 32768, kF32, false, 0, 0, 0.0, false, true});
+  add({"N65544_bf16_huge", 8, 65544, kBF16, false, 0, 0, 0.0, false, true});
+  add({"N200_bf16_huge_misaligned", 16, 200, kBF16, false, 1, 0, 0.0, false, true});
   return v;
+}
+
+// Rows of large finite values, by row % 8 (the others as generated): 0:
+// shifted by 3e7 (fp32 steps of 2: a spread of probabilities); 1: -1e12 +
+// 2e6 u (steps of 65536: e^(x - max) is 0 or 1); 2: one 3e38; 3: 3e38, 2.5e38
+// and -3e38 (its log_softmax, -6e38, is -inf in every dtype); 4: 3e38 twice
+// (two maxima: 1/2 each); 5: all -3e38 but one -2.9e38; 6: all -3e38
+// (uniform); 7: shifted by 1e7, just inside log2 units' range (max log2 e
+// rounds by up to 1/2 there: the sums' conversion, core::from_log2_units,
+// at its largest). |max| >= 2^24 takes natural units in the
+// register and staged forwards; in log2 units the rounding of max log2 e
+// leaves the float range from about 1e10, and past 2.36e38 max log2 e does.
+void fill_huge_rows(std::vector<float>& x, int64_t rows, int64_t n, std::mt19937& gen) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto at = [&](int64_t r, int64_t j) -> float& { return x[size_t(r * n + j)]; };
+  for (int64_t r = 0; r < rows; ++r) {
+    switch (r % 8) {
+      case 0: for (int64_t j = 0; j < n; ++j) at(r, j) += 3e7f; break;
+      case 1: for (int64_t j = 0; j < n; ++j) at(r, j) = -1e12f + 2e6f * u(gen); break;
+      case 2: at(r, n / 2) = 3e38f; break;
+      case 3: at(r, n / 3) = -3e38f; at(r, 0) = 3e38f; at(r, n - 1) = 2.5e38f; break;
+      case 4: at(r, n / 4) = 3e38f; at(r, 3 * n / 4) = 3e38f; break;
+      case 5: for (int64_t j = 0; j < n; ++j) at(r, j) = j == n - 1 ? -2.9e38f : -3e38f; break;
+      case 6: for (int64_t j = 0; j < n; ++j) at(r, j) = -3e38f; break;
+      default: for (int64_t j = 0; j < n; ++j) at(r, j) += 1e7f; break;
+    }
+  }
 }
 
 void PrintTo(const SmCase& c, std::ostream* os) { *os << c.name; }
@@ -113,7 +151,11 @@ std::vector<double> reference_fwd(const std::vector<float>& x, int64_t rows, int
     for (int64_t c = 0; c < cols && !poisoned; ++c) s += std::exp(double(xr[c]) - m);
     for (int64_t c = 0; c < cols; ++c) {
       const double d = double(xr[c]) - m;
-      y[size_t(r * cols + c)] = poisoned ? std::nan("") : (log ? d - std::log(s) : std::exp(d) / s);
+      double v = poisoned ? std::nan("") : (log ? d - std::log(s) : std::exp(d) / s);
+      // Beyond every dtype's range (log_softmax of -3e38 against 3e38):
+      // the stored result is -inf.
+      if (std::fabs(v) > 3.5e38) v = std::copysign(kInf, v);
+      y[size_t(r * cols + c)] = v;
     }
   }
   return y;
@@ -198,6 +240,10 @@ void run_case(const SmCase& c) {
     if (n > 1) at(3, 1) = 0.5f;
     at(4, 0) = -inf;                                         // one -inf at the start
   }
+  if (c.huge) {
+    fill_huge_rows(x, c.rows, c.cols, gen);
+    for (float& v : x) v = float(round_to(c.dtype, v));
+  }
 
   GuardedTensor tx(layout), ty(layout), tdy(layout), tdx(layout);
   ASSERT_TRUE(tx.ok() && ty.ok() && tdy.ok() && tdx.ok()) << "cudaMalloc failed";
@@ -222,7 +268,9 @@ void run_case(const SmCase& c) {
                     << ", want " << want_y[i];
   }
   EXPECT_EQ(bad, 0) << "forward elements wrong";
-  if (c.special) return;  // the backward of NaN rows is NaN; nothing more to learn
+  // The backward of NaN rows is NaN, and huge rows' outputs are ordinary
+  // probabilities (the backward never sees x): nothing more to learn.
+  if (c.special || c.huge) return;
 
   // Backward on y = the reference rounded to the dtype, and a random dy.
   std::vector<float> yin(want_y.size()), dy(want_y.size());
