@@ -39,6 +39,12 @@
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32"), $SWEEP_NS the norms' N, forward and
 #              backward (default: each sweep's own list)
+#   ab         an A/B of two trees' sweeps in one call: the old tree at
+#              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
+#              git-ignored folder passed in `carry`), built beside this
+#              one's; then $AB_ROUNDS (default 2) rounds of new, old for
+#              each op of $SWEEP_OPS and dtype of $SWEEP_DTYPES, at each
+#              sweep's default sizes, into ab.log
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
@@ -253,6 +259,33 @@ PROBES
           fi
         done
       done ;;
+    ab)
+      build_sweeps || { status=1; continue; }
+      old_tree=${AB_OLD:?set AB_OLD to the old tree}
+      { cmake -S "$old_tree" -B "$old_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
+          -DQUACK_BUILD_TESTS=OFF \
+          && cmake --build "$old_tree/build" --target rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep; } \
+        > "$out/ab_build.log" 2>&1 || { status=1; tail -n 20 "$out/ab_build.log"; continue; }
+      for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
+        # shellcheck disable=SC2086
+        for op in ${SWEEP_OPS:-rmsnorm softmax}; do
+          for dt in ${SWEEP_DTYPES:-bf16 f32}; do
+            for side in new old; do
+              dir=build
+              [ "$side" = old ] && dir=$old_tree/build
+              case $op in
+                softmax) cmd=("$dir/softmax_sweep" "$dt" 0) ;;
+                cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt") ;;
+                rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt") ;;
+                *) cmd=("$dir/rmsnorm_sweep" "$dt") ;;
+              esac
+              echo "== $op $dt $side round $round" >> "$out/ab.log"
+              "${cmd[@]}" >> "$out/ab.log" 2>&1 || status=1
+            done
+          done
+        done
+      done
+      grep -c "^== " "$out/ab.log" ;;
     ncu)
       # One ncu report per entry of $NCU_RUNS, ';'-separated entries of
       # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
