@@ -96,9 +96,12 @@ std::vector<SmCase> cases() {
   add({"N300001_f32_special_chunked", 8, 300001, kF32, false, 0, 0, 0.0, true});
   // Finite values of any magnitude (fill_huge_rows): sub-warp teams, a
   // whole CTA, a cluster (staged by default, and register-held under
-  // SoftmaxGpuRegister), fp32 staged, streaming.
+  // SoftmaxGpuRegister), fp32 staged, streaming (N = 1 rows are 4 bytes
+  // apart: streaming too). Against 97cefa5's kernels every case that
+  // reached the register or staged forwards failed (bench/results/logs/
+  // 2026-12-04-finite-old-huge-97cefa5.txt).
   add({"N1_f32_huge", 16, 1, kF32, false, 0, 0, 0.0, false, true});
-  add({"N100_bf16_huge", 16, 100, kBF16, false, 0, 0, 0.0, false, true});
+  add({"N96_bf16_huge", 16, 96, kBF16, false, 0, 0, 0.0, false, true});  // (aligned rows: a register team)
   add({"N4096_f32_huge", 16, 4096, kF32, false, 0, 0, 0.0, false, true});
   add({"N32768_f32_huge", 8, 32768, kF32, false, 0, 0, 0.0, false, true});
   add({"N65544_bf16_huge", 8, 65544, kBF16, false, 0, 0, 0.0, false, true});
