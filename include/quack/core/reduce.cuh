@@ -216,10 +216,18 @@ __device__ __forceinline__ MaxSum warp_reduce<MaxSumMaxFirstOp>(MaxSum v, int wi
 // stays there replaces by its natural-units sum.
 constexpr float kLog2UnitsMax = 0x1p24f;
 constexpr float kLog2BaseFloor = -0x1p25f;  // log2_base(-inf)
-__device__ __forceinline__ bool log2_units_ok(float m) { return fabsf(m) < kLog2UnitsMax || m == -INFINITY; }
-__device__ __forceinline__ float log2_base(float m) {
+__host__ __device__ __forceinline__ bool log2_units_ok(float m) {
+  return fabsf(m) < kLog2UnitsMax || m == -INFINITY;
+}
+// (Host and device: a CPU test holds |m log2 e - log2_base(m)| <= 1 below
+// 2^24, reduce_test.cu.)
+__host__ __device__ __forceinline__ float log2_base(float m) {
   constexpr float kLog2e = 1.4426950408889634f;
-  return fmaxf(__fmul_rn(m, kLog2e), kLog2BaseFloor);
+#ifdef __CUDA_ARCH__
+  return fmaxf(__fmul_rn(m, kLog2e), kLog2BaseFloor);  // (no FMA contraction into a caller's sum)
+#else
+  return fmaxf(m * kLog2e, kLog2BaseFloor);
+#endif
 }
 // s (a sum of 2^(x log2 e - b)) in natural units against m: s 2^-r, with
 // -r = b - m log2 e exact in one FFMA; capped at 2^1 so that m = -inf (s = 0,

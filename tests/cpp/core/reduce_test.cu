@@ -2,7 +2,9 @@
 // every team width, block_reduce over CTA sizes that are and are not powers of
 // two, team_reduce over teams of 1..1024 threads sharing a CTA,
 // cluster_reduce and RowReducer over every cluster size 1..16, for SumOp,
-// MaxOp and MaxSumOp, against a float64 reference on the host.
+// MaxOp, MaxSumOp and MaxSumMaxFirstOp (MaxSumOp's pair reduced max first
+// in a warp: the softmax forwards'), against a float64 reference on the
+// host.
 //
 // Every kernel runs three reductions back to back, so the ping-pong scratch
 // buffers are reused once (round 2 writes what round 0 read). Every thread
@@ -16,9 +18,12 @@
 //   Max     round 0 mixed signs, round 1 with some -inf, round 2 all negative.
 //   MaxSum  (m, s) partials (s = sum exp(x - m)); rounds 1 and 2 hold identity
 //           partials (-inf, 0), round 2 so many that whole small groups are
-//           empty and must come out as the identity.
+//           empty and must come out as the identity; round 1 also maxima of
+//           any finite magnitude (3e7, -1e12, +-3e38, 2.5e38), where
+//           m - m' overflows to -inf or dwarfs the rest.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +41,7 @@ namespace {
 
 using core::MaxOp;
 using core::MaxSum;
+using core::MaxSumMaxFirstOp;
 using core::MaxSumOp;
 using core::SumOp;
 
@@ -125,8 +131,10 @@ cudaError_t launch(void (*kernel)(KArgs...), int grid, int block, int cluster, A
 // ---------------------------------------------------------------------------
 // Host side: inputs, float64 reference, comparison.
 
-enum class OpKind { kSum, kMax, kMaxSum };
-const char* op_name(OpKind k) { return k == OpKind::kSum ? "Sum" : k == OpKind::kMax ? "Max" : "MaxSum"; }
+enum class OpKind { kSum, kMax, kMaxSum, kMaxSumMaxFirst };
+const char* op_name(OpKind k) {
+  return k == OpKind::kSum ? "Sum" : k == OpKind::kMax ? "Max" : k == OpKind::kMaxSum ? "MaxSum" : "MaxSumMaxFirst";
+}
 
 // Test names of the (op, size) suites: the op, then `what` and the size
 // ("Sum_team32").
@@ -143,6 +151,7 @@ void with_op(OpKind k, F&& f) {
     case OpKind::kSum: f(SumOp{}); break;
     case OpKind::kMax: f(MaxOp{}); break;
     case OpKind::kMaxSum: f(MaxSumOp{}); break;
+    case OpKind::kMaxSumMaxFirst: f(MaxSumMaxFirstOp{}); break;
   }
 }
 
@@ -163,9 +172,11 @@ void fill_round(std::vector<float>& v, OpKind k, int round, std::mt19937& g) {
 
 void fill_round(std::vector<MaxSum>& v, OpKind, int round, std::mt19937& g) {
   std::uniform_real_distribution<float> m(-10.0f, 10.0f), s(0.25f, 4.0f);
+  static const float kHuge[] = {3e7f, -1e12f, 3e38f, -3e38f, 2.5e38f};
   for (auto& p : v) {
     const bool empty = round == 1 ? g() % 8 == 0 : round == 2 ? g() % 2 == 0 : false;
     p = empty ? MaxSum{-INFINITY, 0.0f} : MaxSum{m(g), round == 0 ? 1.0f : s(g)};
+    if (round == 1 && !empty && g() % 16 == 0) p.m = kHuge[g() % 5];
   }
 }
 
@@ -270,7 +281,7 @@ TEST_P(WarpReduce, EveryLaneOfATeamGetsTheTeamResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, WarpReduce,
-                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst),
                                           testing::Values(1, 2, 4, 8, 16, 32)),
                          OpParamName{"_width"});
 
@@ -290,7 +301,7 @@ TEST_P(BlockReduce, EveryThreadOfTheCtaGetsTheCtaResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, BlockReduce,
-                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst),
                                           testing::Values(32, 64, 96, 128, 224, 1024)),
                          OpParamName{"_cta"});
 
@@ -330,7 +341,7 @@ TEST_P(ClusterReduce, RowReducerOverWholeCtasOfTheCluster) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, ClusterReduce,
-                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst),
                                           testing::Range(1, 17)),
                          OpParamName{"_cluster"});
 
@@ -348,7 +359,7 @@ TEST_P(RowReducerTeams, EveryThreadOfATeamGetsTheTeamResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, RowReducerTeams,
-                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst),
                                           testing::Values(1, 2, 4, 8, 16, 32)),
                          OpParamName{"_team"});
 
@@ -371,7 +382,7 @@ TEST_P(TeamReduce, EveryThreadOfATeamGetsTheTeamResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, TeamReduce,
-                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum),
+                         testing::Combine(testing::Values(OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst),
                                           testing::Values(1, 4, 32, 64, 128, 256, 512, 1024)),
                          OpParamName{"_team"});
 
@@ -425,6 +436,45 @@ Moments shifted_moments(const std::vector<float>& v, int threads) {
 }
 
 }  // namespace
+
+// The log2-unit exponentials' premise (core::log2_base): below 2^24 the
+// base's rounding residual r = m log2 e - b is at most 1 in magnitude (so a
+// sum's 2^-r rescale stays in range), and the bound is why 2^24 is the
+// limit: r passes 16 by 1e9. Checked on the host for m of every binade up
+// to 2^24, the largest floats below it, and both signs (the product of two
+// floats is exact in double).
+TEST(Log2Units, TheBaseResidualStaysWithinOneBelow2To24) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  auto residual = [&](float m) { return double(m) * double(kLog2e) - double(quack::core::log2_base(m)); };
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  double worst = 0.0;
+  for (int e = -20; e < 24; ++e) {
+    for (int k = 0; k < 2000; ++k) {
+      const float m = std::ldexp(mant(g), e);
+      for (float x : {m, -m}) {
+        ASSERT_TRUE(quack::core::log2_units_ok(x)) << x;
+        worst = std::max(worst, std::fabs(residual(x)));
+      }
+    }
+  }
+  for (float m = std::nextafter(0x1p24f, 0.0f), k = 0; k < 4096; m = std::nextafter(m, 0.0f), ++k) {
+    worst = std::max(worst, std::fabs(residual(m)));
+    worst = std::max(worst, std::fabs(residual(-m)));
+  }
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(worst, 0.25);  // (the bound is nearly reached)
+  EXPECT_FALSE(quack::core::log2_units_ok(0x1p24f));
+  EXPECT_FALSE(quack::core::log2_units_ok(-3e38f));
+  EXPECT_FALSE(quack::core::log2_units_ok(INFINITY));
+  EXPECT_FALSE(quack::core::log2_units_ok(NAN));
+  EXPECT_TRUE(quack::core::log2_units_ok(-INFINITY));  // (a thread of padding: its sum is 0 in any units)
+  EXPECT_EQ(quack::core::log2_base(-INFINITY), quack::core::kLog2BaseFloor);
+  double at_1e9 = 0.0;
+  for (float m = 1e9f, k = 0; k < 4096; m = std::nextafter(m, INFINITY), ++k)
+    at_1e9 = std::max(at_1e9, std::fabs(residual(m)));
+  EXPECT_GT(at_1e9, 16.0);
+}
 
 TEST(ShiftedMoments, OnePassMomentsHoldOnHostileRows) {
   std::mt19937 gen(20261201);
