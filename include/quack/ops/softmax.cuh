@@ -250,12 +250,31 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     const bool active = row < p.rows;
     RawVec<T, VEC> xv[kStaged ? 1 : VPT] = {};
     const uint32_t slot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
+    // Staged threads whose vectors all lie in the row (g.whole: every thread
+    // of a row but those at its end) run straight-line copies of the passes,
+    // f(std::true_type{}): no per-vector counts, tails, partial stores or
+    // their branches (the static SASS of the 16-vector bf16 kernel at
+    // 7bb3129 spent ~30 of ~67 instructions an output vector on them;
+    // docs/KERNELS.md). Register tiles keep one copy (their loads and
+    // stores already branch once a vector, and a second copy of a
+    // register-held cluster spilled in rmsnorm_fwd_reg_kernel). No barrier
+    // may sit inside f.
+    auto by_whole = [&](auto&& f) {
+      if constexpr (kStaged) {
+        if (g.whole) f(std::true_type{});
+        else f(std::false_type{});
+      } else {
+        f(std::false_type{});
+      }
+    };
     // Vector i of x, -inf past the row's end.
-    auto x_at = [&](int i) {
+    auto x_at = [&](int i, auto whole_c) {
       if constexpr (kStaged) {
         RawVec<T, VEC> v;
         lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
-        if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
+        if constexpr (!decltype(whole_c)::value) {
+          if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
+        }
         return v;
       } else {
         return xv[i];
@@ -265,11 +284,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     if (active) {
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
       if constexpr (kStaged) {
+        by_whole([&](auto wc) {
+          const T* x0 = xrow + g.col0;
 #pragma unroll kUnroll
-        for (int i = 0; i < VPT; ++i) {
-          const int n = g.valid(i);
-          cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
-        }
+          for (int i = 0; i < VPT; ++i) {
+            const uint32_t dst = slot0 + uint32_t(i * g.team) * 16;
+            if constexpr (decltype(wc)::value) {
+              cp_async16(dst, x0 + i * g.col_step);
+            } else {
+              const int n = g.valid(i);
+              cp_async_zfill<16>(dst, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
+            }
+          }
+        });
         cp_async_commit();
         cp_async_wait_all();
       } else {
@@ -284,24 +311,29 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       // exponential per element against it (one FFMA and the MUFU.EX2, in
       // log2 units: core::log2_base), no online rescaling; the sum back in
       // natural units once. A thread with only -inf (or padding) has sum 0.
-      m = max_of_each<T, VEC, VPT, kUnroll>(x_at);
-      if (log2_units_ok(m)) {
-        const float b = log2_base(m);
+      bool log2_ok = true;
+      by_whole([&](auto wc) {
+        m = max_of_each<T, VEC, VPT, kUnroll>([&](int i) { return x_at(i, wc); });
+        log2_ok = log2_units_ok(m);
+        if (log2_ok) {
+          const float b = log2_base(m);
 #pragma unroll kUnroll
-        for (int i = 0; i < VPT; ++i) {
-          float f[VEC];
-          x_at(i).widen(f);
+          for (int i = 0; i < VPT; ++i) {
+            float f[VEC];
+            x_at(i, wc).widen(f);
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -b));
+            for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -b));
+          }
+          s = from_log2_units(s, m, b);
         }
-        s = from_log2_units(s, m, b);
-      } else {
+      });
+      if (!log2_ok) {
         // |m| >= 2^24 (or +inf, NaN): natural units, a cold path (unrolled
         // as the other: register tiles are indexed by constants only).
 #pragma unroll kUnroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
-          x_at(i).widen(f);
+          x_at(i, std::false_type{}).widen(f);
 #pragma unroll
           for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - m) * kLog2e);
         }
@@ -310,22 +342,36 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
     if (!active) return;
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
-    auto write = [&](auto&& out) {
+    // The output pass, one instantiation per form of the output (log, near,
+    // plain: no run-time choice inside the loop); whole threads store
+    // through the row pointer formed once, vector i at i * col_step.
+    auto write = [&](auto whole_c, auto&& out) {
+      constexpr bool kW = decltype(whole_c)::value;
+      T* o0 = orow + g.col0;
 #pragma unroll kUnroll
       for (int i = 0; i < VPT; ++i) {
-        if (g.valid(i) == 0) continue;
+        if constexpr (!kW) {
+          if (g.valid(i) == 0) continue;
+        }
         float f[VEC];
-        x_at(i).widen(f);
+        x_at(i, whole_c).widen(f);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) f[j] = out(f[j]);
         RawVec<T, VEC> o;
         o.narrow(f);
-        g.store(o, orow, i);
+        if constexpr (kW) o.store(o0 + i * g.col_step);
+        else g.store(o, orow, i);
       }
     };
-    if (r.natural) write([&](float x) { return r.out_natural(x, p.log); });
-    else if (!p.log && r.near) write([&](float x) { return r.out_near(x); });
-    else write([&](float x) { return r.out(x, p.log); });
+    if (r.natural) {
+      write(std::false_type{}, [&](float x) { return r.out_natural(x, p.log); });
+    } else {
+      by_whole([&](auto wc) {
+        if (p.log) write(wc, [&](float x) { return r.out(x, true); });
+        else if (r.near) write(wc, [&](float x) { return r.out_near(x); });
+        else write(wc, [&](float x) { return r.out(x, false); });
+      });
+    }
   };
 
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
