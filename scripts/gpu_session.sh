@@ -295,6 +295,8 @@ PROBES
       # (`env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_sweep ...`); otherwise
       # build/ is prefixed. NCU_DETAILS=1 adds --print-details all (the
       # sections' tables, e.g. the warp stall reasons; not yet tried).
+      # ComputeWorkloadAnalysis gives each pipe's utilisation (XU: the
+      # MUFU.EX2 of softmax and cross-entropy), InstructionStats the mix.
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a runs <<< "${NCU_RUNS:-}"
       i=0
@@ -307,7 +309,8 @@ PROBES
         # shellcheck disable=SC2086
         QUACK_TUNE=$tune timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-          --section SchedulerStats --section SourceCounters "${details[@]}" -k "regex:$kernel" \
+          --section SchedulerStats --section SourceCounters --section ComputeWorkloadAnalysis \
+          --section InstructionStats "${details[@]}" -k "regex:$kernel" \
           --launch-skip "${NCU_SKIP:-3}" --launch-count 1 $cmd \
           > "$out/ncu_$i.txt" 2>&1 || status=1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
