@@ -255,10 +255,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     // f(std::true_type{}): no per-vector counts, tails, partial stores or
     // their branches (the static SASS of the 16-vector bf16 kernel at
     // 7bb3129 spent ~30 of ~67 instructions an output vector on them;
-    // docs/KERNELS.md). Register tiles keep one copy (their loads and
-    // stores already branch once a vector, and a second copy of a
-    // register-held cluster spilled in rmsnorm_fwd_reg_kernel). No barrier
-    // may sit inside f.
+    // docs/KERNELS.md). Register tiles keep one copy for now: a second copy
+    // of a register-held cluster spilled in rmsnorm_fwd_reg_kernel, and the
+    // unclustered tiles' copy (compiled without spills, thirty-sixth
+    // session: their loads are a branch region each) is not yet measured
+    // (docs/KERNELS.md). No barrier may sit inside f.
     auto by_whole = [&](auto&& f) {
       if constexpr (kStaged) {
         if (g.whole) f(std::true_type{});
