@@ -237,6 +237,12 @@ RowTuning default_row_tuning() {
   //   tied (bf16 64K 87.4 vs 89.1 chunked, 6417b13).
   t.softmax_staged_fwd = 3;
   t.softmax_staged_vpt = 16;
+  // Softmax backward rows past one register CTA (thirty-seventh session):
+  // staged in clusters of 256-thread CTAs, y and dy 8 vectors a thread
+  // each (64 KB a CTA, three an SM), 16 past a 16-CTA cluster. PROVISIONAL:
+  // the A/B against softmax_staged_bwd=0 decides it.
+  t.softmax_staged_bwd = 3;
+  t.softmax_staged_bwd_vpt = 8;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -527,7 +533,8 @@ namespace {
 // Shared memory of a staged CTA: the scratch (one row, or a pair's) and
 // `rows` rows of t threads at vpt 16-byte vectors each.
 size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int vpt, int rows) {
-  return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) + size_t(rows) * size_t(t) * vpt * 16;
+  return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) +
+         size_t(rows) * size_t(std::max(prob.staged_tensors, 1)) * size_t(t) * vpt * 16;
 }
 }  // namespace
 

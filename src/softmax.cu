@@ -26,7 +26,7 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
 
 // Which kernel serves an aligned row problem, and its configuration:
 // the register-resident kernels where the row fits their tiles -- staged in
-// shared memory for long forward rows where softmax_staged_fwd allows --
+// shared memory for long rows where softmax_staged_fwd / _bwd allow --
 // unless the tuning chunks rows this long (forward rows of chunk_min_cols
 // elements or more, or whose register tile needs a cluster, are chunked
 // unless staged), otherwise the chunked two-pass kernel.
@@ -52,6 +52,16 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = 8;
   if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt))
     prob.staged_vpt = tune.softmax_staged_vpt;
+  // Backward rows that need more than one register CTA (1024 threads at 4
+  // vectors of y and dy each) stage both in shared memory where
+  // softmax_staged_bwd allows: the tile, or twice it past 16 CTAs.
+  if (backward && (tune.softmax_staged_bwd & (es == 4 ? 2 : 1)) &&
+      ops::softmax_bwd_staged_tile(tune.softmax_staged_bwd_vpt)) {
+    prob.staged_vpt = tune.softmax_staged_bwd_vpt;
+    prob.staged_vpt_max = ops::softmax_bwd_staged_vpt_max();
+    prob.staged_tensors = 2;
+    prob.staged_above_team = kRegRowMaxThreads;
+  }
   const int tensors = backward ? 2 : 1;
   const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
   const int64_t chunk_min = backward ? tune.chunk_min_bytes_bwd : tune.chunk_min_bytes;

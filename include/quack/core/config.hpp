@@ -143,6 +143,12 @@ struct RowTuning {
   // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_fwd;
   int softmax_staged_vpt;
+  // Softmax backward rows that stage y and dy in shared memory the same way
+  // (bits as softmax_staged_fwd), from rows that need a cluster of register
+  // CTAs; softmax_staged_bwd_vpt 16-byte vectors of each a thread (8 or 16:
+  // the tiles the kernel is built with; rows past 16 CTAs take twice it).
+  int softmax_staged_bwd;
+  int softmax_staged_bwd_vpt;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -287,6 +293,7 @@ struct RegRowProblem {
   int max_vpt = 8;       // largest bucket the kernel family is built with
   int cluster_vpt = 0;   // the bucket of its clustered kernels (0: max_vpt)
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
+  int staged_tensors = 1;  // tensors staged a row (a tile of staged_vpt vectors each)
   int staged_vpt_max = 0;  // > staged_vpt: the kernels also take 2x, 4x .. this tile
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team

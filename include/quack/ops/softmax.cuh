@@ -79,6 +79,11 @@ constexpr int softmax_bwd_max_vpt() { return 4; }
 // in shared memory, so they cost no registers for the data) the kernel is
 // built with; RowTuning::softmax_staged_vpt picks one.
 constexpr bool softmax_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+// Staged clustered backward rows: y and dy in shared memory, the same tiles
+// (vectors of each a thread); RowTuning::softmax_staged_bwd_vpt picks the
+// first, rows past 16 CTAs at it take up to softmax_bwd_staged_vpt_max.
+constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+constexpr int softmax_bwd_staged_vpt_max() { return 16; }
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
@@ -380,10 +385,20 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
 }
 
 // Register-resident backward: dx from y and dy (both held in registers).
-template <typename T, int VPT, bool kCluster>
+// kStaged (clustered only): y and dy go to shared memory with cp.async
+// instead (after the reduction scratch: y's vector i of thread t at (i *
+// team + t) * 16 bytes, dy's VPT * team * 16 bytes further; each slot
+// written and read by its thread alone), VPT = 8 or 16 vectors of each a
+// thread in a 256-thread CTA: many CTAs an SM, every byte of the row in
+// flight at once, one cluster a row (the staged forward's layout).
+template <typename T, int VPT, bool kCluster, bool kStaged = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
+  static_assert(!kStaged || kCluster, "staged rows are clustered");
+  // Staged loops over more than 8 vectors unroll by 4 (the forward's
+  // reason: 16 live shared-memory addresses spill).
+  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<SumOp, kCluster> red;
   red.start(smem);
@@ -392,21 +407,68 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
-    RawVec<T, VEC> yv[VPT], dyv[VPT];
+    RawVec<T, VEC> yv[kStaged ? 1 : VPT], dyv[kStaged ? 1 : VPT];
+    const uint32_t yslot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
+    const uint32_t dyslot0 = yslot0 + uint32_t(VPT * g.team) * 16;
     float acc = 0.0f;
     if (active) {
       const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride;
       const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride;
+      if constexpr (kStaged) {
+        // Whole threads (all vectors inside the row) copy without zero
+        // fill or counts; the others fill past the row's end with zeros.
+        auto copy = [&](const T* src, uint32_t slot0) {
+          if (g.whole) {
+            const T* s0 = src + g.col0;
+#pragma unroll kUnroll
+            for (int i = 0; i < VPT; ++i) cp_async16(slot0 + uint32_t(i * g.team) * 16, s0 + i * g.col_step);
+          } else {
+#pragma unroll kUnroll
+            for (int i = 0; i < VPT; ++i) {
+              const int n = g.valid(i);
+              cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, src + (n > 0 ? g.col(i) : 0),
+                                 n * int(sizeof(T)));
+            }
+          }
+        };
+        copy(yrow, yslot0);
+        copy(dyrow, dyslot0);
+        cp_async_commit();
+        cp_async_wait_all();
+      } else {
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) g.load(yv[i], yrow, i);
+        for (int i = 0; i < VPT; ++i) g.load(yv[i], yrow, i);
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
+        for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
+      }
+    }
+    // Vector i of y and of dy (zeros past the row's end; defined after the
+    // loads, or the front end warns that the register tiles are read unset).
+    auto y_at = [&](int i) {
+      if constexpr (kStaged) {
+        RawVec<T, VEC> v;
+        lds<16>(yslot0 + uint32_t(i * g.team) * 16, v.w);
+        return v;
+      } else {
+        return yv[i];
+      }
+    };
+    auto dy_at = [&](int i) {
+      if constexpr (kStaged) {
+        RawVec<T, VEC> v;
+        lds<16>(dyslot0 + uint32_t(i * g.team) * 16, v.w);
+        return v;
+      } else {
+        return dyv[i];
+      }
+    };
+    if (active) {
       // Padding holds zeros: no masking needed in the sums.
-#pragma unroll
+#pragma unroll kUnroll
       for (int i = 0; i < VPT; ++i) {
         float y[VEC], dy[VEC];
-        yv[i].widen(y);
-        dyv[i].widen(dy);
+        y_at(i).widen(y);
+        dy_at(i).widen(dy);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) acc = p.log ? acc + dy[j] : fmaf(dy[j], y[j], acc);
       }
@@ -414,17 +476,41 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     const float dot = red.reduce(acc, g.team, p.cluster, g.crank);
     if (!active) return;
     T* dxrow = static_cast<T*>(p.out) + row * p.out_stride;
+    // The output pass. Staged rows: one instantiation per form (log or not:
+    // no choice inside the loop), and threads whose vectors all lie in the
+    // row store straight through the row pointer formed once (the staged
+    // forward's by_whole). Register tiles keep one loop with the choice
+    // inside, as measured before the staged kernel (the split doubled
+    // their code: bf16 4-vector 1432 -> 1760 instructions, unmeasured).
+    auto write = [&](auto whole_c, auto&& out) {
+      constexpr bool kW = decltype(whole_c)::value;
+      T* d0 = dxrow + g.col0;
+#pragma unroll kUnroll
+      for (int i = 0; i < VPT; ++i) {
+        if constexpr (!kW) {
+          if (g.valid(i) == 0) continue;
+        }
+        float y[VEC], dy[VEC];
+        y_at(i).widen(y);
+        dy_at(i).widen(dy);
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (g.valid(i) == 0) continue;
-      float y[VEC], dy[VEC];
-      yv[i].widen(y);
-      dyv[i].widen(dy);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - __expf(y[j]) * dot : y[j] * (dy[j] - dot);
-      RawVec<T, VEC> o;
-      o.narrow(y);
-      g.store(o, dxrow, i);
+        for (int j = 0; j < VEC; ++j) y[j] = out(y[j], dy[j]);
+        RawVec<T, VEC> o;
+        o.narrow(y);
+        if constexpr (kW) o.store(d0 + i * g.col_step);
+        else g.store(o, dxrow, i);
+      }
+    };
+    auto write_form = [&](auto whole_c) {
+      if (p.log) write(whole_c, [&](float y, float dy) { return dy - __expf(y) * dot; });
+      else write(whole_c, [&](float y, float dy) { return y * (dy - dot); });
+    };
+    if constexpr (kStaged) {
+      if (g.whole) write_form(std::true_type{});
+      else write_form(std::false_type{});
+    } else {
+      write(std::false_type{},
+            [&](float y, float dy) { return p.log ? dy - __expf(y) * dot : y * (dy - dot); });
     }
   };
 
@@ -759,7 +845,10 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
       }
     }
   } else {
-    if (cfg.cluster > 1) {
+    if (cfg.staged) {
+      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
+    } else if (cfg.cluster > 1) {
       if (cfg.vpt == softmax_bwd_max_vpt())
         return launch_softmax_kernel<softmax_bwd_reg_kernel<T, softmax_bwd_max_vpt(), true>>(p, shape, device, stream);
     } else {

@@ -144,6 +144,63 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
   }
 }
 
+// Backward rows up to one 1024-thread register CTA (4 vectors of y and dy
+// a thread) stay there; longer ones stage y and dy in clusters of
+// 256-thread CTAs at 8 vectors of each a thread (64 KB a CTA), at 16 past a
+// 16-CTA cluster, and are chunked past that.
+TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
+  struct Cell {
+    DType dt;
+    int64_t cols;
+    int cluster, vpt;  // cluster 0: chunked; vpt 0: one register CTA
+  };
+  for (const Cell& c : {Cell{kBF16, 32768, 1, 0}, Cell{kBF16, 32776, 3, 8}, Cell{kBF16, 65536, 4, 8},
+                        Cell{kBF16, 131072, 8, 8}, Cell{kBF16, 262144, 16, 8}, Cell{kBF16, 262152, 9, 16},
+                        Cell{kBF16, 524288, 16, 16}, Cell{kBF16, 524296, 0, 0}, Cell{kF16, 70000, 5, 8},
+                        Cell{kF32, 16384, 1, 0}, Cell{kF32, 16388, 3, 8}, Cell{kF32, 65536, 8, 8},
+                        Cell{kF32, 131072, 16, 8}, Cell{kF32, 262144, 16, 16}, Cell{kF32, 262148, 0, 0},
+                        Cell{kF32, 1048576, 0, 0}}) {
+    const Kernel k = plan(1024, c.cols, c.dt, true);
+    const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) + " backward";
+    if (c.cluster == 0) {
+      EXPECT_FALSE(k.reg) << what << ": chunked";
+    } else if (c.vpt == 0) {
+      EXPECT_TRUE(k.reg && !k.staged && k.cluster == 1) << what << ": one register CTA";
+    } else {
+      EXPECT_TRUE(k.staged && k.threads == 256 && k.cluster == c.cluster && k.vpt == c.vpt)
+          << what << ": staged in " << c.cluster << " x 256 threads at " << c.vpt << " vectors, got cl " << k.cluster
+          << " vpt " << k.vpt << " thr " << k.threads;
+    }
+  }
+}
+
+// softmax_staged_bwd picks the dtypes, softmax_staged_bwd_vpt the tile; off,
+// long backward rows take the clustered register kernel or the chunked one.
+TEST(SoftmaxPlan, TuningSelectsTheStagedBackward) {
+  RowTuning t = default_row_tuning();
+  t.softmax_staged_bwd_vpt = 16;
+  set_row_tuning(&t);
+  const Kernel b16 = plan(4096, 65536, kBF16, true);
+  t.softmax_staged_bwd_vpt = 12;  // not a tile the kernel is built with: no staging
+  set_row_tuning(&t);
+  const Kernel b12 = plan(4096, 65536, kBF16, true);
+  t.softmax_staged_bwd_vpt = 8;
+  t.softmax_staged_bwd = 1;  // 16-bit only
+  set_row_tuning(&t);
+  const Kernel b1 = plan(4096, 65536, kBF16, true);
+  const Kernel f1 = plan(4096, 65536, kF32, true);
+  t.softmax_staged_bwd = 0;
+  set_row_tuning(&t);
+  const Kernel b0 = plan(4096, 65536, kBF16, true);
+  set_row_tuning(nullptr);
+  EXPECT_TRUE(b16.staged && b16.vpt == 16 && b16.cluster == 2) << "bf16 N = 64K backward at 16 vectors: 2 CTAs";
+  EXPECT_TRUE(b12.reg && !b12.staged && b12.cluster == 2) << "bf16 N = 64K backward, unbuilt tile: register cluster";
+  EXPECT_TRUE(b1.staged && b1.cluster == 4) << "bf16 N = 64K backward staged with bit 0";
+  EXPECT_TRUE(f1.reg && !f1.staged && f1.cluster == 4) << "fp32 N = 64K backward not staged without bit 1";
+  EXPECT_TRUE(b0.reg && !b0.staged && b0.cluster == 2) << "bf16 N = 64K backward with staging off";
+  EXPECT_TRUE(plan(4096, 65536, kF32, true).staged) << "defaults restored";
+}
+
 // The A/B knob restores the clustered register forward (what the sweep's
 // chunk_clustered_fwd=0,chunk_min_cols=.. measure).
 TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {

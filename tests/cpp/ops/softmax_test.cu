@@ -87,6 +87,7 @@ std::vector<SmCase> cases() {
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
   // Chunked: beyond the register tiles (a partial last vector in the first).
+  add({"N262144_f32", 2, 262144, kF32});  // backward staged at 16 vectors of y and dy, 16 CTAs
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
@@ -344,6 +345,8 @@ class SoftmaxGpuChunked : public testing::TestWithParam<SmCase> {
     RowTuning t = default_row_tuning();
     t.chunk_min_bytes = 0;
     t.chunk_min_bytes_bwd = 0;
+    t.softmax_staged_fwd = 0;  // (staged rows skip the chunking rules)
+    t.softmax_staged_bwd = 0;
     t.chunk_cta_bytes = 16 << 10;
     t.chunk_stage_bytes = 8 << 10;
     t.chunk_threads = 128;
@@ -380,6 +383,7 @@ class SoftmaxGpuRegister : public testing::TestWithParam<SmCase> {
     t.chunk_min_cols = int64_t(1) << 40;
     t.chunk_clustered_fwd = 0;
     t.softmax_staged_fwd = 0;
+    t.softmax_staged_bwd = 0;
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
@@ -390,6 +394,8 @@ TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
   const SmCase c = as_run(GetParam());
   EXPECT_NE(softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{}).find("reg"), std::string::npos)
       << "the forward is not register-held under this tuning";
+  EXPECT_NE(softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{}).find("reg"), std::string::npos)
+      << "the backward is not register-held under this tuning";
   run_case(c);
 }
 
@@ -398,7 +404,9 @@ INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(cl
 
 // The aligned cases whose forward rows are staged when every dtype may
 // (softmax_staged_fwd = 3, the default since 5454870's measurements), at both tiles the kernel
-// is built with (16 vectors a thread, the default, and 8): fp32 and 16-bit
+// is built with (16 vectors a thread, the default, and 8), and whose
+// backward rows are staged likewise (softmax_staged_bwd = 3, its tiles
+// 8, the default, and 16): fp32 and 16-bit
 // rows, partial last vectors, special values, clusters of 2 to 16 CTAs
 // with idle threads in the last.
 std::vector<SmCase> staged_cases() {
@@ -425,10 +433,15 @@ TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
     RowTuning t = default_row_tuning();
     t.softmax_staged_fwd = 3;
     t.softmax_staged_vpt = vpt;
+    t.softmax_staged_bwd = 3;
+    t.softmax_staged_bwd_vpt = vpt;
     set_row_tuning(&t);
     const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{});
     EXPECT_EQ(plan.rfind("stage", 0), 0u) << "the forward is not staged under this tuning: " << plan;
     EXPECT_NE(plan.find("vpt " + std::to_string(vpt)), std::string::npos) << plan;
+    const std::string bplan = softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{});
+    EXPECT_EQ(bplan.rfind("stage", 0), 0u) << "the backward is not staged under this tuning: " << bplan;
+    EXPECT_NE(bplan.find("vpt " + std::to_string(vpt)), std::string::npos) << bplan;
     run_case(c);
     if (HasFatalFailure()) return;
   }
