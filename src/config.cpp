@@ -237,10 +237,21 @@ RowTuning default_row_tuning() {
   //   tied (bf16 64K 87.4 vs 89.1 chunked, 6417b13).
   t.softmax_staged_fwd = 3;
   t.softmax_staged_vpt = 16;
-  // Softmax backward rows past one register CTA (thirty-seventh session):
-  // staged in clusters of 256-thread CTAs, y and dy 8 vectors a thread
-  // each (64 KB a CTA, three an SM), 16 past a 16-CTA cluster. PROVISIONAL:
-  // the A/B against softmax_staged_bwd=0 decides it.
+  // Softmax backward rows past one register CTA (1024 threads at 4 vectors
+  // of y and dy): staged in clusters of 256-thread CTAs, 8 vectors of each
+  // a thread (64 KB a CTA, three an SM), up to 16 CTAs; past that the
+  // register cluster or the chunked kernel as before.
+  // softmax_sweep at 5d0508e, H200, M*N = 2^28, us, defaults then
+  // softmax_staged_bwd=0 then softmax_staged_bwd_vpt=16 in one call
+  // (bench/results/logs/2026-12-04-softmax-staged-bwd-sweep-5d0508e.log):
+  //   bf16 64K / 128K / 256K 381.7 / 379.8 / 381.5 staged against 396.9 /
+  //   397.0 / 404.4 in register clusters of 1024-thread CTAs (short rows
+  //   take 375-380); fp32 32K / 64K / 128K 743.9 / 742.6 / 741.7 against
+  //   782.0 / 780.9 / 798.8.
+  //   At 16 vectors: bf16 64K 378.7 (2 CTAs), 128K / 256K 397.2 / 411.6;
+  //   fp32 32K / 64K 737.8 / 738.7 (0.6-0.8% ahead), 128K 752.2; fp32
+  //   256K (16 CTAs of 128 KB, one an SM) 878.2 / 872.4 against 861.9
+  //   chunked, so rows past 16 CTAs at 8 vectors stay chunked.
   t.softmax_staged_bwd = 3;
   t.softmax_staged_bwd_vpt = 8;
   t.chunk_cta_bytes = 128 << 10;

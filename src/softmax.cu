@@ -54,11 +54,12 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
     prob.staged_vpt = tune.softmax_staged_vpt;
   // Backward rows that need more than one register CTA (1024 threads at 4
   // vectors of y and dy each) stage both in shared memory where
-  // softmax_staged_bwd allows: the tile, or twice it past 16 CTAs.
+  // softmax_staged_bwd allows, at the tuning's tile; rows past 16 CTAs at
+  // it take the register cluster or the chunked kernel as before (the
+  // doubled tile lost there: config.cpp).
   if (backward && (tune.softmax_staged_bwd & (es == 4 ? 2 : 1)) &&
       ops::softmax_bwd_staged_tile(tune.softmax_staged_bwd_vpt)) {
     prob.staged_vpt = tune.softmax_staged_bwd_vpt;
-    prob.staged_vpt_max = ops::softmax_bwd_staged_vpt_max();
     prob.staged_tensors = 2;
     prob.staged_above_team = kRegRowMaxThreads;
   }

@@ -145,8 +145,8 @@ struct RowTuning {
   int softmax_staged_vpt;
   // Softmax backward rows that stage y and dy in shared memory the same way
   // (bits as softmax_staged_fwd), from rows that need a cluster of register
-  // CTAs; softmax_staged_bwd_vpt 16-byte vectors of each a thread (8 or 16:
-  // the tiles the kernel is built with; rows past 16 CTAs take twice it).
+  // CTAs up to 16 CTAs; softmax_staged_bwd_vpt 16-byte vectors of each a
+  // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_bwd;
   int softmax_staged_bwd_vpt;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster

@@ -80,10 +80,8 @@ constexpr int softmax_bwd_max_vpt() { return 4; }
 // built with; RowTuning::softmax_staged_vpt picks one.
 constexpr bool softmax_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
 // Staged clustered backward rows: y and dy in shared memory, the same tiles
-// (vectors of each a thread); RowTuning::softmax_staged_bwd_vpt picks the
-// first, rows past 16 CTAs at it take up to softmax_bwd_staged_vpt_max.
+// (vectors of each a thread); RowTuning::softmax_staged_bwd_vpt picks one.
 constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
-constexpr int softmax_bwd_staged_vpt_max() { return 16; }
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming

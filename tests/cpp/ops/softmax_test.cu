@@ -87,7 +87,9 @@ std::vector<SmCase> cases() {
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
   // Chunked: beyond the register tiles (a partial last vector in the first).
-  add({"N262144_f32", 2, 262144, kF32});  // backward staged at 16 vectors of y and dy, 16 CTAs
+  // fp32 N = 256K: forward staged in 16 CTAs, backward chunked by default
+  // (SoftmaxGpuRegister: a 16-CTA register cluster both ways).
+  add({"N262144_f32", 2, 262144, kF32});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
