@@ -442,24 +442,17 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     }
     // Vector i of y and of dy (zeros past the row's end; defined after the
     // loads, or the front end warns that the register tiles are read unset).
-    auto y_at = [&](int i) {
+    auto tile_at = [&](const RawVec<T, VEC>(&regs)[kStaged ? 1 : VPT], uint32_t slot0, int i) {
       if constexpr (kStaged) {
         RawVec<T, VEC> v;
-        lds<16>(yslot0 + uint32_t(i * g.team) * 16, v.w);
+        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
         return v;
       } else {
-        return yv[i];
+        return regs[i];
       }
     };
-    auto dy_at = [&](int i) {
-      if constexpr (kStaged) {
-        RawVec<T, VEC> v;
-        lds<16>(dyslot0 + uint32_t(i * g.team) * 16, v.w);
-        return v;
-      } else {
-        return dyv[i];
-      }
-    };
+    auto y_at = [&](int i) { return tile_at(yv, yslot0, i); };
+    auto dy_at = [&](int i) { return tile_at(dyv, dyslot0, i); };
     if (active) {
       // Padding holds zeros: no masking needed in the sums.
 #pragma unroll kUnroll
