@@ -237,6 +237,15 @@ RowTuning default_row_tuning() {
   //   tied (bf16 64K 87.4 vs 89.1 chunked, 6417b13).
   t.softmax_staged_fwd = 3;
   t.softmax_staged_vpt = 16;
+  // 16-bit softmax forward rows of 512 elements or more aim for 8 vectors a
+  // thread (softmax_sweep, commit b0db224, H200: bf16 N = 512..8K
+  // 95.6-98.6% of copy against 79.8-95.3% at the default 4; N = 256 93.5%
+  // against 95.3%; fp32 lost 1-3 points at N <= 4K). A knob since the
+  // thirty-seventh session, for the geometry QuACK's forward uses at bf16
+  // N <= 3K (4 vectors a thread, a warp a row, 128-thread CTAs:
+  // softmax_fwd_vpt16=4,reg_small_threads=128), not measured against ours
+  // since b0db224.
+  t.softmax_fwd_vpt16 = 8;
   // Softmax backward rows past one register CTA (1024 threads at 4 vectors
   // of y and dy): staged in clusters of 256-thread CTAs, 8 vectors of each
   // a thread (64 KB a CTA, three an SM), up to 16 CTAs; past that the

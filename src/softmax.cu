@@ -46,10 +46,9 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   prob.max_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_max_vpt();
   prob.cluster_vpt = backward ? ops::softmax_bwd_max_vpt() : ops::softmax_fwd_cluster_vpt();
   prob.scratch_bytes = ops::kSoftmaxScratchBytes;
-  // 16-bit forward rows: 8 vectors a thread (softmax_sweep, commit b0db224,
-  // H200: bf16 N = 512..8K 95.6-98.6% of copy against 79.8-95.3% at the
-  // default 4; N = 256 93.5% against 95.3%; fp32 lost 1-3 points at N <= 4K).
-  if (!backward && es == 2 && cols >= 512) prob.vpt_target = 8;
+  // 16-bit forward rows from 512 elements: softmax_fwd_vpt16 vectors a
+  // thread (config.cpp).
+  if (!backward && es == 2 && cols >= 512) prob.vpt_target = tune.softmax_fwd_vpt16;
   if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt))
     prob.staged_vpt = tune.softmax_staged_vpt;
   // Backward rows that need more than one register CTA (1024 threads at 4

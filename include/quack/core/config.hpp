@@ -143,6 +143,9 @@ struct RowTuning {
   // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_fwd;
   int softmax_staged_vpt;
+  // Softmax forward rows of 16-bit x and at least 512 elements: the vectors
+  // a thread aimed for in the register tiles (in place of reg_vpt_target).
+  int softmax_fwd_vpt16;
   // Softmax backward rows that stage y and dy in shared memory the same way
   // (bits as softmax_staged_fwd), from rows that need a cluster of register
   // CTAs up to 16 CTAs; softmax_staged_bwd_vpt 16-byte vectors of each a

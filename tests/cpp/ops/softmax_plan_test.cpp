@@ -204,6 +204,26 @@ TEST(SoftmaxPlan, TuningSelectsTheStagedBackward) {
   EXPECT_TRUE(plan(4096, 65536, kF32, true).staged) << "defaults restored";
 }
 
+// softmax_fwd_vpt16 sets the 16-bit forward's register tile from 512
+// elements (8 by default; 4 with 128-thread CTAs is QuACK's geometry at
+// bf16 N <= 3K); fp32 and shorter rows keep reg_vpt_target's 4.
+TEST(SoftmaxPlan, TuningSetsThe16BitForwardTile) {
+  const Kernel d = plan(262144, 1024, kBF16, false);
+  const Kernel f = plan(262144, 1024, kF32, false);
+  RowTuning t = default_row_tuning();
+  t.softmax_fwd_vpt16 = 4;
+  t.reg_small_threads = 128;
+  set_row_tuning(&t);
+  const Kernel q = plan(262144, 1024, kBF16, false);
+  const Kernel q256 = plan(1048576, 256, kBF16, false);
+  set_row_tuning(nullptr);
+  EXPECT_TRUE(d.reg && d.vpt == 8 && d.threads == 256) << "bf16 N = 1K: 8 vectors a thread, teams of 16 in 256 threads";
+  EXPECT_TRUE(f.reg && f.vpt == 4) << "fp32 N = 1K: 4 vectors a thread";
+  EXPECT_TRUE(q.reg && q.vpt == 4 && q.threads == 128) << "bf16 N = 1K at softmax_fwd_vpt16=4: a warp a row, 128 threads";
+  EXPECT_TRUE(q256.reg && q256.vpt == 4) << "bf16 N = 256 keeps 4 vectors";
+  EXPECT_TRUE(plan(262144, 1024, kBF16, false).vpt == 8) << "defaults restored";
+}
+
 // The A/B knob restores the clustered register forward (what the sweep's
 // chunk_clustered_fwd=0,chunk_min_cols=.. measure).
 TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {
