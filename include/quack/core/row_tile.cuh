@@ -88,6 +88,26 @@ struct RowGeom {
     if (n == VEC) v.store(row + col(i));
     else if (n > 0) v.store_partial(row + col(i), n);
   }
+  // Issues cp.async of this thread's vectors of `row` into shared memory,
+  // vector i at slot0 + i * team * 16 (the staged kernels' layout: each
+  // slot written and read by its thread alone), unrolled by kUnroll.
+  // kWhole (every vector inside the row): 16-byte copies from the row
+  // pointer formed once; otherwise zero fill past the row's end (the
+  // caller fills what its padding needs). The caller commits and waits.
+  template <bool kWhole, int kUnroll, typename T>
+  __device__ __forceinline__ void stage_async(uint32_t slot0, const T* row) const {
+    const T* r0 = row + col0;
+#pragma unroll kUnroll
+    for (int i = 0; i < VPT; ++i) {
+      const uint32_t dst = slot0 + uint32_t(i * team) * 16;
+      if constexpr (kWhole) {
+        cp_async16(dst, r0 + i * col_step);
+      } else {
+        const int n = valid(i);
+        cp_async_zfill<16>(dst, row + (n > 0 ? col(i) : 0), n * int(sizeof(T)));
+      }
+    }
+  }
 };
 
 // A row's reduction: over the team (a warp or sub-warp, or the whole CTA),

@@ -258,11 +258,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     // f(std::true_type{}): no per-vector counts, tails, partial stores or
     // their branches (the static SASS of the 16-vector bf16 kernel at
     // 7bb3129 spent ~30 of ~67 instructions an output vector on them;
-    // docs/KERNELS.md). Register tiles keep one copy for now: a second copy
-    // of a register-held cluster spilled in rmsnorm_fwd_reg_kernel, and the
-    // unclustered tiles' copy (compiled without spills, thirty-sixth
-    // session: their loads are a branch region each) is not yet measured
-    // (docs/KERNELS.md). No barrier may sit inside f.
+    // docs/KERNELS.md). Register tiles keep one copy: a second copy of a
+    // register-held cluster spilled in rmsnorm_fwd_reg_kernel, and the
+    // unclustered tiles' copy (no spills) measured mixed, thirty-seventh
+    // session: +0.6-1.5% where a CTA holds several teams, -1.7-2.5% where
+    // it holds one (docs/KERNELS.md). No barrier may sit inside f.
     auto by_whole = [&](auto&& f) {
       if constexpr (kStaged) {
         if (g.whole) f(std::true_type{});
@@ -288,19 +288,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     if (active) {
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
       if constexpr (kStaged) {
-        by_whole([&](auto wc) {
-          const T* x0 = xrow + g.col0;
-#pragma unroll kUnroll
-          for (int i = 0; i < VPT; ++i) {
-            const uint32_t dst = slot0 + uint32_t(i * g.team) * 16;
-            if constexpr (decltype(wc)::value) {
-              cp_async16(dst, x0 + i * g.col_step);
-            } else {
-              const int n = g.valid(i);
-              cp_async_zfill<16>(dst, xrow + (n > 0 ? g.col(i) : 0), n * int(sizeof(T)));
-            }
-          }
-        });
+        by_whole([&](auto wc) { g.template stage_async<decltype(wc)::value, kUnroll>(slot0, xrow); });
         cp_async_commit();
         cp_async_wait_all();
       } else {
@@ -416,18 +404,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
         // Whole threads (all vectors inside the row) copy without zero
         // fill or counts; the others fill past the row's end with zeros.
         auto copy = [&](const T* src, uint32_t slot0) {
-          if (g.whole) {
-            const T* s0 = src + g.col0;
-#pragma unroll kUnroll
-            for (int i = 0; i < VPT; ++i) cp_async16(slot0 + uint32_t(i * g.team) * 16, s0 + i * g.col_step);
-          } else {
-#pragma unroll kUnroll
-            for (int i = 0; i < VPT; ++i) {
-              const int n = g.valid(i);
-              cp_async_zfill<16>(slot0 + uint32_t(i * g.team) * 16, src + (n > 0 ? g.col(i) : 0),
-                                 n * int(sizeof(T)));
-            }
-          }
+          if (g.whole) g.template stage_async<true, kUnroll>(slot0, src);
+          else g.template stage_async<false, kUnroll>(slot0, src);
         };
         copy(yrow, yslot0);
         copy(dyrow, dyslot0);
