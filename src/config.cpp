@@ -23,6 +23,9 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
+// A CTA size the register kernels take: a power of two in [32, 1024].
+bool is_pow2_team(int64_t t) { return t >= 32 && t <= kRegRowMaxThreads && (t & (t - 1)) == 0; }
+
 }  // namespace
 
 // Measurements: bench/results/2026-11-30-rmsnorm-fwd-tuning.md (H200, M*N = 2^28,
@@ -263,6 +266,11 @@ RowTuning default_row_tuning() {
   //   chunked, so rows past 16 CTAs at 8 vectors stay chunked.
   t.softmax_staged_bwd = 3;
   t.softmax_staged_bwd_vpt = 8;
+  // Rows past 16 of those CTAs (fp32 N > 128K, 16-bit N > 256K) up to 16
+  // CTAs of 512 threads (fp32 256K, 16-bit 512K): y staged, dy in
+  // registers, two CTAs an SM. UNMEASURED at this commit (prediction: fp32
+  // 256K 862 us chunked -> ~760).
+  t.softmax_staged_bwd_wide = 512;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -551,10 +559,11 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
 
 namespace {
 // Shared memory of a staged CTA: the scratch (one row, or a pair's) and
-// `rows` rows of t threads at vpt 16-byte vectors each.
-size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int vpt, int rows) {
+// `rows` rows of t threads at vpt 16-byte vectors each, for each of
+// `tensors` of them in shared memory.
+size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int vpt, int rows, int tensors) {
   return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) +
-         size_t(rows) * size_t(std::max(prob.staged_tensors, 1)) * size_t(t) * vpt * 16;
+         size_t(rows) * size_t(std::max(tensors, 1)) * size_t(t) * vpt * 16;
 }
 }  // namespace
 
@@ -578,16 +587,23 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   // Clustered rows without a residual stream, staged in shared memory: CTAs
   // of reg_staged_team threads, if a cluster of <= max_cluster of them covers
   // the row at staged_vpt vectors a thread (else at 2x, 4x .. up to
-  // staged_vpt_max) within the shared memory limit. Returns false when not.
+  // staged_vpt_max; else, where the problem has one, its wide geometry)
+  // within the shared memory limit. Returns false when not.
   auto try_staged = [&](int vpt_max) {
     if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
     const int64_t staged_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
-    const int64_t t = staged_team;
+    int64_t t = staged_team;
     int vpt = prob.staged_vpt;
+    int tensors = std::max(prob.staged_tensors, 1);
     vpt_max = std::min(vpt_max, prob.staged_vpt_max);
     while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
+    if (ceil_div(nvec, t * vpt) > max_cluster && is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t) {
+      t = prob.staged_wide_team;
+      vpt = prob.staged_vpt;
+      tensors = std::max(prob.staged_wide_tensors, 1);
+    }
     const int64_t cl = ceil_div(nvec, t * vpt);
-    size_t smem = staged_smem_bytes(prob, t, vpt, 1);
+    size_t smem = staged_smem_bytes(prob, t, vpt, 1, tensors);
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
     // Two rows a cluster at the staged tile, where the problem allows and
@@ -595,8 +611,9 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     // CTAs still fill every SM's slots once (fewer clusters than that would
     // leave SMs idle that one row a cluster keeps busy).
     int rows_per = 1;
-    if (prob.staged_rows == 2 && vpt == prob.staged_vpt && prob.rows > 1 && cl >= prob.pair_min_cluster) {
-      const size_t smem2 = staged_smem_bytes(prob, t, vpt, 2);
+    if (prob.staged_rows == 2 && vpt == prob.staged_vpt && t == staged_team && prob.rows > 1 &&
+        cl >= prob.pair_min_cluster) {
+      const size_t smem2 = staged_smem_bytes(prob, t, vpt, 2, tensors);
       const int64_t per_sm = int64_t(lim.smem_per_sm) / int64_t(smem2 + 1024);  // 1 KB reserved per CTA
       const bool fills = ceil_div(prob.rows, 2) * cl >= per_sm * lim.num_sms;
       if (smem2 <= lim.max_smem_per_block && per_sm >= 1 && (fills || !prob.pair_full_wave)) {
@@ -608,6 +625,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     c.cluster = int(cl);
     c.vpt = vpt;
     c.staged = true;
+    c.staged_tensors = tensors;
     c.rows_per_cluster = rows_per;
     c.smem_bytes = smem;
     c.row_blocks = ceil_div(prob.rows, rows_per);
@@ -696,7 +714,15 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     if (c.rows_per_cluster != 1 && c.rows_per_cluster != 2) return "a staged cluster takes one or two rows";
     if (c.rows_per_cluster == 2 && (prob.staged_rows != 2 || c.vpt != prob.staged_vpt))
       return "two staged rows a cluster where the problem does not allow them";
-    if (c.smem_bytes != staged_smem_bytes(prob, c.team, c.vpt, c.rows_per_cluster) ||
+    // The wide geometry (staged_wide_team) alone stages other than the
+    // problem's tensors.
+    const int base_tensors = std::max(prob.staged_tensors, 1);
+    const bool wide = prob.staged_wide_team > 0 && c.team == prob.staged_wide_team &&
+                      c.staged_tensors == std::max(prob.staged_wide_tensors, 1);
+    if (c.staged_tensors != base_tensors && !wide) return "staged tensors differ from the problem's";
+    if (wide && (c.vpt != prob.staged_vpt || c.rows_per_cluster != 1))
+      return "a wide staged row takes the staged tile, one row a cluster";
+    if (c.smem_bytes != staged_smem_bytes(prob, c.team, c.vpt, c.rows_per_cluster, c.staged_tensors) ||
         c.smem_bytes > lim.max_smem_per_block)
       return "staging does not fit the shared memory";
   } else {

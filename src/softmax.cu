@@ -61,6 +61,13 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
     prob.staged_vpt = tune.softmax_staged_bwd_vpt;
     prob.staged_tensors = 2;
     prob.staged_above_team = kRegRowMaxThreads;
+    // Rows past 16 of those CTAs: y staged, dy in registers, CTAs of
+    // softmax_staged_bwd_wide threads at the 8-vector tile (the kernel's
+    // one wide instantiation).
+    if (prob.staged_vpt == 8) {
+      prob.staged_wide_team = tune.softmax_staged_bwd_wide;
+      prob.staged_wide_tensors = 1;
+    }
   }
   const int tensors = backward ? 2 : 1;
   const int64_t row_bytes = (cols + 16 / es - 1) / (16 / es) * 16 * tensors;
@@ -136,8 +143,8 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
   char buf[128];
   if (plan.reg) {
     const RegRowConfig& c = plan.reg_cfg;
-    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
-                  c.threads, c.cluster, c.vpt);
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d%s", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt, backward && c.staged && c.staged_tensors == 1 ? " dy regs" : "");
   } else {
     const ChunkRowConfig& c = plan.chunk_cfg;
     std::snprintf(buf, sizeof buf, "chunk thr %4d cl %2d vecs %lld staged %d", c.threads, c.cluster,

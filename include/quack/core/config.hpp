@@ -152,6 +152,10 @@ struct RowTuning {
   // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_bwd;
   int softmax_staged_bwd_vpt;
+  // Backward rows past 16 such CTAs: y staged and dy in registers, in CTAs
+  // of softmax_staged_bwd_wide threads at 8 vectors a thread (512; 0: off,
+  // those rows take the register cluster or the chunked kernel).
+  int softmax_staged_bwd_wide;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -298,6 +302,12 @@ struct RegRowProblem {
   int staged_vpt = 0;    // > 0: clustered rows may stage x in shared memory at this tile
   int staged_tensors = 1;  // tensors staged a row (a tile of staged_vpt vectors each)
   int staged_vpt_max = 0;  // > staged_vpt: the kernels also take 2x, 4x .. this tile
+  // > 0: rows that max_cluster staged CTAs do not cover (at staged_vpt and
+  // its doublings) take CTAs of staged_wide_team threads at staged_vpt, with
+  // staged_wide_tensors of the row's tensors in shared memory (the kernel
+  // holds the others in registers). 0: no such geometry.
+  int staged_wide_team = 0;
+  int staged_wide_tensors = 1;
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
@@ -321,6 +331,7 @@ struct RegRowConfig {
   int64_t row_blocks = 0;  // groups of threads/team rows (clustered: one row, or rows_per_cluster staged ones)
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
   bool staged = false;     // x staged in shared memory (clustered rows only)
+  int staged_tensors = 0;  // staged rows: tensors a row in shared memory (the problem's, or staged_wide_tensors)
   int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)

@@ -377,11 +377,17 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
 // written and read by its thread alone), VPT = 8 or 16 vectors of each a
 // thread in a 256-thread CTA: many CTAs an SM, every byte of the row in
 // flight at once, one cluster a row (the staged forward's layout).
-template <typename T, int VPT, bool kCluster, bool kStaged = false>
+// kDyRegs (staged only): y alone goes to shared memory; dy is loaded into
+// registers while y's copies are in flight (the wide geometry: 512-thread
+// CTAs at 8 vectors, 64 KB of y and 32 registers of dy a thread, two CTAs
+// an SM, 16 of them a 1 MB row -- fp32 256K, 16-bit 512K).
+template <typename T, int VPT, bool kCluster, bool kStaged = false, bool kDyRegs = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   static_assert(!kStaged || kCluster, "staged rows are clustered");
+  static_assert(!kDyRegs || kStaged, "dy in registers beside a staged y only");
+  constexpr bool kDySmem = kStaged && !kDyRegs;
   // Staged loops over more than 8 vectors unroll by 4 (the forward's
   // reason: 16 live shared-memory addresses spill).
   constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
@@ -393,7 +399,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
-    RawVec<T, VEC> yv[kStaged ? 1 : VPT], dyv[kStaged ? 1 : VPT];
+    RawVec<T, VEC> yv[kStaged ? 1 : VPT], dyv[kDySmem ? 1 : VPT];
     const uint32_t yslot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
     const uint32_t dyslot0 = yslot0 + uint32_t(VPT * g.team) * 16;
     float acc = 0.0f;
@@ -408,8 +414,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
           else g.template stage_async<false, kUnroll>(slot0, src);
         };
         copy(yrow, yslot0);
-        copy(dyrow, dyslot0);
+        if constexpr (kDySmem) copy(dyrow, dyslot0);
         cp_async_commit();
+        if constexpr (kDyRegs) {
+          if (g.whole) {
+            const T* d0 = dyrow + g.col0;
+#pragma unroll
+            for (int i = 0; i < VPT; ++i) dyv[i].load(d0 + i * g.col_step);
+          } else {
+#pragma unroll
+            for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
+          }
+        }
         cp_async_wait_all();
       } else {
 #pragma unroll
@@ -420,8 +436,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     }
     // Vector i of y and of dy (zeros past the row's end; defined after the
     // loads, or the front end warns that the register tiles are read unset).
-    auto tile_at = [&](const RawVec<T, VEC>(&regs)[kStaged ? 1 : VPT], uint32_t slot0, int i) {
-      if constexpr (kStaged) {
+    auto tile_at = [&](auto in_smem, const auto& regs, uint32_t slot0, int i) {
+      if constexpr (decltype(in_smem)::value) {
         RawVec<T, VEC> v;
         lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
         return v;
@@ -429,17 +445,34 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
         return regs[i];
       }
     };
-    auto y_at = [&](int i) { return tile_at(yv, yslot0, i); };
-    auto dy_at = [&](int i) { return tile_at(dyv, dyslot0, i); };
+    auto y_at = [&](int i) { return tile_at(std::bool_constant<kStaged>{}, yv, yslot0, i); };
+    auto dy_at = [&](int i) { return tile_at(std::bool_constant<kDySmem>{}, dyv, dyslot0, i); };
     if (active) {
-      // Padding holds zeros: no masking needed in the sums.
+      // Padding holds zeros: no masking needed in the sums. kForm 0: y . dy,
+      // 1: the log form's sum of dy (y not read), 2: the choice inside.
+      auto sum = [&](auto form_c) {
+        constexpr int kForm = decltype(form_c)::value;
 #pragma unroll kUnroll
-      for (int i = 0; i < VPT; ++i) {
-        float y[VEC], dy[VEC];
-        y_at(i).widen(y);
-        dy_at(i).widen(dy);
+        for (int i = 0; i < VPT; ++i) {
+          float y[VEC], dy[VEC];
+          if constexpr (kForm != 1) y_at(i).widen(y);
+          dy_at(i).widen(dy);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) acc = p.log ? acc + dy[j] : fmaf(dy[j], y[j], acc);
+          for (int j = 0; j < VEC; ++j) {
+            if constexpr (kForm == 0) acc = fmaf(dy[j], y[j], acc);
+            else if constexpr (kForm == 1) acc += dy[j];
+            else acc = p.log ? acc + dy[j] : fmaf(dy[j], y[j], acc);
+          }
+        }
+      };
+      // dy in registers: one loop a form (the log form reads no shared
+      // memory; one loop with the choice inside spilled the fp16 kernel, 8
+      // bytes at 64 registers, ptxas -v). The others keep the one loop.
+      if constexpr (kDyRegs) {
+        if (p.log) sum(std::integral_constant<int, 1>{});
+        else sum(std::integral_constant<int, 0>{});
+      } else {
+        sum(std::integral_constant<int, 2>{});
       }
     }
     const float dot = red.reduce(acc, g.team, p.cluster, g.crank);
@@ -814,7 +847,10 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
       }
     }
   } else {
-    if (cfg.staged) {
+    if (cfg.staged && cfg.staged_tensors == 1) {  // y staged, dy in registers (the wide geometry)
+      if (cfg.vpt == 8)
+        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true, true>>(p, shape, device, stream);
+    } else if (cfg.staged) {
       if (cfg.vpt == 8) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
       if (cfg.vpt == 16) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
     } else if (cfg.cluster > 1) {
@@ -830,7 +866,8 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
   }
   return {Code::kUnsupported, "softmax: no register-resident kernel with " + std::to_string(cfg.vpt) +
                                   " vectors per thread (cluster " + std::to_string(cfg.cluster) +
-                                  (cfg.staged ? ", staged" : "") + ")"};
+                                  (cfg.staged ? (backward && cfg.staged_tensors == 1 ? ", y staged, dy in registers" : ", staged") : "") +
+                                  ")"};
 }
 
 // Streaming: one CTA of `threads` per row, `grid` CTAs.

@@ -263,11 +263,17 @@ struct RegTile {
   int cluster_vpt;
   int staged_vpt;
   int staged_vpt_max = 0;  // the kernels' widest staged tile (0: staged_vpt only)
+  int staged_tensors = 1;  // tensors a staged row holds in shared memory
+  int wide_team = 0;       // the wide staged geometry's CTA (0: none) ...
+  int wide_tensors = 1;    // ... and the tensors it holds in shared memory
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
          std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt) +
-         (i.param.staged_vpt_max > 0 ? "_to" + std::to_string(i.param.staged_vpt_max) : "");
+         (i.param.staged_vpt_max > 0 ? "_to" + std::to_string(i.param.staged_vpt_max) : "") +
+         (i.param.staged_tensors > 1 ? "_x" + std::to_string(i.param.staged_tensors) : "") +
+         (i.param.wide_team > 0 ? "_wide" + std::to_string(i.param.wide_team) + "x" + std::to_string(i.param.wide_tensors)
+                                : "");
 }
 
 std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
@@ -299,8 +305,16 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
       return "a staged row not at a staged tile";
     if (c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
       return "a staged row at a wider tile than it needs";
-    if (c.team != 256) return "a staged row not in 256-thread CTAs";
-    if (c.smem_bytes != p.scratch_bytes + size_t(c.team) * c.vpt * 16 || c.smem_bytes > lim.max_smem_per_block)
+    // 256-thread CTAs holding the problem's tensors, or the wide geometry
+    // (its CTA, the staged tile, its tensors) where those need more than
+    // max_cluster CTAs at the widest tile.
+    const bool wide = p.staged_wide_team > 0 && c.team == p.staged_wide_team;
+    if (!wide && c.team != 256) return "a staged row not in 256-thread CTAs";
+    if (c.staged_tensors != (wide ? p.staged_wide_tensors : p.staged_tensors)) return "staged tensors";
+    if (wide && (c.vpt != p.staged_vpt || int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols))
+      return "the wide staged geometry where 256-thread CTAs hold the row";
+    if (c.smem_bytes != p.scratch_bytes + size_t(c.staged_tensors) * c.team * c.vpt * 16 ||
+        c.smem_bytes > lim.max_smem_per_block)
       return "staged shared memory";
   } else if (c.cluster > 1 && c.vpt != p.cluster_vpt) {
     return "a clustered row not at the clustered kernels' tile";
@@ -323,8 +337,13 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   // the widest staged tile the default tuning allows rows no register tile
   // holds.
   const int widest = std::max(tile.staged_vpt, std::min(tile.staged_vpt_max, default_row_tuning().reg_staged_vpt_max_beyond));
-  if (tile.staged_vpt > 0 && lim.max_cluster > 1 && kScratch + size_t(256) * widest * 16 <= lim.max_smem_per_block)
+  if (tile.staged_vpt > 0 && lim.max_cluster > 1 &&
+      kScratch + size_t(tile.staged_tensors) * 256 * widest * 16 <= lim.max_smem_per_block)
     cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * widest);
+  // ... or in the wide geometry's CTAs at the staged tile.
+  if (tile.staged_vpt > 0 && tile.wide_team > 256 && lim.max_cluster > 1 &&
+      kScratch + size_t(tile.wide_tensors) * tile.wide_team * tile.staged_vpt * 16 <= lim.max_smem_per_block)
+    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * tile.wide_team * tile.staged_vpt);
   const int64_t capacity = cap_vecs * vec;
   for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
     RegRowProblem p;
@@ -335,6 +354,9 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.cluster_vpt = tile.cluster_vpt;
     p.staged_vpt = tile.staged_vpt;
     p.staged_vpt_max = tile.staged_vpt_max;
+    p.staged_tensors = tile.staged_tensors;
+    p.staged_wide_team = tile.wide_team;
+    p.staged_wide_tensors = tile.wide_tensors;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
     const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
@@ -364,7 +386,9 @@ INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                                          RegTile{2, 4, 2, 0}, RegTile{2, 2, 2, 0}, RegTile{4, 8, 8, 0},
                                          RegTile{4, 8, 8, 8}, RegTile{4, 8, 8, 16}, RegTile{4, 4, 4, 0},
                                          RegTile{2, 8, 8, 0}, RegTile{2, 8, 8, 8, 32}, RegTile{2, 8, 4, 8, 32},
-                                         RegTile{2, 2, 2, 8, 32}, RegTile{4, 8, 8, 8, 32}),
+                                         RegTile{2, 2, 2, 8, 32}, RegTile{4, 8, 8, 8, 32},
+                                         // softmax backward: y and dy staged, or y alone in 512-thread CTAs
+                                         RegTile{2, 4, 4, 8, 0, 2, 512, 1}, RegTile{4, 4, 4, 8, 0, 2, 512, 1}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {

@@ -90,6 +90,12 @@ std::vector<SmCase> cases() {
   // fp32 N = 256K: forward staged in 16 CTAs, backward chunked by default
   // (SoftmaxGpuRegister: a 16-CTA register cluster both ways).
   add({"N262144_f32", 2, 262144, kF32});
+  // Backward rows past 16 staged 256-thread CTAs: y staged, dy in registers
+  // (SoftmaxGpuWideStaged), partial last vectors, idle threads in the last
+  // CTA, a full 16-CTA 16-bit row.
+  add({"N150001_f32_padded_wide", 3, 150001, kF32, false, 0, 3});
+  add({"N300001_f16_padded_wide", 3, 300001, kF16, false, 0, 7});
+  add({"N524288_bf16_wide", 2, 524288, kBF16});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
@@ -450,6 +456,48 @@ TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The aligned cases whose backward rows take the wide staged geometry (past
+// 16 staged 256-thread CTAs: fp32 N > 128K, 16-bit N > 256K, up to 16 wide
+// CTAs), y staged and dy held in registers, in 512-thread CTAs (the
+// default) and in 1024-thread ones (another cluster size and layout).
+std::vector<SmCase> wide_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases()) {
+    const bool f32 = c.dtype == kF32;
+    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && c.cols > (f32 ? 131072 : 262144) &&
+        c.cols <= (f32 ? 262144 : 524288) && !c.special && !c.huge)
+      v.push_back(c);
+  }
+  return v;
+}
+
+class SoftmaxGpuWideStaged : public testing::TestWithParam<SmCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(SoftmaxGpuWideStaged, BackwardMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase c = as_run(GetParam());
+  for (int wide : {512, 1024}) {
+    SCOPED_TRACE("wide staged CTAs of " + std::to_string(wide) + " threads");
+    RowTuning t = default_row_tuning();
+    t.softmax_staged_bwd = 3;
+    t.softmax_staged_bwd_vpt = 8;
+    t.softmax_staged_bwd_wide = wide;
+    set_row_tuning(&t);
+    const std::string bplan = softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{});
+    EXPECT_EQ(bplan.rfind("stage", 0), 0u) << "the backward is not staged under this tuning: " << bplan;
+    EXPECT_NE(bplan.find("thr " + std::to_string(wide)), std::string::npos) << bplan;
+    EXPECT_NE(bplan.find("dy regs"), std::string::npos) << bplan;
+    run_case(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WideStagedCases, SoftmaxGpuWideStaged, testing::ValuesIn(wide_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 }  // namespace
