@@ -266,11 +266,15 @@ RowTuning default_row_tuning() {
   //   chunked, so rows past 16 CTAs at 8 vectors stay chunked.
   t.softmax_staged_bwd = 3;
   t.softmax_staged_bwd_vpt = 8;
-  // Rows past 16 of those CTAs (fp32 N > 128K, 16-bit N > 256K) up to 16
-  // CTAs of 512 threads (fp32 256K, 16-bit 512K): y staged, dy in
-  // registers, two CTAs an SM. UNMEASURED at this commit (prediction: fp32
-  // 256K 862 us chunked -> ~760).
-  t.softmax_staged_bwd_wide = 512;
+  // Rows past 16 of those CTAs (backward: fp32 N > 128K, 16-bit N > 256K;
+  // forward: fp32 N > 256K, 16-bit N > 512K) up to 16 CTAs of 512 threads
+  // (fp32 256K / 512K, 16-bit 512K / 1M), half a thread's vectors staged
+  // and half in registers, two CTAs an SM: off until measured (built and
+  // checked without a GPU in the thirty-eighth session, when no device was
+  // lent; docs/KERNELS.md has the plan). Predictions: backward fp32 256K
+  // 862 us chunked -> ~760; forward bf16 1M 71.6% chunked -> ~88%.
+  t.softmax_staged_fwd_wide = 0;
+  t.softmax_staged_bwd_wide = 0;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -559,11 +563,10 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
 
 namespace {
 // Shared memory of a staged CTA: the scratch (one row, or a pair's) and
-// `rows` rows of t threads at vpt 16-byte vectors each, for each of
-// `tensors` of them in shared memory.
-size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int vpt, int rows, int tensors) {
-  return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) +
-         size_t(rows) * size_t(std::max(tensors, 1)) * size_t(t) * vpt * 16;
+// `rows` rows of t threads at
+// `smem_vpt` 16-byte vectors a thread in shared memory.
+size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int smem_vpt, int rows) {
+  return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) + size_t(rows) * size_t(t) * smem_vpt * 16;
 }
 }  // namespace
 
@@ -592,18 +595,20 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   auto try_staged = [&](int vpt_max) {
     if (prob.staged_vpt <= 0 || !tune.reg_staged) return false;
     const int64_t staged_team = std::min<int64_t>(pow2_ceil(std::max(tune.reg_staged_team, 32)), kRegRowMaxThreads);
+    const int tensors = std::max(prob.staged_tensors, 1);
     int64_t t = staged_team;
     int vpt = prob.staged_vpt;
-    int tensors = std::max(prob.staged_tensors, 1);
     vpt_max = std::min(vpt_max, prob.staged_vpt_max);
     while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
-    if (ceil_div(nvec, t * vpt) > max_cluster && is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t) {
+    int smem_vpt = tensors * vpt;
+    if (ceil_div(nvec, t * vpt) > max_cluster && is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t &&
+        prob.staged_wide_vpt > 0 && prob.staged_wide_smem_vpt > 0) {
       t = prob.staged_wide_team;
-      vpt = prob.staged_vpt;
-      tensors = std::max(prob.staged_wide_tensors, 1);
+      vpt = prob.staged_wide_vpt;
+      smem_vpt = prob.staged_wide_smem_vpt;
     }
     const int64_t cl = ceil_div(nvec, t * vpt);
-    size_t smem = staged_smem_bytes(prob, t, vpt, 1, tensors);
+    size_t smem = staged_smem_bytes(prob, t, smem_vpt, 1);
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
     // Two rows a cluster at the staged tile, where the problem allows and
@@ -613,7 +618,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     int rows_per = 1;
     if (prob.staged_rows == 2 && vpt == prob.staged_vpt && t == staged_team && prob.rows > 1 &&
         cl >= prob.pair_min_cluster) {
-      const size_t smem2 = staged_smem_bytes(prob, t, vpt, 2, tensors);
+      const size_t smem2 = staged_smem_bytes(prob, t, smem_vpt, 2);
       const int64_t per_sm = int64_t(lim.smem_per_sm) / int64_t(smem2 + 1024);  // 1 KB reserved per CTA
       const bool fills = ceil_div(prob.rows, 2) * cl >= per_sm * lim.num_sms;
       if (smem2 <= lim.max_smem_per_block && per_sm >= 1 && (fills || !prob.pair_full_wave)) {
@@ -625,7 +630,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     c.cluster = int(cl);
     c.vpt = vpt;
     c.staged = true;
-    c.staged_tensors = tensors;
+    c.staged_smem_vpt = smem_vpt;
     c.rows_per_cluster = rows_per;
     c.smem_bytes = smem;
     c.row_blocks = ceil_div(prob.rows, rows_per);
@@ -705,24 +710,28 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   if (c.cluster > 1 && c.threads != c.team) return "a clustered row must own whole CTAs";
   if (c.staged) {
     if (c.cluster < 2) return "a staged row is not clustered";
-    bool tile = false;
-    for (int v = prob.staged_vpt; v > 0 && v <= std::max(prob.staged_vpt, prob.staged_vpt_max); v *= 2) tile |= c.vpt == v;
-    if (!tile) return "a staged row does not use a staged tile";
-    // A wider tile only where the narrower one needs more than max_cluster CTAs.
-    if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
-      return "a staged row takes a wider tile than it needs";
+    // The wide geometry (staged_wide_team) at its own tile and shared
+    // memory, one row a cluster; otherwise a staged tile, every tensor's
+    // vectors in shared memory.
+    const bool wide = prob.staged_wide_team > 0 && c.team == prob.staged_wide_team &&
+                      c.vpt == prob.staged_wide_vpt && c.staged_smem_vpt == prob.staged_wide_smem_vpt;
+    if (wide) {
+      if (c.rows_per_cluster != 1) return "a wide staged row takes one row a cluster";
+    } else {
+      bool tile = false;
+      for (int v = prob.staged_vpt; v > 0 && v <= std::max(prob.staged_vpt, prob.staged_vpt_max); v *= 2)
+        tile |= c.vpt == v;
+      if (!tile) return "a staged row does not use a staged tile";
+      // A wider tile only where the narrower one needs more than max_cluster CTAs.
+      if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
+        return "a staged row takes a wider tile than it needs";
+      if (c.staged_smem_vpt != std::max(prob.staged_tensors, 1) * c.vpt)
+        return "a staged row does not hold every tensor's tile in shared memory";
+    }
     if (c.rows_per_cluster != 1 && c.rows_per_cluster != 2) return "a staged cluster takes one or two rows";
     if (c.rows_per_cluster == 2 && (prob.staged_rows != 2 || c.vpt != prob.staged_vpt))
       return "two staged rows a cluster where the problem does not allow them";
-    // The wide geometry (staged_wide_team) alone stages other than the
-    // problem's tensors.
-    const int base_tensors = std::max(prob.staged_tensors, 1);
-    const bool wide = prob.staged_wide_team > 0 && c.team == prob.staged_wide_team &&
-                      c.staged_tensors == std::max(prob.staged_wide_tensors, 1);
-    if (c.staged_tensors != base_tensors && !wide) return "staged tensors differ from the problem's";
-    if (wide && (c.vpt != prob.staged_vpt || c.rows_per_cluster != 1))
-      return "a wide staged row takes the staged tile, one row a cluster";
-    if (c.smem_bytes != staged_smem_bytes(prob, c.team, c.vpt, c.rows_per_cluster, c.staged_tensors) ||
+    if (c.smem_bytes != staged_smem_bytes(prob, c.team, c.staged_smem_vpt, c.rows_per_cluster) ||
         c.smem_bytes > lim.max_smem_per_block)
       return "staging does not fit the shared memory";
   } else {

@@ -2,6 +2,7 @@
 // run-time -> template dispatch for the op (ops/softmax.cuh).
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "quack/core/config.hpp"
@@ -49,8 +50,17 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   // 16-bit forward rows from 512 elements: softmax_fwd_vpt16 vectors a
   // thread (config.cpp).
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = tune.softmax_fwd_vpt16;
-  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt))
+  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt)) {
     prob.staged_vpt = tune.softmax_staged_vpt;
+    // Rows past 16 of those CTAs: x's first 8 vectors a thread staged, the
+    // other 8 in registers, CTAs of softmax_staged_fwd_wide threads (the
+    // kernel's one split instantiation: 16 vectors).
+    if (prob.staged_vpt == ops::kSoftmaxFwdSplitVpt) {
+      prob.staged_wide_team = tune.softmax_staged_fwd_wide;
+      prob.staged_wide_vpt = ops::kSoftmaxFwdSplitVpt;
+      prob.staged_wide_smem_vpt = ops::kSoftmaxFwdSplitVpt - ops::kSoftmaxFwdSplitRegs;
+    }
+  }
   // Backward rows that need more than one register CTA (1024 threads at 4
   // vectors of y and dy each) stage both in shared memory where
   // softmax_staged_bwd allows, at the tuning's tile; rows past 16 CTAs at
@@ -66,7 +76,8 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
     // one wide instantiation).
     if (prob.staged_vpt == 8) {
       prob.staged_wide_team = tune.softmax_staged_bwd_wide;
-      prob.staged_wide_tensors = 1;
+      prob.staged_wide_vpt = 8;
+      prob.staged_wide_smem_vpt = 8;
     }
   }
   const int tensors = backward ? 2 : 1;
@@ -143,8 +154,11 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
   char buf[128];
   if (plan.reg) {
     const RegRowConfig& c = plan.reg_cfg;
-    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d%s", c.staged ? "stage" : "reg  ", c.team,
-                  c.threads, c.cluster, c.vpt, backward && c.staged && c.staged_tensors == 1 ? " dy regs" : "");
+    // Staged rows with vectors in registers too (the wide geometry): how many a thread.
+    const int regs = c.staged ? (backward ? 2 : 1) * c.vpt - c.staged_smem_vpt : 0;
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt);
+    if (regs > 0) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " regs %d", regs);
   } else {
     const ChunkRowConfig& c = plan.chunk_cfg;
     std::snprintf(buf, sizeof buf, "chunk thr %4d cl %2d vecs %lld staged %d", c.threads, c.cluster,

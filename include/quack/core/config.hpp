@@ -152,9 +152,13 @@ struct RowTuning {
   // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_bwd;
   int softmax_staged_bwd_vpt;
-  // Backward rows past 16 such CTAs: y staged and dy in registers, in CTAs
-  // of softmax_staged_bwd_wide threads at 8 vectors a thread (512; 0: off,
-  // those rows take the register cluster or the chunked kernel).
+  // Rows past 16 such CTAs, in CTAs of this many threads (0: off, those
+  // rows take the register cluster or the chunked kernel): the forward's
+  // 16 vectors of x a thread, 8 staged and 8 in registers
+  // (softmax_staged_fwd_wide, where softmax_staged_vpt is 16); the
+  // backward's 8 of y staged and 8 of dy in registers
+  // (softmax_staged_bwd_wide, where softmax_staged_bwd_vpt is 8).
+  int softmax_staged_fwd_wide;
   int softmax_staged_bwd_wide;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
@@ -303,11 +307,13 @@ struct RegRowProblem {
   int staged_tensors = 1;  // tensors staged a row (a tile of staged_vpt vectors each)
   int staged_vpt_max = 0;  // > staged_vpt: the kernels also take 2x, 4x .. this tile
   // > 0: rows that max_cluster staged CTAs do not cover (at staged_vpt and
-  // its doublings) take CTAs of staged_wide_team threads at staged_vpt, with
-  // staged_wide_tensors of the row's tensors in shared memory (the kernel
-  // holds the others in registers). 0: no such geometry.
+  // its doublings) take CTAs of staged_wide_team threads at staged_wide_vpt
+  // vectors of each tensor a thread, staged_wide_smem_vpt of the thread's
+  // vectors (all tensors) in shared memory and the rest in registers. 0: no
+  // such geometry.
   int staged_wide_team = 0;
-  int staged_wide_tensors = 1;
+  int staged_wide_vpt = 0;
+  int staged_wide_smem_vpt = 0;
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
@@ -331,7 +337,7 @@ struct RegRowConfig {
   int64_t row_blocks = 0;  // groups of threads/team rows (clustered: one row, or rows_per_cluster staged ones)
   int64_t grid = 0;        // CTAs in the launch: cluster * row_blocks
   bool staged = false;     // x staged in shared memory (clustered rows only)
-  int staged_tensors = 0;  // staged rows: tensors a row in shared memory (the problem's, or staged_wide_tensors)
+  int staged_smem_vpt = 0;  // staged rows: vectors a thread in shared memory, all tensors (the rest in registers)
   int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)

@@ -88,17 +88,19 @@ struct RowGeom {
     if (n == VEC) v.store(row + col(i));
     else if (n > 0) v.store_partial(row + col(i), n);
   }
-  // Issues cp.async of this thread's vectors of `row` into shared memory,
-  // vector i at slot0 + i * team * 16 (the staged kernels' layout: each
-  // slot written and read by its thread alone), unrolled by kUnroll.
+  // Issues cp.async of this thread's first kCount vectors of `row` into
+  // shared memory, vector i at slot0 + i * team * 16 (the staged kernels'
+  // layout: each slot written and read by its thread alone), unrolled by
+  // kUnroll.
   // kWhole (every vector inside the row): 16-byte copies from the row
   // pointer formed once; otherwise zero fill past the row's end (the
   // caller fills what its padding needs). The caller commits and waits.
-  template <bool kWhole, int kUnroll, typename T>
+  template <bool kWhole, int kUnroll, int kCount = VPT, typename T>
   __device__ __forceinline__ void stage_async(uint32_t slot0, const T* row) const {
+    static_assert(kCount >= 1 && kCount <= VPT, "stage_async: vectors beyond the tile");
     const T* r0 = row + col0;
 #pragma unroll kUnroll
-    for (int i = 0; i < VPT; ++i) {
+    for (int i = 0; i < kCount; ++i) {
       const uint32_t dst = slot0 + uint32_t(i * team) * 16;
       if constexpr (kWhole) {
         cp_async16(dst, r0 + i * col_step);

@@ -79,6 +79,13 @@ constexpr int softmax_bwd_max_vpt() { return 4; }
 // in shared memory, so they cost no registers for the data) the kernel is
 // built with; RowTuning::softmax_staged_vpt picks one.
 constexpr bool softmax_fwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+// The forward's split tile (the wide staged geometry, RowTuning::
+// softmax_staged_fwd_wide): 16 vectors of x a thread, the last 4 in
+// registers. ptxas -v (CUDA 13.0, 64 registers): 8 in registers spilled
+// the 16-bit kernels (4-16 bytes at any unroll of the staged loops); 4 with
+// the staged loops unrolled by 2 spill none (by 4: 8 bytes).
+constexpr int kSoftmaxFwdSplitVpt = 16;
+constexpr int kSoftmaxFwdSplitRegs = 4;
 // Staged clustered backward rows: y and dy in shared memory, the same tiles
 // (vectors of each a thread); RowTuning::softmax_staged_bwd_vpt picks one.
 constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
@@ -233,16 +240,24 @@ constexpr uint32_t neg_inf_bits() {
 // thread alone) instead of registers, so a thread holds VPT = 8 or 16
 // vectors in a small, register-light CTA and every byte of the row is in
 // flight at once; many CTAs share an SM, one cluster a row (not persistent).
-template <typename T, int VPT, bool kCluster, bool kStaged = false>
+// kRegVecs (staged only; the wide geometry): the thread's last kRegVecs
+// vectors are loaded into registers while the first VPT - kRegVecs are
+// copied to shared memory (512-thread CTAs at 12 + 4 vectors: 96 KB of x
+// staged and 32 KB in registers a CTA, two CTAs an SM, 16 of them a 2 MB
+// row -- 16-bit 1M, fp32 512K).
+template <typename T, int VPT, bool kCluster, bool kStaged = false, int kRegVecs = 0>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   static_assert(!kStaged || kCluster, "staged rows are clustered");
+  static_assert(kRegVecs == 0 || (kStaged && kRegVecs < VPT), "a split tile is staged, with some vectors staged");
+  constexpr int kSmemVecs = VPT - kRegVecs;  // staged rows: the vectors in shared memory
   // Staged vectors are read from shared memory as they are used: loops over
-  // more than 8 of them unroll by 4, or the 16 addresses of the tile stay
-  // live through the three passes and spill (ptxas -v, CUDA 13.0). Register
-  // tiles unroll fully (they index registers).
-  constexpr int kUnroll = kStaged && VPT > 8 ? 4 : VPT;
+  // more than 8 of them unroll by 4 (a split tile's by 2: kSoftmaxFwdSplitRegs),
+  // or the 16 addresses of the tile stay live through the three passes and
+  // spill (ptxas -v, CUDA 13.0). Register tiles unroll fully (they index
+  // registers), as does a split tile's register part (each_vec).
+  constexpr int kUnroll = kStaged && VPT > 8 ? (kRegVecs > 0 ? 2 : 4) : VPT;
   extern __shared__ __align__(16) unsigned char smem[];
   RowReduce<MaxSumMaxFirstOp, kCluster> red;
   red.start(smem);
@@ -251,7 +266,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
-    RawVec<T, VEC> xv[kStaged ? 1 : VPT] = {};
+    RawVec<T, VEC> xv[kStaged ? (kRegVecs > 0 ? kRegVecs : 1) : VPT] = {};
     const uint32_t slot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
     // Staged threads whose vectors all lie in the row (g.whole: every thread
     // of a row but those at its end) run straight-line copies of the passes,
@@ -284,12 +299,39 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         return xv[i];
       }
     };
+    // f(i, get) for the thread's vectors i in order, get() giving vector i
+    // (x_at): one loop unrolled by kUnroll; a split tile's staged part so,
+    // then its register part fully unrolled (tails filled at the load).
+    auto each_vec = [&](auto whole_c, auto&& f) {
+      if constexpr (kRegVecs > 0) {
+#pragma unroll kUnroll
+        for (int i = 0; i < kSmemVecs; ++i) f(i, [&] { return x_at(i, whole_c); });
+#pragma unroll
+        for (int k = 0; k < kRegVecs; ++k) f(kSmemVecs + k, [&] { return xv[k]; });
+      } else {
+#pragma unroll kUnroll
+        for (int i = 0; i < VPT; ++i) f(i, [&] { return x_at(i, whole_c); });
+      }
+    };
     float m = -INFINITY, s = 0.0f;
     if (active) {
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
       if constexpr (kStaged) {
-        by_whole([&](auto wc) { g.template stage_async<decltype(wc)::value, kUnroll>(slot0, xrow); });
+        by_whole([&](auto wc) { g.template stage_async<decltype(wc)::value, kUnroll, kSmemVecs>(slot0, xrow); });
         cp_async_commit();
+        if constexpr (kRegVecs > 0) {
+          if (g.whole) {
+            const T* x0 = xrow + g.col0;
+#pragma unroll
+            for (int k = 0; k < kRegVecs; ++k) xv[k].load(x0 + (kSmemVecs + k) * g.col_step);
+          } else {
+#pragma unroll
+            for (int k = 0; k < kRegVecs; ++k) {
+              g.load(xv[k], xrow, kSmemVecs + k);
+              xv[k].fill_tail(g.valid(kSmemVecs + k), neg_inf_bits<T>());
+            }
+          }
+        }
         cp_async_wait_all();
       } else {
 #pragma unroll
@@ -305,30 +347,33 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       // natural units once. A thread with only -inf (or padding) has sum 0.
       bool log2_ok = true;
       by_whole([&](auto wc) {
-        m = max_of_each<T, VEC, VPT, kUnroll>([&](int i) { return x_at(i, wc); });
+        if constexpr (kRegVecs > 0) {
+          m = fmaxf(max_of_each<T, VEC, kSmemVecs, kUnroll>([&](int i) { return x_at(i, wc); }),
+                    max_of_each<T, VEC, kRegVecs>([&](int k) { return xv[k]; }));
+        } else {
+          m = max_of_each<T, VEC, VPT, kUnroll>([&](int i) { return x_at(i, wc); });
+        }
         log2_ok = log2_units_ok(m);
         if (log2_ok) {
           const float b = log2_base(m);
-#pragma unroll kUnroll
-          for (int i = 0; i < VPT; ++i) {
+          each_vec(wc, [&](int, auto get) {
             float f[VEC];
-            x_at(i, wc).widen(f);
+            get().widen(f);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -b));
-          }
+          });
           s = from_log2_units(s, m, b);
         }
       });
       if (!log2_ok) {
         // |m| >= 2^24 (or +inf, NaN): natural units, a cold path (unrolled
         // as the other: register tiles are indexed by constants only).
-#pragma unroll kUnroll
-        for (int i = 0; i < VPT; ++i) {
+        each_vec(std::false_type{}, [&](int, auto get) {
           float f[VEC];
-          x_at(i, std::false_type{}).widen(f);
+          get().widen(f);
 #pragma unroll
           for (int j = 0; j < VEC; ++j) s += fast_exp2((f[j] - m) * kLog2e);
-        }
+        });
       }
     }
     const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
@@ -340,20 +385,19 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     auto write = [&](auto whole_c, auto&& out) {
       constexpr bool kW = decltype(whole_c)::value;
       T* o0 = orow + g.col0;
-#pragma unroll kUnroll
-      for (int i = 0; i < VPT; ++i) {
+      each_vec(whole_c, [&](int i, auto get) {
         if constexpr (!kW) {
-          if (g.valid(i) == 0) continue;
+          if (g.valid(i) == 0) return;
         }
         float f[VEC];
-        x_at(i, whole_c).widen(f);
+        get().widen(f);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) f[j] = out(f[j]);
         RawVec<T, VEC> o;
         o.narrow(f);
         if constexpr (kW) o.store(o0 + i * g.col_step);
         else g.store(o, orow, i);
-      }
+      });
     };
     if (r.natural) {
       write(std::false_type{}, [&](float x) { return r.out_natural(x, p.log); });
@@ -831,7 +875,11 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape = core::launch_shape(cfg);
   if (!backward) {
-    if (cfg.staged) {
+    if (cfg.staged && cfg.staged_smem_vpt < cfg.vpt) {  // x split between shared memory and registers
+      if (cfg.vpt == kSoftmaxFwdSplitVpt && cfg.staged_smem_vpt == kSoftmaxFwdSplitVpt - kSoftmaxFwdSplitRegs)
+        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, kSoftmaxFwdSplitVpt, true, true, kSoftmaxFwdSplitRegs>>(
+            p, shape, device, stream);
+    } else if (cfg.staged) {
       if (cfg.vpt == 8) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
       if (cfg.vpt == 16) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
     } else if (cfg.cluster > 1) {
@@ -847,7 +895,7 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
       }
     }
   } else {
-    if (cfg.staged && cfg.staged_tensors == 1) {  // y staged, dy in registers (the wide geometry)
+    if (cfg.staged && cfg.staged_smem_vpt == cfg.vpt) {  // y staged, dy in registers (the wide geometry)
       if (cfg.vpt == 8)
         return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true, true>>(p, shape, device, stream);
     } else if (cfg.staged) {
@@ -866,7 +914,7 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
   }
   return {Code::kUnsupported, "softmax: no register-resident kernel with " + std::to_string(cfg.vpt) +
                                   " vectors per thread (cluster " + std::to_string(cfg.cluster) +
-                                  (cfg.staged ? (backward && cfg.staged_tensors == 1 ? ", y staged, dy in registers" : ", staged") : "") +
+                                  (cfg.staged ? (cfg.staged_smem_vpt < (backward ? 2 : 1) * cfg.vpt ? ", staged in part" : ", staged") : "") +
                                   ")"};
 }
 

@@ -264,15 +264,17 @@ struct RegTile {
   int staged_vpt;
   int staged_vpt_max = 0;  // the kernels' widest staged tile (0: staged_vpt only)
   int staged_tensors = 1;  // tensors a staged row holds in shared memory
-  int wide_team = 0;       // the wide staged geometry's CTA (0: none) ...
-  int wide_tensors = 1;    // ... and the tensors it holds in shared memory
+  int wide_team = 0;       // the wide staged geometry's CTA (0: none), ...
+  int wide_vpt = 0;        // ... its tile (vectors of each tensor a thread) ...
+  int wide_smem_vpt = 0;   // ... and the vectors a thread of them in shared memory
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
          std::to_string(i.param.cluster_vpt) + "_stagedvpt" + std::to_string(i.param.staged_vpt) +
          (i.param.staged_vpt_max > 0 ? "_to" + std::to_string(i.param.staged_vpt_max) : "") +
          (i.param.staged_tensors > 1 ? "_x" + std::to_string(i.param.staged_tensors) : "") +
-         (i.param.wide_team > 0 ? "_wide" + std::to_string(i.param.wide_team) + "x" + std::to_string(i.param.wide_tensors)
+         (i.param.wide_team > 0 ? "_wide" + std::to_string(i.param.wide_team) + "_vpt" + std::to_string(i.param.wide_vpt) +
+                                      "_smem" + std::to_string(i.param.wide_smem_vpt)
                                 : "");
 }
 
@@ -299,22 +301,24 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   if (c.staged) {
     if (c.cluster < 2) return "a staged row not clustered";
     // The staged tile, or a power-of-two multiple of it up to the widest, and
-    // wider only when the half-width tile would need more than 16 CTAs.
+    // wider only when the half-width tile would need more than 16 CTAs (the
+    // wide geometry: its own tile, below).
     const int widest = std::max(p.staged_vpt, p.staged_vpt_max);
-    if (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt))
+    const bool at_wide = p.staged_wide_team > 0 && c.team == p.staged_wide_team;
+    if (!at_wide && (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt)))
       return "a staged row not at a staged tile";
-    if (c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
+    if (!at_wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
       return "a staged row at a wider tile than it needs";
-    // 256-thread CTAs holding the problem's tensors, or the wide geometry
-    // (its CTA, the staged tile, its tensors) where those need more than
-    // max_cluster CTAs at the widest tile.
+    // 256-thread CTAs holding every tensor's tile in shared memory, or the
+    // wide geometry (its CTA, tile and shared part) where those need more
+    // than max_cluster CTAs at the widest tile.
     const bool wide = p.staged_wide_team > 0 && c.team == p.staged_wide_team;
     if (!wide && c.team != 256) return "a staged row not in 256-thread CTAs";
-    if (c.staged_tensors != (wide ? p.staged_wide_tensors : p.staged_tensors)) return "staged tensors";
-    if (wide && (c.vpt != p.staged_vpt || int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols))
+    if (c.staged_smem_vpt != (wide ? p.staged_wide_smem_vpt : p.staged_tensors * c.vpt))
+      return "vectors a thread in shared memory";
+    if (wide && (c.vpt != p.staged_wide_vpt || int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols))
       return "the wide staged geometry where 256-thread CTAs hold the row";
-    if (c.smem_bytes != p.scratch_bytes + size_t(c.staged_tensors) * c.team * c.vpt * 16 ||
-        c.smem_bytes > lim.max_smem_per_block)
+    if (c.smem_bytes != p.scratch_bytes + size_t(c.staged_smem_vpt) * c.team * 16 || c.smem_bytes > lim.max_smem_per_block)
       return "staged shared memory";
   } else if (c.cluster > 1 && c.vpt != p.cluster_vpt) {
     return "a clustered row not at the clustered kernels' tile";
@@ -340,10 +344,10 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   if (tile.staged_vpt > 0 && lim.max_cluster > 1 &&
       kScratch + size_t(tile.staged_tensors) * 256 * widest * 16 <= lim.max_smem_per_block)
     cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * widest);
-  // ... or in the wide geometry's CTAs at the staged tile.
+  // ... or in the wide geometry's CTAs at its tile.
   if (tile.staged_vpt > 0 && tile.wide_team > 256 && lim.max_cluster > 1 &&
-      kScratch + size_t(tile.wide_tensors) * tile.wide_team * tile.staged_vpt * 16 <= lim.max_smem_per_block)
-    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * tile.wide_team * tile.staged_vpt);
+      kScratch + size_t(tile.wide_smem_vpt) * tile.wide_team * 16 <= lim.max_smem_per_block)
+    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * tile.wide_team * tile.wide_vpt);
   const int64_t capacity = cap_vecs * vec;
   for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
     RegRowProblem p;
@@ -356,7 +360,8 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.staged_vpt_max = tile.staged_vpt_max;
     p.staged_tensors = tile.staged_tensors;
     p.staged_wide_team = tile.wide_team;
-    p.staged_wide_tensors = tile.wide_tensors;
+    p.staged_wide_vpt = tile.wide_vpt;
+    p.staged_wide_smem_vpt = tile.wide_smem_vpt;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
     const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
@@ -388,7 +393,10 @@ INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                                          RegTile{2, 8, 8, 0}, RegTile{2, 8, 8, 8, 32}, RegTile{2, 8, 4, 8, 32},
                                          RegTile{2, 2, 2, 8, 32}, RegTile{4, 8, 8, 8, 32},
                                          // softmax backward: y and dy staged, or y alone in 512-thread CTAs
-                                         RegTile{2, 4, 4, 8, 0, 2, 512, 1}, RegTile{4, 4, 4, 8, 0, 2, 512, 1}),
+                                         RegTile{2, 4, 4, 8, 0, 2, 512, 8, 8}, RegTile{4, 4, 4, 8, 0, 2, 512, 8, 8},
+                                         RegTile{4, 4, 4, 8, 0, 2, 1024, 8, 8},
+                                         // softmax forward: x staged, or split 12 + 4 in 512-thread CTAs
+                                         RegTile{2, 8, 4, 16, 0, 1, 512, 16, 12}, RegTile{4, 8, 4, 16, 0, 1, 512, 16, 12}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 
@@ -23,7 +24,7 @@ using test::kF32;
 struct Kernel {
   bool reg = false;     // register-resident kernel (staged or not)
   bool staged = false;  // ... with x staged in shared memory
-  bool dy_regs = false; // ... backward: y alone staged, dy in registers
+  int regs = 0;         // ... vectors a thread in registers too (the wide geometry)
   int threads = 0, cluster = 0, vpt = 0;
 };
 
@@ -37,7 +38,8 @@ Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward) {
     k.reg = true;
   } else if (std::sscanf(s.c_str(), "stage team %d thr %d cl %d vpt %d", &team, &k.threads, &k.cluster, &k.vpt) == 4) {
     k.reg = k.staged = true;
-    k.dy_regs = s.find(" dy regs") != std::string::npos;
+    const size_t at = s.find(" regs ");
+    if (at != std::string::npos) k.regs = std::atoi(s.c_str() + at + 6);
   } else if (std::sscanf(s.c_str(), "chunk thr %d cl %d", &k.threads, &k.cluster) != 2) {
     ADD_FAILURE() << "unparsed plan: " << s;
   }
@@ -152,61 +154,86 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
 // at 5d0508e: bf16 64K-256K 380-382 us against 397-404 in register
 // clusters); past that they take the register cluster or the chunked
 // kernel as before (fp32 256K at 16 vectors lost to the chunked kernel,
-// 872-878 against 862 us). Rows past those 16 CTAs up to 16 of 512 threads
-// (softmax_staged_bwd_wide) stage y alone and hold dy in registers; past
-// those, chunked.
+// 872-878 against 862 us). Rows past those 16 CTAs take the wide geometry
+// where softmax_staged_bwd_wide allows (off by default, unmeasured: the
+// next test), else the register cluster or the chunked kernel.
 TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
   struct Cell {
     DType dt;
     int64_t cols;
-    int cluster, threads;  // cluster 0: not staged; threads 0: one register CTA
+    int cluster, vpt;  // cluster 0: not staged; vpt 0: one register CTA
   };
-  for (const Cell& c : {Cell{kBF16, 32768, 1, 0}, Cell{kBF16, 32776, 3, 256}, Cell{kBF16, 65536, 4, 256},
-                        Cell{kBF16, 131072, 8, 256}, Cell{kBF16, 262144, 16, 256}, Cell{kBF16, 262152, 9, 512},
-                        Cell{kBF16, 524288, 16, 512}, Cell{kBF16, 524296, 0, 0}, Cell{kF16, 70000, 5, 256},
-                        Cell{kF16, 300000, 10, 512}, Cell{kF32, 16384, 1, 0}, Cell{kF32, 16388, 3, 256},
-                        Cell{kF32, 65536, 8, 256}, Cell{kF32, 131072, 16, 256}, Cell{kF32, 131076, 9, 512},
-                        Cell{kF32, 262144, 16, 512}, Cell{kF32, 262148, 0, 0}, Cell{kF32, 1048576, 0, 0}}) {
+  for (const Cell& c : {Cell{kBF16, 32768, 1, 0}, Cell{kBF16, 32776, 3, 8}, Cell{kBF16, 65536, 4, 8},
+                        Cell{kBF16, 131072, 8, 8}, Cell{kBF16, 262144, 16, 8}, Cell{kBF16, 262152, 0, 0},
+                        Cell{kBF16, 524288, 0, 0}, Cell{kF16, 70000, 5, 8}, Cell{kF32, 16384, 1, 0},
+                        Cell{kF32, 16388, 3, 8}, Cell{kF32, 65536, 8, 8}, Cell{kF32, 131072, 16, 8},
+                        Cell{kF32, 131076, 0, 0}, Cell{kF32, 262144, 0, 0},
+                        Cell{kF32, 1048576, 0, 0}}) {
     const Kernel k = plan(1024, c.cols, c.dt, true);
     const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) + " backward";
     if (c.cluster == 0) {
-      EXPECT_FALSE(k.staged) << what << ": past 16 wide staged CTAs (chunked)";
-    } else if (c.threads == 0) {
+      EXPECT_FALSE(k.staged) << what << ": past 16 staged CTAs (a register cluster or chunked, as before)";
+    } else if (c.vpt == 0) {
       EXPECT_TRUE(k.reg && !k.staged && k.cluster == 1) << what << ": one register CTA";
     } else {
-      EXPECT_TRUE(k.staged && k.threads == c.threads && k.cluster == c.cluster && k.vpt == 8 &&
-                  k.dy_regs == (c.threads == 512))
-          << what << ": staged in " << c.cluster << " x " << c.threads << " threads at 8 vectors"
-          << (c.threads == 512 ? ", dy in registers" : "") << ", got cl " << k.cluster << " vpt " << k.vpt << " thr "
-          << k.threads << (k.dy_regs ? " dy regs" : "");
+      EXPECT_TRUE(k.staged && k.threads == 256 && k.cluster == c.cluster && k.vpt == c.vpt && k.regs == 0)
+          << what << ": staged in " << c.cluster << " x 256 threads at " << c.vpt << " vectors, got cl " << k.cluster
+          << " vpt " << k.vpt << " thr " << k.threads;
     }
   }
 }
 
-// softmax_staged_bwd_wide = 0 turns the wide geometry off (those rows take
-// the chunked kernel); another CTA size takes its place; the 16-vector
-// tile has none (the kernel's wide instantiation is at 8 vectors: 256K
-// fp32 rows then take 16 CTAs of y and dy at 16 vectors).
-TEST(SoftmaxPlan, TuningSelectsTheWideStagedBackward) {
+// The wide staged geometry (softmax_staged_fwd_wide / _bwd_wide: CTAs of
+// that many threads) for rows past 16 staged 256-thread CTAs, up to 16 wide
+// CTAs: the backward's 8 vectors of y staged and 8 of dy in registers, the
+// forward's 16 vectors of x, 12 staged and 4 in registers; past those, the
+// kernels as before. Only at the tiles its kernels are built for (backward
+// 8, forward 16).
+TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
+  struct Cell {
+    DType dt;
+    int64_t cols;
+    bool backward;
+    int cluster;  // 0: not wide
+  };
   RowTuning t = default_row_tuning();
-  t.softmax_staged_bwd_wide = 0;
+  t.softmax_staged_fwd_wide = 512;
+  t.softmax_staged_bwd_wide = 512;
   set_row_tuning(&t);
-  const Kernel off = plan(1024, 262144, kF32, true);
+  for (const Cell& c : {Cell{kBF16, 262144, true, 0}, Cell{kBF16, 262152, true, 9}, Cell{kBF16, 524288, true, 16},
+                        Cell{kBF16, 524296, true, 0}, Cell{kF16, 300000, true, 10}, Cell{kF32, 131072, true, 0},
+                        Cell{kF32, 131076, true, 9}, Cell{kF32, 262144, true, 16}, Cell{kF32, 262148, true, 0},
+                        Cell{kBF16, 524288, false, 0}, Cell{kBF16, 524296, false, 9}, Cell{kBF16, 1048576, false, 16},
+                        Cell{kF16, 700001, false, 11}, Cell{kF32, 262144, false, 0}, Cell{kF32, 262148, false, 9},
+                        Cell{kF32, 524288, false, 16}, Cell{kF32, 1048576, false, 0}}) {
+    const Kernel k = plan(1024, c.cols, c.dt, c.backward);
+    const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) +
+                             (c.backward ? " backward" : " forward");
+    if (c.cluster == 0) {
+      EXPECT_EQ(k.regs, 0) << what << ": not the wide geometry";
+    } else {
+      EXPECT_TRUE(k.staged && k.threads == 512 && k.cluster == c.cluster && k.vpt == (c.backward ? 8 : 16) &&
+                  k.regs == (c.backward ? 8 : 4))
+          << what << ": " << c.cluster << " x 512 threads, got cl " << k.cluster << " vpt " << k.vpt << " thr "
+          << k.threads << " regs " << k.regs;
+    }
+  }
   t.softmax_staged_bwd_wide = 1024;
   set_row_tuning(&t);
   const Kernel k1024 = plan(1024, 262144, kF32, true);
-  t.softmax_staged_bwd_wide = 512;
   t.softmax_staged_bwd_vpt = 16;
+  t.softmax_staged_vpt = 8;
   set_row_tuning(&t);
-  const Kernel v16 = plan(1024, 262144, kF32, true);
+  const Kernel b16 = plan(1024, 262144, kF32, true);
+  const Kernel f8 = plan(1024, 524288, kF32, false);
   set_row_tuning(nullptr);
-  EXPECT_TRUE(!off.staged && !off.reg) << "fp32 N = 256K backward with the wide geometry off: chunked";
-  EXPECT_TRUE(k1024.staged && k1024.dy_regs && k1024.threads == 1024 && k1024.cluster == 8)
+  EXPECT_TRUE(k1024.staged && k1024.regs == 8 && k1024.threads == 1024 && k1024.cluster == 8)
       << "fp32 N = 256K backward in 1024-thread CTAs: 8 of them";
-  EXPECT_TRUE(v16.staged && !v16.dy_regs && v16.threads == 256 && v16.vpt == 16 && v16.cluster == 16)
+  EXPECT_TRUE(b16.staged && b16.regs == 0 && b16.threads == 256 && b16.vpt == 16 && b16.cluster == 16)
       << "fp32 N = 256K backward at the 16-vector tile: 16 CTAs of y and dy, no wide geometry";
+  EXPECT_EQ(f8.regs, 0) << "fp32 N = 512K forward at the 8-vector tile: no wide geometry";
   const Kernel d = plan(1024, 262144, kF32, true);
-  EXPECT_TRUE(d.staged && d.dy_regs && d.threads == 512 && d.cluster == 16) << "defaults restored";
+  EXPECT_TRUE(!d.staged && d.regs == 0) << "defaults restored: the wide geometry off";
 }
 
 // softmax_staged_bwd picks the dtypes, softmax_staged_bwd_vpt the tile; off,

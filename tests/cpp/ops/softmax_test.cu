@@ -96,6 +96,10 @@ std::vector<SmCase> cases() {
   add({"N150001_f32_padded_wide", 3, 150001, kF32, false, 0, 3});
   add({"N300001_f16_padded_wide", 3, 300001, kF16, false, 0, 7});
   add({"N524288_bf16_wide", 2, 524288, kBF16});
+  // Forward rows past 16 staged 256-thread CTAs: x split between shared
+  // memory and registers (SoftmaxGpuWideStaged); the backward chunks them.
+  add({"N400000_f32_wide", 2, 400000, kF32});
+  add({"N700001_f16_padded_wide", 2, 700001, kF16, false, 0, 7});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
@@ -458,16 +462,26 @@ TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
-// The aligned cases whose backward rows take the wide staged geometry (past
-// 16 staged 256-thread CTAs: fp32 N > 128K, 16-bit N > 256K, up to 16 wide
-// CTAs), y staged and dy held in registers, in 512-thread CTAs (the
-// default) and in 1024-thread ones (another cluster size and layout).
+// The aligned cases with rows past 16 staged 256-thread CTAs that 16 CTAs
+// of the wide geometry hold: backward rows (fp32 N in (128K, 256K], 16-bit
+// (256K, 512K]) with y staged and dy in registers, forward rows (fp32 N in
+// (256K, 512K], 16-bit (512K, 1M]) with x's tile split between shared
+// memory and registers; in CTAs of 512 threads and of 1024 (another
+// cluster size and layout). Off by default until measured
+// (RowTuning::softmax_staged_fwd_wide / _bwd_wide).
+bool wide_bwd_row(const SmCase& c) {
+  const bool f32 = c.dtype == kF32;
+  return c.cols > (f32 ? 131072 : 262144) && c.cols <= (f32 ? 262144 : 524288);
+}
+bool wide_fwd_row(const SmCase& c) {
+  const bool f32 = c.dtype == kF32;
+  return c.cols > (f32 ? 262144 : 524288) && c.cols <= (f32 ? 524288 : 1048576);
+}
 std::vector<SmCase> wide_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases()) {
     const bool f32 = c.dtype == kF32;
-    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && c.cols > (f32 ? 131072 : 262144) &&
-        c.cols <= (f32 ? 262144 : 524288) && !c.special && !c.huge)
+    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && (wide_bwd_row(c) || wide_fwd_row(c)))
       v.push_back(c);
   }
   return v;
@@ -478,20 +492,26 @@ class SoftmaxGpuWideStaged : public testing::TestWithParam<SmCase> {
   void TearDown() override { set_row_tuning(nullptr); }
 };
 
-TEST_P(SoftmaxGpuWideStaged, BackwardMatchesFloat64) {
+TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
   const SmCase c = as_run(GetParam());
   for (int wide : {512, 1024}) {
     SCOPED_TRACE("wide staged CTAs of " + std::to_string(wide) + " threads");
     RowTuning t = default_row_tuning();
+    t.softmax_staged_fwd = 3;
+    t.softmax_staged_vpt = 16;
+    t.softmax_staged_fwd_wide = wide;
     t.softmax_staged_bwd = 3;
     t.softmax_staged_bwd_vpt = 8;
     t.softmax_staged_bwd_wide = wide;
     set_row_tuning(&t);
-    const std::string bplan = softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{});
-    EXPECT_EQ(bplan.rfind("stage", 0), 0u) << "the backward is not staged under this tuning: " << bplan;
-    EXPECT_NE(bplan.find("thr " + std::to_string(wide)), std::string::npos) << bplan;
-    EXPECT_NE(bplan.find("dy regs"), std::string::npos) << bplan;
+    for (bool backward : {false, true}) {
+      if (!(backward ? wide_bwd_row(c) : wide_fwd_row(c))) continue;
+      const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
+      EXPECT_EQ(plan.rfind("stage", 0), 0u) << "not staged under this tuning: " << plan;
+      EXPECT_NE(plan.find("thr " + std::to_string(wide)), std::string::npos) << plan;
+      EXPECT_NE(plan.find(backward ? " regs 8" : " regs 4"), std::string::npos) << plan;
+    }
     run_case(c);
     if (HasFatalFailure()) return;
   }
