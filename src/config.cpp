@@ -603,9 +603,12 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     int smem_vpt = tensors * vpt;
     if (ceil_div(nvec, t * vpt) > max_cluster && is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t &&
         prob.staged_wide_vpt > 0 && prob.staged_wide_smem_vpt > 0) {
+      // The wide CTA, doubled (up to 1024 threads) while max_cluster of
+      // them do not cover the row.
       t = prob.staged_wide_team;
       vpt = prob.staged_wide_vpt;
       smem_vpt = prob.staged_wide_smem_vpt;
+      while (ceil_div(nvec, t * vpt) > max_cluster && 2 * t <= kRegRowMaxThreads) t *= 2;
     }
     const int64_t cl = ceil_div(nvec, t * vpt);
     size_t smem = staged_smem_bytes(prob, t, smem_vpt, 1);
@@ -713,10 +716,14 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     // The wide geometry (staged_wide_team) at its own tile and shared
     // memory, one row a cluster; otherwise a staged tile, every tensor's
     // vectors in shared memory.
-    const bool wide = prob.staged_wide_team > 0 && c.team == prob.staged_wide_team &&
+    const bool wide = prob.staged_wide_team > 0 && c.team >= prob.staged_wide_team && c.team % prob.staged_wide_team == 0 &&
                       c.vpt == prob.staged_wide_vpt && c.staged_smem_vpt == prob.staged_wide_smem_vpt;
     if (wide) {
       if (c.rows_per_cluster != 1) return "a wide staged row takes one row a cluster";
+      // A CTA above the wide one only where max_cluster of half its size do not cover the row.
+      if (c.team > prob.staged_wide_team &&
+          ceil_div(nvec, int64_t(c.team / 2) * c.vpt) <= std::min(lim.max_cluster, 16))
+        return "a wide staged row takes a bigger CTA than it needs";
     } else {
       bool tile = false;
       for (int v = prob.staged_vpt; v > 0 && v <= std::max(prob.staged_vpt, prob.staged_vpt_max); v *= 2)

@@ -304,7 +304,7 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     // wider only when the half-width tile would need more than 16 CTAs (the
     // wide geometry: its own tile, below).
     const int widest = std::max(p.staged_vpt, p.staged_vpt_max);
-    const bool at_wide = p.staged_wide_team > 0 && c.team == p.staged_wide_team;
+    const bool at_wide = p.staged_wide_team > 0 && c.team >= p.staged_wide_team && c.team != 256;
     if (!at_wide && (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt)))
       return "a staged row not at a staged tile";
     if (!at_wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
@@ -312,8 +312,13 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     // 256-thread CTAs holding every tensor's tile in shared memory, or the
     // wide geometry (its CTA, tile and shared part) where those need more
     // than max_cluster CTAs at the widest tile.
-    const bool wide = p.staged_wide_team > 0 && c.team == p.staged_wide_team;
+    // (The wide CTA doubles up to 1024 threads while max_cluster of it do
+    // not cover the row.)
+    const bool wide = p.staged_wide_team > 0 && c.team >= p.staged_wide_team && c.team != 256;
     if (!wide && c.team != 256) return "a staged row not in 256-thread CTAs";
+    if (wide && (c.team % p.staged_wide_team || !is_pow2(c.team) ||
+                 (c.team > p.staged_wide_team && int64_t(lim.max_cluster) * (c.team / 2) * c.vpt * vec >= p.cols)))
+      return "a wide CTA bigger than the row needs";
     if (c.staged_smem_vpt != (wide ? p.staged_wide_smem_vpt : p.staged_tensors * c.vpt))
       return "vectors a thread in shared memory";
     if (wide && (c.vpt != p.staged_wide_vpt || int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols))
@@ -344,10 +349,10 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
   if (tile.staged_vpt > 0 && lim.max_cluster > 1 &&
       kScratch + size_t(tile.staged_tensors) * 256 * widest * 16 <= lim.max_smem_per_block)
     cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * 256 * widest);
-  // ... or in the wide geometry's CTAs at its tile.
-  if (tile.staged_vpt > 0 && tile.wide_team > 256 && lim.max_cluster > 1 &&
-      kScratch + size_t(tile.wide_smem_vpt) * tile.wide_team * 16 <= lim.max_smem_per_block)
-    cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * tile.wide_team * tile.wide_vpt);
+  // ... or in the wide geometry's CTAs at its tile, up to 1024 threads.
+  for (int64_t wt = tile.wide_team; tile.staged_vpt > 0 && wt > 256 && wt <= 1024 && lim.max_cluster > 1; wt *= 2)
+    if (kScratch + size_t(tile.wide_smem_vpt) * wt * 16 <= lim.max_smem_per_block)
+      cap_vecs = std::max(cap_vecs, int64_t(lim.max_cluster) * wt * tile.wide_vpt);
   const int64_t capacity = cap_vecs * vec;
   for_each_shape(max_n, step, [&](int64_t rows, int64_t n) -> std::string {
     RegRowProblem p;

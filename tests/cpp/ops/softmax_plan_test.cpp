@@ -184,38 +184,42 @@ TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
 }
 
 // The wide staged geometry (softmax_staged_fwd_wide / _bwd_wide: CTAs of
-// that many threads) for rows past 16 staged 256-thread CTAs, up to 16 wide
-// CTAs: the backward's 8 vectors of y staged and 8 of dy in registers, the
-// forward's 16 vectors of x, 12 staged and 4 in registers; past those, the
-// kernels as before. Only at the tiles its kernels are built for (backward
-// 8, forward 16).
+// that many threads, doubled up to 1024 while 16 of them do not cover the
+// row) for rows past 16 staged 256-thread CTAs: the backward's 8 vectors of
+// y staged and 8 of dy in registers, the forward's 16 vectors of x, 12
+// staged and 4 in registers; past 16 CTAs of 1024 threads, the kernels as
+// before. Only at the tiles its kernels are built for (backward 8, forward
+// 16).
 TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
   struct Cell {
     DType dt;
     int64_t cols;
     bool backward;
-    int cluster;  // 0: not wide
+    int cluster, threads;  // cluster 0: not wide
   };
   RowTuning t = default_row_tuning();
   t.softmax_staged_fwd_wide = 512;
   t.softmax_staged_bwd_wide = 512;
   set_row_tuning(&t);
-  for (const Cell& c : {Cell{kBF16, 262144, true, 0}, Cell{kBF16, 262152, true, 9}, Cell{kBF16, 524288, true, 16},
-                        Cell{kBF16, 524296, true, 0}, Cell{kF16, 300000, true, 10}, Cell{kF32, 131072, true, 0},
-                        Cell{kF32, 131076, true, 9}, Cell{kF32, 262144, true, 16}, Cell{kF32, 262148, true, 0},
-                        Cell{kBF16, 524288, false, 0}, Cell{kBF16, 524296, false, 9}, Cell{kBF16, 1048576, false, 16},
-                        Cell{kF16, 700001, false, 11}, Cell{kF32, 262144, false, 0}, Cell{kF32, 262148, false, 9},
-                        Cell{kF32, 524288, false, 16}, Cell{kF32, 1048576, false, 0}}) {
+  for (const Cell& c :
+       {Cell{kBF16, 262144, true, 0, 0}, Cell{kBF16, 262152, true, 9, 512}, Cell{kBF16, 524288, true, 16, 512},
+        Cell{kBF16, 524296, true, 9, 1024}, Cell{kBF16, 1048576, true, 16, 1024}, Cell{kBF16, 1048584, true, 0, 0},
+        Cell{kF16, 300000, true, 10, 512}, Cell{kF32, 131072, true, 0, 0}, Cell{kF32, 131076, true, 9, 512},
+        Cell{kF32, 262144, true, 16, 512}, Cell{kF32, 262148, true, 9, 1024}, Cell{kF32, 524292, true, 0, 0},
+        Cell{kBF16, 524288, false, 0, 0}, Cell{kBF16, 524296, false, 9, 512}, Cell{kBF16, 1048576, false, 16, 512},
+        Cell{kBF16, 1048584, false, 9, 1024}, Cell{kF16, 700001, false, 11, 512}, Cell{kF32, 262144, false, 0, 0},
+        Cell{kF32, 262148, false, 9, 512}, Cell{kF32, 524288, false, 16, 512}, Cell{kF32, 1048576, false, 16, 1024},
+        Cell{kF32, 1048580, false, 0, 0}}) {
     const Kernel k = plan(1024, c.cols, c.dt, c.backward);
     const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) +
                              (c.backward ? " backward" : " forward");
     if (c.cluster == 0) {
       EXPECT_EQ(k.regs, 0) << what << ": not the wide geometry";
     } else {
-      EXPECT_TRUE(k.staged && k.threads == 512 && k.cluster == c.cluster && k.vpt == (c.backward ? 8 : 16) &&
+      EXPECT_TRUE(k.staged && k.threads == c.threads && k.cluster == c.cluster && k.vpt == (c.backward ? 8 : 16) &&
                   k.regs == (c.backward ? 8 : 4))
-          << what << ": " << c.cluster << " x 512 threads, got cl " << k.cluster << " vpt " << k.vpt << " thr "
-          << k.threads << " regs " << k.regs;
+          << what << ": " << c.cluster << " x " << c.threads << " threads, got cl " << k.cluster << " vpt " << k.vpt
+          << " thr " << k.threads << " regs " << k.regs;
     }
   }
   t.softmax_staged_bwd_wide = 1024;

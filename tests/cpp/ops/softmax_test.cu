@@ -100,6 +100,7 @@ std::vector<SmCase> cases() {
   // memory and registers (SoftmaxGpuWideStaged); the backward chunks them.
   add({"N400000_f32_wide", 2, 400000, kF32});
   add({"N700001_f16_padded_wide", 2, 700001, kF16, false, 0, 7});
+  add({"N1048576_f32_wide", 2, 1048576, kF32});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
@@ -463,19 +464,22 @@ INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The aligned cases with rows past 16 staged 256-thread CTAs that 16 CTAs
-// of the wide geometry hold: backward rows (fp32 N in (128K, 256K], 16-bit
-// (256K, 512K]) with y staged and dy in registers, forward rows (fp32 N in
-// (256K, 512K], 16-bit (512K, 1M]) with x's tile split between shared
-// memory and registers; in CTAs of 512 threads and of 1024 (another
-// cluster size and layout). Off by default until measured
+// of the wide geometry hold (CTAs of 512 threads, doubled to 1024 where 16
+// of 512 do not hold the row): backward rows (fp32 N in (128K, 512K],
+// 16-bit (256K, 1M]) with y staged and dy in registers, forward rows (fp32
+// N in (256K, 1M], 16-bit (512K, 2M]) with x's tile split between shared
+// memory and registers; with the wide CTA at 512 threads and at 1024 (other
+// cluster sizes and layouts). Off by default until measured
 // (RowTuning::softmax_staged_fwd_wide / _bwd_wide).
+constexpr int kWideBwdVecs = 8, kWideFwdVecs = 16;
+int64_t row_vectors(const SmCase& c) { return (c.cols + (c.dtype == kF32 ? 3 : 7)) / (c.dtype == kF32 ? 4 : 8); }
 bool wide_bwd_row(const SmCase& c) {
-  const bool f32 = c.dtype == kF32;
-  return c.cols > (f32 ? 131072 : 262144) && c.cols <= (f32 ? 262144 : 524288);
+  const int64_t v = row_vectors(c);
+  return v > 16 * 256 * kWideBwdVecs && v <= 16 * 1024 * kWideBwdVecs;
 }
 bool wide_fwd_row(const SmCase& c) {
-  const bool f32 = c.dtype == kF32;
-  return c.cols > (f32 ? 262144 : 524288) && c.cols <= (f32 ? 524288 : 1048576);
+  const int64_t v = row_vectors(c);
+  return v > 16 * 256 * 16 && v <= 16 * 1024 * kWideFwdVecs;
 }
 std::vector<SmCase> wide_cases() {
   std::vector<SmCase> v;
@@ -507,9 +511,12 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
     set_row_tuning(&t);
     for (bool backward : {false, true}) {
       if (!(backward ? wide_bwd_row(c) : wide_fwd_row(c))) continue;
+      const int vpt = backward ? kWideBwdVecs : kWideFwdVecs;
+      int64_t threads = wide;
+      while ((row_vectors(c) + threads * vpt - 1) / (threads * vpt) > 16) threads *= 2;
       const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
       EXPECT_EQ(plan.rfind("stage", 0), 0u) << "not staged under this tuning: " << plan;
-      EXPECT_NE(plan.find("thr " + std::to_string(wide)), std::string::npos) << plan;
+      EXPECT_NE(plan.find("thr " + std::to_string(threads)), std::string::npos) << plan;
       EXPECT_NE(plan.find(backward ? " regs 8" : " regs 4"), std::string::npos) << plan;
     }
     run_case(c);
