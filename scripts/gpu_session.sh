@@ -38,7 +38,7 @@
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32"), $SWEEP_NS the norms' N, forward and
-#              backward (default: each sweep's own list)
+#              backward, $SOFTMAX_NS softmax's (default: each sweep's own list)
 #   ab         an A/B of two trees' sweeps in one call: the old tree at
 #              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
 #              git-ignored folder passed in `carry`), built beside this
@@ -240,7 +240,9 @@ PROBES
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
             echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
-            QUACK_TUNE=$tune build/softmax_sweep "$dt" 0 >> "$out/softmax_sweep.log" 2>&1 || status=1
+            # shellcheck disable=SC2086
+            QUACK_TUNE=$tune build/softmax_sweep "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS} \
+              >> "$out/softmax_sweep.log" 2>&1 || status=1
           fi
           if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" cross_entropy "* ]]; then
             echo "== cross_entropy $dt ${tune:-defaults}" >> "$out/cross_entropy_sweep.log"
