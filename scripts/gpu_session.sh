@@ -5,7 +5,8 @@
 #
 # parts (default: tests sweep bench):
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers;
-#              QUACK_KEEP_GOING: pytest runs even after a ctest failure)
+#              QUACK_KEEP_GOING: pytest runs even after a ctest failure);
+#              slowest_tests.txt: the 40 slowest ctest tests
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep), in
 #              $CASES_JOBS (default 8) gtest shards at once: the float64
@@ -118,7 +119,11 @@ for part in $parts; do
     tests)
       QUACK_KEEP_GOING=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:--n 8}" bash scripts/test.sh > "$out/tests.log" 2>&1 \
         || status=1
-      grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6 ;;
+      grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6
+      # The 40 slowest ctest tests (what bounds the suite's wall time at
+      # $QUACK_JOBS at once), for trimming the suite's device time.
+      sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .]+(Passed|\*\*\*Failed|\*\*\*Skipped|Skipped)? *([0-9.]+) sec$/\3 \1/p' \
+        "$out/tests.log" | sort -rn | head -40 > "$out/slowest_tests.txt" ;;
     cases)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \

@@ -275,6 +275,7 @@ RowTuning default_row_tuning() {
   // 862 us chunked -> ~760; forward bf16 1M 71.6% chunked -> ~88%.
   t.softmax_staged_fwd_wide = 0;
   t.softmax_staged_bwd_wide = 0;
+  t.softmax_staged_wide_first = 0;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -601,8 +602,12 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     vpt_max = std::min(vpt_max, prob.staged_vpt_max);
     while (ceil_div(nvec, t * vpt) > max_cluster && 2 * vpt <= vpt_max) vpt *= 2;
     int smem_vpt = tensors * vpt;
-    if (ceil_div(nvec, t * vpt) > max_cluster && is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t &&
-        prob.staged_wide_vpt > 0 && prob.staged_wide_smem_vpt > 0) {
+    const bool has_wide = is_pow2_team(prob.staged_wide_team) && prob.staged_wide_team > t && prob.staged_wide_vpt > 0 &&
+                          prob.staged_wide_smem_vpt > 0;
+    // The wide geometry where the staged tile needs more than max_cluster
+    // CTAs, or (staged_wide_first) wherever it makes a cluster of two or more.
+    if (has_wide && (ceil_div(nvec, t * vpt) > max_cluster ||
+                     (prob.staged_wide_first && ceil_div(nvec, int64_t(prob.staged_wide_team) * prob.staged_wide_vpt) >= 2))) {
       // The wide CTA, doubled (up to 1024 threads) while max_cluster of
       // them do not cover the row.
       t = prob.staged_wide_team;

@@ -59,6 +59,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
       prob.staged_wide_team = tune.softmax_staged_fwd_wide;
       prob.staged_wide_vpt = ops::kSoftmaxFwdSplitVpt;
       prob.staged_wide_smem_vpt = ops::kSoftmaxFwdSplitVpt - ops::kSoftmaxFwdSplitRegs;
+      prob.staged_wide_first = (tune.softmax_staged_wide_first & (es == 4 ? 2 : 1)) != 0;
     }
   }
   // Backward rows that need more than one register CTA (1024 threads at 4
@@ -78,6 +79,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
       prob.staged_wide_team = tune.softmax_staged_bwd_wide;
       prob.staged_wide_vpt = 8;
       prob.staged_wide_smem_vpt = 8;
+      prob.staged_wide_first = (tune.softmax_staged_wide_first & (es == 4 ? 2 : 1)) != 0;
     }
   }
   const int tensors = backward ? 2 : 1;

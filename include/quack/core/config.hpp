@@ -160,6 +160,10 @@ struct RowTuning {
   // (softmax_staged_bwd_wide, where softmax_staged_bwd_vpt is 8).
   int softmax_staged_fwd_wide;
   int softmax_staged_bwd_wide;
+  // Bits as softmax_staged_fwd: the wide geometry (where its knob is on)
+  // for every staged row it makes a cluster of two or more for, not only
+  // past 16 staged CTAs -- fewer, larger CTAs a row (0: off; unmeasured).
+  int softmax_staged_wide_first;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -314,6 +318,9 @@ struct RegRowProblem {
   int staged_wide_team = 0;
   int staged_wide_vpt = 0;
   int staged_wide_smem_vpt = 0;
+  // The wide geometry also for rows the staged tile covers, wherever it
+  // makes a cluster of two or more (an experiment's switch).
+  bool staged_wide_first = false;
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging

@@ -267,6 +267,7 @@ struct RegTile {
   int wide_team = 0;       // the wide staged geometry's CTA (0: none), ...
   int wide_vpt = 0;        // ... its tile (vectors of each tensor a thread) ...
   int wide_smem_vpt = 0;   // ... and the vectors a thread of them in shared memory
+  bool wide_first = false; // the wide geometry wherever it makes a cluster
 };
 std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
   return "x" + std::to_string(i.param.x_bytes) + "B_maxvpt" + std::to_string(i.param.max_vpt) + "_clustervpt" +
@@ -274,7 +275,8 @@ std::string reg_tile_name(const testing::TestParamInfo<RegTile>& i) {
          (i.param.staged_vpt_max > 0 ? "_to" + std::to_string(i.param.staged_vpt_max) : "") +
          (i.param.staged_tensors > 1 ? "_x" + std::to_string(i.param.staged_tensors) : "") +
          (i.param.wide_team > 0 ? "_wide" + std::to_string(i.param.wide_team) + "_vpt" + std::to_string(i.param.wide_vpt) +
-                                      "_smem" + std::to_string(i.param.wide_smem_vpt)
+                                      "_smem" + std::to_string(i.param.wide_smem_vpt) +
+                                      (i.param.wide_first ? "_first" : "")
                                 : "");
 }
 
@@ -321,7 +323,8 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
       return "a wide CTA bigger than the row needs";
     if (c.staged_smem_vpt != (wide ? p.staged_wide_smem_vpt : p.staged_tensors * c.vpt))
       return "vectors a thread in shared memory";
-    if (wide && (c.vpt != p.staged_wide_vpt || int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols))
+    if (wide && (c.vpt != p.staged_wide_vpt ||
+                 (!p.staged_wide_first && int64_t(lim.max_cluster) * 256 * widest * vec >= p.cols)))
       return "the wide staged geometry where 256-thread CTAs hold the row";
     if (c.smem_bytes != p.scratch_bytes + size_t(c.staged_smem_vpt) * c.team * 16 || c.smem_bytes > lim.max_smem_per_block)
       return "staged shared memory";
@@ -367,6 +370,7 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.staged_wide_team = tile.wide_team;
     p.staged_wide_vpt = tile.wide_vpt;
     p.staged_wide_smem_vpt = tile.wide_smem_vpt;
+    p.staged_wide_first = tile.wide_first;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
     const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
@@ -401,7 +405,9 @@ INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                                          RegTile{2, 4, 4, 8, 0, 2, 512, 8, 8}, RegTile{4, 4, 4, 8, 0, 2, 512, 8, 8},
                                          RegTile{4, 4, 4, 8, 0, 2, 1024, 8, 8},
                                          // softmax forward: x staged, or split 12 + 4 in 512-thread CTAs
-                                         RegTile{2, 8, 4, 16, 0, 1, 512, 16, 12}, RegTile{4, 8, 4, 16, 0, 1, 512, 16, 12}),
+                                         RegTile{2, 8, 4, 16, 0, 1, 512, 16, 12}, RegTile{4, 8, 4, 16, 0, 1, 512, 16, 12},
+                                         RegTile{2, 8, 4, 16, 0, 1, 512, 16, 12, true},
+                                         RegTile{2, 4, 4, 8, 0, 2, 512, 8, 8, true}),
                          reg_tile_name);
 
 TEST(RegConfigShapes, DisabledByTuning) {

@@ -236,6 +236,20 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
   EXPECT_TRUE(b16.staged && b16.regs == 0 && b16.threads == 256 && b16.vpt == 16 && b16.cluster == 16)
       << "fp32 N = 256K backward at the 16-vector tile: 16 CTAs of y and dy, no wide geometry";
   EXPECT_EQ(f8.regs, 0) << "fp32 N = 512K forward at the 8-vector tile: no wide geometry";
+  // softmax_staged_wide_first: the wide geometry wherever it makes a cluster.
+  t = default_row_tuning();
+  t.softmax_staged_fwd_wide = 512;
+  t.softmax_staged_bwd_wide = 512;
+  t.softmax_staged_wide_first = 1;  // 16-bit only
+  set_row_tuning(&t);
+  const Kernel fb = plan(1024, 262144, kBF16, false), fb64 = plan(1024, 65536, kBF16, false);
+  const Kernel bb = plan(1024, 65536, kBF16, true), ff = plan(1024, 262144, kF32, false);
+  set_row_tuning(nullptr);
+  EXPECT_TRUE(fb.staged && fb.regs == 4 && fb.threads == 512 && fb.cluster == 4) << "bf16 256K forward wide first: 4 x 512";
+  EXPECT_TRUE(fb64.staged && fb64.regs == 0 && fb64.cluster == 2)
+      << "bf16 64K forward wide first: one wide CTA would hold it, so the staged tile (2 x 256)";
+  EXPECT_TRUE(bb.staged && bb.regs == 8 && bb.threads == 512 && bb.cluster == 2) << "bf16 64K backward wide first: 2 x 512";
+  EXPECT_TRUE(ff.staged && ff.regs == 0 && ff.threads == 256) << "fp32 rows without bit 1: the staged tile";
   const Kernel d = plan(1024, 262144, kF32, true);
   EXPECT_TRUE(!d.staged && d.regs == 0) << "defaults restored: the wide geometry off";
 }
