@@ -268,8 +268,9 @@ RowTuning default_row_tuning() {
   t.softmax_staged_bwd_vpt = 8;
   // Rows past 16 of those CTAs (backward: fp32 N > 128K, 16-bit N > 256K;
   // forward: fp32 N > 256K, 16-bit N > 512K) up to 16 CTAs of 512 threads
-  // (fp32 256K / 512K, 16-bit 512K / 1M), half a thread's vectors staged
-  // and half in registers, two CTAs an SM: off until measured (built and
+  // (backward fp32 256K, 16-bit 512K; forward fp32 512K, 16-bit 1M), part
+  // of a thread's vectors staged and part in registers, two CTAs an SM;
+  // beyond, CTAs of 1024 threads, one an SM: off until measured (built and
   // checked without a GPU in the thirty-eighth session, when no device was
   // lent; docs/KERNELS.md has the plan). Predictions: backward fp32 256K
   // 862 us chunked -> ~760; forward bf16 1M 71.6% chunked -> ~88%.
@@ -564,8 +565,7 @@ RowConfig choose_row_config(const RowProblem& prob, const DeviceLimits& lim, con
 
 namespace {
 // Shared memory of a staged CTA: the scratch (one row, or a pair's) and
-// `rows` rows of t threads at
-// `smem_vpt` 16-byte vectors a thread in shared memory.
+// `rows` rows of t threads at smem_vpt 16-byte vectors a thread.
 size_t staged_smem_bytes(const RegRowProblem& prob, int64_t t, int smem_vpt, int rows) {
   return (rows == 2 ? prob.staged_pair_scratch_bytes : prob.scratch_bytes) + size_t(rows) * size_t(t) * smem_vpt * 16;
 }

@@ -52,9 +52,9 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = tune.softmax_fwd_vpt16;
   if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt)) {
     prob.staged_vpt = tune.softmax_staged_vpt;
-    // Rows past 16 of those CTAs: x's first 8 vectors a thread staged, the
-    // other 8 in registers, CTAs of softmax_staged_fwd_wide threads (the
-    // kernel's one split instantiation: 16 vectors).
+    // Rows past 16 of those CTAs: x's first 12 vectors a thread staged, the
+    // other 4 in registers, CTAs of softmax_staged_fwd_wide threads or more
+    // (the kernel's one split instantiation: 16 vectors).
     if (prob.staged_vpt == ops::kSoftmaxFwdSplitVpt) {
       prob.staged_wide_team = tune.softmax_staged_fwd_wide;
       prob.staged_wide_vpt = ops::kSoftmaxFwdSplitVpt;

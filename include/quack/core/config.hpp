@@ -152,12 +152,12 @@ struct RowTuning {
   // thread (8 or 16: the tiles the kernel is built with).
   int softmax_staged_bwd;
   int softmax_staged_bwd_vpt;
-  // Rows past 16 such CTAs, in CTAs of this many threads (0: off, those
-  // rows take the register cluster or the chunked kernel): the forward's
-  // 16 vectors of x a thread, 8 staged and 8 in registers
-  // (softmax_staged_fwd_wide, where softmax_staged_vpt is 16); the
-  // backward's 8 of y staged and 8 of dy in registers
-  // (softmax_staged_bwd_wide, where softmax_staged_bwd_vpt is 8).
+  // Rows past 16 such CTAs, in CTAs of this many threads, doubled up to
+  // 1024 while 16 do not hold the row (0: off, those rows take the
+  // register cluster or the chunked kernel): the forward's 16 vectors of x
+  // a thread, 12 staged and 4 in registers (softmax_staged_fwd_wide, where
+  // softmax_staged_vpt is 16); the backward's 8 of y staged and 8 of dy in
+  // registers (softmax_staged_bwd_wide, where softmax_staged_bwd_vpt is 8).
   int softmax_staged_fwd_wide;
   int softmax_staged_bwd_wide;
   // Bits as softmax_staged_fwd: the wide geometry (where its knob is on)
