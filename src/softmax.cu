@@ -39,6 +39,7 @@ struct Plan {
 
 Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const DeviceLimits& lim) {
   const RowTuning tune = current_row_tuning();
+  const int dtype_bit = es == 4 ? 2 : 1;  // the staging knobs' bit for this dtype
   Plan plan;
   RegRowProblem prob;
   prob.rows = rows;
@@ -50,7 +51,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   // 16-bit forward rows from 512 elements: softmax_fwd_vpt16 vectors a
   // thread (config.cpp).
   if (!backward && es == 2 && cols >= 512) prob.vpt_target = tune.softmax_fwd_vpt16;
-  if (!backward && (tune.softmax_staged_fwd & (es == 4 ? 2 : 1)) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt)) {
+  if (!backward && (tune.softmax_staged_fwd & dtype_bit) && ops::softmax_fwd_staged_tile(tune.softmax_staged_vpt)) {
     prob.staged_vpt = tune.softmax_staged_vpt;
     // Rows past 16 of those CTAs: x's first 12 vectors a thread staged, the
     // other 4 in registers, CTAs of softmax_staged_fwd_wide threads or more
@@ -59,7 +60,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
       prob.staged_wide_team = tune.softmax_staged_fwd_wide;
       prob.staged_wide_vpt = ops::kSoftmaxFwdSplitVpt;
       prob.staged_wide_smem_vpt = ops::kSoftmaxFwdSplitVpt - ops::kSoftmaxFwdSplitRegs;
-      prob.staged_wide_first = (tune.softmax_staged_wide_first & (es == 4 ? 2 : 1)) != 0;
+      prob.staged_wide_first = (tune.softmax_staged_wide_first & dtype_bit) != 0;
     }
   }
   // Backward rows that need more than one register CTA (1024 threads at 4
@@ -67,7 +68,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   // softmax_staged_bwd allows, at the tuning's tile; rows past 16 CTAs at
   // it take the register cluster or the chunked kernel as before (the
   // doubled tile lost there: config.cpp).
-  if (backward && (tune.softmax_staged_bwd & (es == 4 ? 2 : 1)) &&
+  if (backward && (tune.softmax_staged_bwd & dtype_bit) &&
       ops::softmax_bwd_staged_tile(tune.softmax_staged_bwd_vpt)) {
     prob.staged_vpt = tune.softmax_staged_bwd_vpt;
     prob.staged_tensors = 2;
@@ -75,11 +76,11 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
     // Rows past 16 of those CTAs: y staged, dy in registers, CTAs of
     // softmax_staged_bwd_wide threads at the 8-vector tile (the kernel's
     // one wide instantiation).
-    if (prob.staged_vpt == 8) {
+    if (prob.staged_vpt == ops::kSoftmaxBwdWideVpt) {
       prob.staged_wide_team = tune.softmax_staged_bwd_wide;
-      prob.staged_wide_vpt = 8;
-      prob.staged_wide_smem_vpt = 8;
-      prob.staged_wide_first = (tune.softmax_staged_wide_first & (es == 4 ? 2 : 1)) != 0;
+      prob.staged_wide_vpt = ops::kSoftmaxBwdWideVpt;
+      prob.staged_wide_smem_vpt = ops::kSoftmaxBwdWideVpt;  // y's tile; dy's in registers
+      prob.staged_wide_first = (tune.softmax_staged_wide_first & dtype_bit) != 0;
     }
   }
   const int tensors = backward ? 2 : 1;

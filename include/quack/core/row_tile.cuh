@@ -88,10 +88,28 @@ struct RowGeom {
     if (n == VEC) v.store(row + col(i));
     else if (n > 0) v.store_partial(row + col(i), n);
   }
+  // Loads this thread's vectors kFirst .. kFirst + N - 1 of `row` into
+  // v[0 .. N): where every vector lies inside the row (whole), straight
+  // from the row pointer formed once; otherwise each by load() (zeros past
+  // the row's end).
+  template <int kFirst, int N, typename T>
+  __device__ __forceinline__ void load_vecs(RawVec<T, VEC> (&v)[N], const T* row) const {
+    static_assert(kFirst >= 0 && kFirst + N <= VPT, "load_vecs: vectors beyond the tile");
+    if (whole) {
+      const T* r0 = row + col0;
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k].load(r0 + (kFirst + k) * col_step);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) load(v[k], row, kFirst + k);
+    }
+  }
+  // Shared-memory address of this thread's vector i in the staged kernels'
+  // layout (slot0: its vector 0; vector i at slot0 + i * team * 16, each
+  // slot written and read by its thread alone).
+  __device__ __forceinline__ uint32_t slot(uint32_t slot0, int i) const { return slot0 + uint32_t(i * team) * 16; }
   // Issues cp.async of this thread's first kCount vectors of `row` into
-  // shared memory, vector i at slot0 + i * team * 16 (the staged kernels'
-  // layout: each slot written and read by its thread alone), unrolled by
-  // kUnroll.
+  // their slots (slot()), unrolled by kUnroll.
   // kWhole (every vector inside the row): 16-byte copies from the row
   // pointer formed once; otherwise zero fill past the row's end (the
   // caller fills what its padding needs). The caller commits and waits.
@@ -101,7 +119,7 @@ struct RowGeom {
     const T* r0 = row + col0;
 #pragma unroll kUnroll
     for (int i = 0; i < kCount; ++i) {
-      const uint32_t dst = slot0 + uint32_t(i * team) * 16;
+      const uint32_t dst = slot(slot0, i);
       if constexpr (kWhole) {
         cp_async16(dst, r0 + i * col_step);
       } else {

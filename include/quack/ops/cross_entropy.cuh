@@ -461,10 +461,10 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   const uint32_t slot0 = smem_addr(smem) + kCEScratchBytes + uint32_t(g.t) * 16;
   auto x_at = [&](int i) {
     V v;
-    lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+    lds<16>(g.slot(slot0, i), v.w);
     return v;
   };
-  auto stage = [&](const T* xrow, int i) { cp_async16(slot0 + uint32_t(i * g.team) * 16, xrow + g.col(i)); };
+  auto stage = [&](const T* xrow, int i) { cp_async16(g.slot(slot0, i), xrow + g.col(i)); };
   // The partial vector by element loads into registers, not a partial
   // cp.async: in place (dx over the logits), the row's partial last
   // vector staged by cp.async with its zero fill read back wrong values

@@ -89,6 +89,9 @@ constexpr int kSoftmaxFwdSplitRegs = 4;
 // Staged clustered backward rows: y and dy in shared memory, the same tiles
 // (vectors of each a thread); RowTuning::softmax_staged_bwd_vpt picks one.
 constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; }
+// The backward's wide tile (RowTuning::softmax_staged_bwd_wide): 8 vectors
+// of y a thread staged, 8 of dy in registers.
+constexpr int kSoftmaxBwdWideVpt = 8;
 
 // Folds VEC elements x[], the first n of them valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     auto x_at = [&](int i, auto whole_c) {
       if constexpr (kStaged) {
         RawVec<T, VEC> v;
-        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+        lds<16>(g.slot(slot0, i), v.w);
         if constexpr (!decltype(whole_c)::value) {
           if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
         }
@@ -320,16 +323,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         by_whole([&](auto wc) { g.template stage_async<decltype(wc)::value, kUnroll, kSmemVecs>(slot0, xrow); });
         cp_async_commit();
         if constexpr (kRegVecs > 0) {
-          if (g.whole) {
-            const T* x0 = xrow + g.col0;
+          g.template load_vecs<kSmemVecs>(xv, xrow);
+          if (!g.whole) {
 #pragma unroll
-            for (int k = 0; k < kRegVecs; ++k) xv[k].load(x0 + (kSmemVecs + k) * g.col_step);
-          } else {
-#pragma unroll
-            for (int k = 0; k < kRegVecs; ++k) {
-              g.load(xv[k], xrow, kSmemVecs + k);
-              xv[k].fill_tail(g.valid(kSmemVecs + k), neg_inf_bits<T>());
-            }
+            for (int k = 0; k < kRegVecs; ++k) xv[k].fill_tail(g.valid(kSmemVecs + k), neg_inf_bits<T>());
           }
         }
         cp_async_wait_all();
@@ -460,16 +457,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
         copy(yrow, yslot0);
         if constexpr (kDySmem) copy(dyrow, dyslot0);
         cp_async_commit();
-        if constexpr (kDyRegs) {
-          if (g.whole) {
-            const T* d0 = dyrow + g.col0;
-#pragma unroll
-            for (int i = 0; i < VPT; ++i) dyv[i].load(d0 + i * g.col_step);
-          } else {
-#pragma unroll
-            for (int i = 0; i < VPT; ++i) g.load(dyv[i], dyrow, i);
-          }
-        }
+        if constexpr (kDyRegs) g.template load_vecs<0>(dyv, dyrow);
         cp_async_wait_all();
       } else {
 #pragma unroll
@@ -483,7 +471,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     auto tile_at = [&](auto in_smem, const auto& regs, uint32_t slot0, int i) {
       if constexpr (decltype(in_smem)::value) {
         RawVec<T, VEC> v;
-        lds<16>(slot0 + uint32_t(i * g.team) * 16, v.w);
+        lds<16>(g.slot(slot0, i), v.w);
         return v;
       } else {
         return regs[i];
@@ -896,8 +884,9 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
     }
   } else {
     if (cfg.staged && cfg.staged_smem_vpt == cfg.vpt) {  // y staged, dy in registers (the wide geometry)
-      if (cfg.vpt == 8)
-        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == kSoftmaxBwdWideVpt)
+        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, kSoftmaxBwdWideVpt, true, true, true>>(p, shape, device,
+                                                                                                       stream);
     } else if (cfg.staged) {
       if (cfg.vpt == 8) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
       if (cfg.vpt == 16) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
