@@ -422,21 +422,25 @@ INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(cl
 // 8, the default, and 16): fp32 and 16-bit
 // rows, partial last vectors, special values, clusters of 2 to 16 CTAs
 // with idle threads in the last.
+// Rows the staged kernels may take: aligned, 16-byte vectors in every row.
+bool stageable(const SmCase& c) { return c.offset == 0 && (c.cols + c.pad) % (c.dtype == kF32 ? 4 : 8) == 0; }
+
 std::vector<SmCase> staged_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases()) {
     const bool f32 = c.dtype == kF32;
-    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && c.cols > (f32 ? 16384 : 32768) &&
-        c.cols <= (f32 ? 131072 : 262144))
-      v.push_back(c);
+    if (stageable(c) && c.cols > (f32 ? 16384 : 32768) && c.cols <= (f32 ? 131072 : 262144)) v.push_back(c);
   }
   return v;
 }
 
-class SoftmaxGpuStaged : public testing::TestWithParam<SmCase> {
+// Cases run under a tuning of their own, restored after each.
+class TunedSoftmaxGpu : public testing::TestWithParam<SmCase> {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
 };
+
+class SoftmaxGpuStaged : public TunedSoftmaxGpu {};
 
 TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
@@ -483,18 +487,12 @@ bool wide_fwd_row(const SmCase& c) {
 }
 std::vector<SmCase> wide_cases() {
   std::vector<SmCase> v;
-  for (const SmCase& c : cases()) {
-    const bool f32 = c.dtype == kF32;
-    if (c.offset == 0 && (c.cols + c.pad) % (f32 ? 4 : 8) == 0 && (wide_bwd_row(c) || wide_fwd_row(c)))
-      v.push_back(c);
-  }
+  for (const SmCase& c : cases())
+    if (stageable(c) && (wide_bwd_row(c) || wide_fwd_row(c))) v.push_back(c);
   return v;
 }
 
-class SoftmaxGpuWideStaged : public testing::TestWithParam<SmCase> {
- protected:
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+class SoftmaxGpuWideStaged : public TunedSoftmaxGpu {};
 
 TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
