@@ -244,14 +244,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
   if (plan.grid_runs) {
     const NormGridConfig& g = plan.gcfg;
     ops::RMSNormFwdParams gp = p;
-    gp.exchange = static_cast<uint64_t*>(a.workspace);
-    gp.grid_ranks = g.ranks;
-    gp.grid_groups = g.groups;
-    gp.grid_lag = g.lag;
-    gp.grid_stages = g.stages;
-    gp.grid_tile_vecs = g.tile_vecs;
-    gp.grid_steps = g.steps;
-    gp.grid_prefetch = plan.grid_prefetch ? 1 : 0;
+    core::set_grid_params(gp, g, a.workspace, plan.grid_prefetch);
     bool not_resident = false;
     Status gst = detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
       return ops::launch_rmsnorm_fwd_grid<decltype(dt)::value, kCentre>(gp, g, plan.grid_w_f32, device, stream,

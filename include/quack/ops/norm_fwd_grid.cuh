@@ -19,6 +19,8 @@
 //      rank order -- LayerNorm: the mean from the sums, then each rank's
 //      deviations plus n_r (mean_r - mean)^2 (Chan's parallel variance: no
 //      cancellation) -- writes out from the same stages, then refills them.
+// The ring and the step loop are core/grid_ring.cuh's (shared with softmax's
+// grid forward, ops/softmax_grid.cuh); this kernel is its two phases.
 // x crosses HBM once and out once; the exchange costs a 64-bit store a CTA
 // and a word and as many loads a rank, from L2, spread over the CTA. Every
 // CTA combines the same words in the same order: the rstd (and mean) are the
@@ -31,6 +33,7 @@
 #include "quack/core/bulk.cuh"
 #include "quack/core/config.hpp"
 #include "quack/core/grid_exchange.cuh"
+#include "quack/core/grid_ring.cuh"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
 #include "quack/core/row_tile.cuh"
@@ -41,17 +44,11 @@ namespace quack {
 namespace ops {
 
 constexpr int kNormFwdGridThreads = kNormGridCtaThreads;
-// The last thread publishes and its warp loads no collected word (as the
-// backward's: a layout kept from when a publication waited on a fence).
-constexpr int kNormFwdGridPublisher = kNormFwdGridThreads - 1;
-constexpr int kNormFwdGridLoaders = kNormFwdGridPublisher & ~31;
 // The scratch's four areas: a block reduction's warp partials (up to a
 // float4 a warp) each; A's sums and deviations, in two parities by step.
 constexpr uint32_t kNormFwdGridScratchArea = kNormGridScratchBytes / 4;
 static_assert((kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
               "grid forward scratch: four areas of the warps' float4");
-static_assert(8 * kNormGridStagesMax <= int(kNormGridValsOffset - kNormGridBarOffset),
-              "grid forward: the mbarriers' room");
 
 // N plain sums as one reduction value (N = 1, 2, 4).
 template <int N>
@@ -79,75 +76,26 @@ __device__ __forceinline__ void grid_warp_sums(float (&a)[N]) {
 template <typename T, typename Tw, bool kCentre, int R>
 __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kernel(const RMSNormFwdParams p) {
   using namespace core;
-  constexpr int VEC = 16 / sizeof(T);
-  constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
+  using Ring = GridRowRing<T>;
+  constexpr int VEC = Ring::VEC;
+  constexpr int KV = Ring::KV;  // vectors a thread
   constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
   using XOp = GridSums<kWords>;
-  using XWords = GridWords<typename XOp::T>;
-  using V = RawVec<T, VEC>;
+  using V = typename Ring::V;
   extern __shared__ __align__(128) unsigned char smem[];
   float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
-  const uint32_t bar0 = smem_addr(smem) + kNormGridBarOffset;
-  const uint32_t stage0 = smem_addr(smem) + uint32_t(kNormGridHeader);
 
-  const int ranks = p.grid_ranks, rank = int(blockIdx.x) % ranks, tid = int(threadIdx.x);
-  const int64_t group = int64_t(blockIdx.x) / ranks, groups = p.grid_groups, cols = p.cols;
-  const int64_t nvec = (cols + VEC - 1) / VEC, nfull = cols / VEC;
-  const int64_t tile = p.grid_tile_vecs;
-  const int64_t vb = int64_t(rank) * tile, ve = min(nvec, vb + tile);
-  const int64_t bulk_vecs = max(int64_t(0), min(ve, nfull) - vb);  // whole vectors, copied in bulk
-  const uint32_t tile_bytes = uint32_t(tile) * 16, bulk_bytes = uint32_t(bulk_vecs) * 16;
-  const int stages = p.grid_stages, lag = p.grid_lag;
-  // Rows of this group (fewer than 2^31: choose_norm_fwd_grid_config).
-  const int rows_here = group < p.rows ? int((p.rows - group + groups - 1) / groups) : 0;
-  const GridExchange<XOp> ex{p.exchange + group * GridExchange<XOp>::words(ranks, p.grid_steps), ranks, rank};
-  const T* x = static_cast<const T*>(p.x);
+  Ring ring = Ring::make(smem, static_cast<const T*>(p.x), p.x_stride, p.rows, p.cols, p.grid_ranks, p.grid_groups,
+                         p.grid_tile_vecs, p.grid_stages);
+  const int ranks = ring.ranks, rank = ring.rank, tid = ring.tid;
+  const int64_t cols = p.cols, tile = ring.tile, vb = ring.vb;
+  const GridExchange<XOp> ex{p.exchange + ring.group * GridExchange<XOp>::words(ranks, p.grid_steps), ranks, rank};
   T* out = static_cast<T*>(p.out);
   const Tw* wp = static_cast<const Tw*>(p.w);
   const Tw* bp = static_cast<const Tw*>(p.b);
-
-  // Row j of this group into stage s = j % stages (thread 0).
-  auto issue = [&](int j, int s) {
-    const int64_t row = group + int64_t(j) * groups;
-    const uint32_t bar = bar0 + 8 * uint32_t(s);
-    mbar_arrive_expect_tx(bar, bulk_bytes);
-    if (bulk_bytes > 0) bulk_g2s(stage0 + uint32_t(s) * tile_bytes, x + row * p.x_stride + vb * VEC, bulk_bytes, bar);
-  };
-  // This thread's vectors of the tile (core::GridTileVecs; past the tile:
-  // zero). Every thread of every rank but the last has all KV in the stage
-  // (`full`): the hot path, with no test a vector. (The first version
-  // tested each vector's 64-bit position a step: 524 instructions a thread
-  // a step for 16 elements, the step issue-bound at 0.39 a scheduler-cycle;
-  // fp32 RMSNorm 1M 70.8% of copy; H200, ncu, 36328c7.)
-  const auto tv = GridTileVecs<KV, TH>::make(tid, int(bulk_vecs), int(ve - vb), int(cols - nfull * VEC));
-  const int nin = tv.nin, nval = tv.nval, part = tv.part;
-  const bool full = nin == KV;
-  // Elements of vector k inside the row (the partial paths).
-  auto valid_at = [&](int k) { return k < nin ? VEC : (k < nval ? part : 0); };
-  // Row `row`'s vectors of this thread from stage s (zero past the tile).
-  auto load_tile = [&](bool whole, int s, int64_t row, V (&xv)[KV]) {
-    const uint32_t a = stage0 + uint32_t(s) * tile_bytes + uint32_t(tid) * 16u;
-#pragma unroll
-    for (int k = 0; k < KV; ++k) {
-      if (whole) {
-        lds<16>(a + uint32_t(k * TH * 16), xv[k].w);
-      } else {
-        xv[k].zero();
-        if (k < nin) lds<16>(a + uint32_t(k * TH * 16), xv[k].w);
-        else if (k < nval) xv[k].load_partial(x + row * p.x_stride + nfull * VEC, part);
-      }
-    }
-  };
-  // Sums over VEC independent chains, then a fixed tree (the same bits in
-  // every run): the chains hide the FMA latency a 16-long chain exposed.
-  auto tree = [](float (&a)[VEC]) {
-#pragma unroll
-    for (int h = VEC / 2; h > 0; h /= 2)
-#pragma unroll
-      for (int e = 0; e < h; ++e) a[e] += a[e + h];
-    return a[0];
-  };
+  const int nval = ring.nval, rows_here = ring.rows_here;
+  const bool full = ring.full;
   // Columns rank r owns.
   auto rank_cols = [&](int r) -> float {
     const int64_t c0 = int64_t(r) * tile * VEC, c1 = min(cols, (int64_t(r) + 1) * tile * VEC);
@@ -158,13 +106,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   const float n_mid = float(tile * VEC), inv_mid = 1.0f / n_mid;
   const float n_last = rank_cols(ranks - 1), inv_last = n_last > 0.0f ? 1.0f / n_last : 0.0f;
 
-  if (tid == 0) {
-    for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8 * uint32_t(s), 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (tid == 0)
-    for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
+  ring.start();
 
   // The weight (plus weight_offset; exactly 1 without a weight) and the
   // bias (0 without) of this thread's columns, while the first rows arrive.
@@ -176,7 +118,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     wv.zero();
     bv.zero();
     if (k < nval) {
-      const int valid = valid_at(k);
+      const int valid = ring.valid_at(k);
       if (wp != nullptr) {
         if (valid == VEC) wv.load(wp + v * VEC);
         else wv.load_partial(wp + v * VEC, valid);
@@ -192,166 +134,128 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     for (int e = 0; e < VEC; ++e) w[k][e] = wp != nullptr ? w[k][e] + p.weight_offset : 1.0f;
   }
 
-  // Phase A's stage and its parity; phase B's stage. Rows j of the group
-  // go to stages j % stages in order, one each.
-  int sa = 0, sb = 0;
-  uint32_t pa = 0;
-  const int steps = (rows_here + R - 1) / R;
-  // The collect's words a loader takes, all in flight at once: every
-  // rank's of a step.
-  constexpr int kGather = (kNormGridMaxRanks * kWords + kNormFwdGridLoaders - 1) / kNormFwdGridLoaders;
-  const bool early = p.grid_prefetch != 0;
-  for (int i = 0; i < steps + lag && rows_here > 0; ++i) {
-    const int q = i - lag;
-    uint64_t pending[kGather];
-    if (early && q >= 0) ex.template gather_issue<kGather>(q, kNormFwdGridLoaders, pending);
-    if (i < steps) {  // A: publish step i's sums
-      float sum[R], dev[R];
-      V xr[R][KV];  // the tiles' vectors as loaded (LayerNorm: for the deviations)
+  // A: step i's sums.
+  auto phase_a = [&](int i, float (&part_w)[kWords]) {
+    float sum[R], dev[R];
+    V xr[R][KV];  // the tiles' vectors as loaded (LayerNorm: for the deviations)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int j = i * R + r;
+      sum[r] = dev[r] = 0.0f;
+      if (j >= rows_here) {  // the group's last step: fewer rows (uniform over the CTA)
+#pragma unroll
+        for (int k = 0; k < KV; ++k) xr[r][k].zero();
+        continue;
+      }
+      const int s = ring.wait_next();
+      const int64_t row = ring.row(j);
+      if (full) ring.load_tile(true, s, row, xr[r]);
+      else ring.load_tile(false, s, row, xr[r]);
+      float acc[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < KV; ++k) {
+        float f[VEC];
+        xr[r][k].widen(f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = kCentre ? acc[e] + f[e] : fmaf(f[e], f[e], acc[e]);
+      }
+      sum[r] = grid_tree(acc);
+    }
+    grid_block_sums<R>(sum, smem, 2 * (i & 1));
+    if constexpr (kCentre) {
+      // Deviations from the tile's own mean over its valid elements.
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const int j = i * R + r;
-        sum[r] = dev[r] = 0.0f;
-        if (j >= rows_here) {  // the group's last step: fewer rows (uniform over the CTA)
-#pragma unroll
-          for (int k = 0; k < KV; ++k) xr[r][k].zero();
-          continue;
-        }
-        const int s = sa;
-        mbar_wait(bar0 + 8 * uint32_t(s), pa);
-        if (++sa == stages) sa = 0, pa ^= 1u;
-        const int64_t row = group + int64_t(j) * groups;
-        if (full) load_tile(true, s, row, xr[r]);
-        else load_tile(false, s, row, xr[r]);
+        const float tm = sum[r] * inv_own;
         float acc[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < KV; ++k) {
-          float f[VEC];
-          xr[r][k].widen(f);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[e] = kCentre ? acc[e] + f[e] : fmaf(f[e], f[e], acc[e]);
-        }
-        sum[r] = tree(acc);
-      }
-      grid_block_sums<R>(sum, smem, 2 * (i & 1));
-      float part_w[kWords];
-      if constexpr (kCentre) {
-        // Deviations from the tile's own mean over its valid elements.
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float tm = sum[r] * inv_own;
-          float acc[VEC];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
-          auto devs = [&](bool whole) {
-#pragma unroll
-            for (int k = 0; k < KV; ++k) {
-              float f[VEC];
-              xr[r][k].widen(f);
-              const int valid = whole ? VEC : valid_at(k);
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) {
-                const float d = e < valid ? f[e] - tm : 0.0f;
-                acc[e] = fmaf(d, d, acc[e]);
-              }
-            }
-          };
-          if (full) devs(true);
-          else devs(false);
-          dev[r] = tree(acc);
-        }
-        grid_block_sums<R>(dev, smem, 2 * (i & 1) + 1);
-#pragma unroll
-        for (int r = 0; r < R; ++r) part_w[2 * r] = sum[r], part_w[2 * r + 1] = dev[r];
-      } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) part_w[r] = sum[r];
-      }
-      if (tid == kNormFwdGridPublisher) ex.publish(i, XWords::get(part_w));
-    }
-    if (q >= 0) {  // B: step q's rows normalised and written
-      if (!early) ex.template gather_issue<kGather>(q, kNormFwdGridLoaders, pending);
-      ex.template gather_finish<kGather>(q, pending, vals, kNormFwdGridLoaders);  // one barrier
-      // Every warp combines the ranks' words in rank order: the same bits
-      // in every warp and CTA.
-      const int lane = tid & 31;
-      float mean[R], rstd[R], acc[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-      for (int rr = lane; rr < ranks; rr += 32)
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += vals[rr * kWords + kPer * r];
-      grid_warp_sums<R>(acc);
-      if constexpr (kCentre) {
-        float m2[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
-        for (int rr = lane; rr < ranks; rr += 32) {
-          const bool last = rr == ranks - 1;
-          const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float d = vals[rr * kWords + 2 * r] * inv_n - mean[r];
-            m2[r] += vals[rr * kWords + 2 * r + 1] + n * d * d;
-          }
-        }
-        grid_warp_sums<R>(m2);
-#pragma unroll
-        for (int r = 0; r < R; ++r) rstd[r] = rsqrtf(fmaf(m2[r], p.inv_cols, p.eps));
-      } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) mean[r] = 0.0f, rstd[r] = rsqrtf(fmaf(acc[r], p.inv_cols, p.eps));
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int j = q * R + r;
-        if (j >= rows_here) continue;
-        const int s = sb;
-        if (++sb == stages) sb = 0;
-        const int64_t row = group + int64_t(j) * groups;
-        if (rank == 0 && tid == 0) {
-          if (p.rstd != nullptr) p.rstd[row] = rstd[r];
-          if (kCentre && p.mean != nullptr) p.mean[row] = mean[r];
-        }
-        T* orow = out + row * p.out_stride + (vb + tid) * VEC;
-        auto write = [&](bool whole) {
-          V xv[KV];
-          load_tile(whole, s, row, xv);
+        auto devs = [&](bool whole) {
 #pragma unroll
           for (int k = 0; k < KV; ++k) {
             float f[VEC];
-            xv[k].widen(f);
+            xr[r][k].widen(f);
+            const int valid = whole ? VEC : ring.valid_at(k);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-              const float xh = kCentre ? (f[e] - mean[r]) * rstd[r] : f[e] * rstd[r];
-              f[e] = fmaf(xh, w[k][e], b[k][e]);
-            }
-            V o;
-            o.narrow(f);
-            if (whole) {
-              o.store(orow + k * TH * VEC);
-            } else {
-              if (k < nin) o.store(orow + k * TH * VEC);
-              else if (k < nval) o.store_partial(orow + k * TH * VEC, part);
+              const float d = e < valid ? f[e] - tm : 0.0f;
+              acc[e] = fmaf(d, d, acc[e]);
             }
           }
         };
-        if (full) write(true);
-        else write(false);
+        if (full) devs(true);
+        else devs(false);
+        dev[r] = grid_tree(acc);
       }
-      __syncthreads();  // every thread has read the step's stages
-      if (tid == 0 && q * R + stages < rows_here) {
-        fence_proxy_async_smem();
-        // Row j sat in stage j % stages: it takes row j + stages.
+      grid_block_sums<R>(dev, smem, 2 * (i & 1) + 1);
+#pragma unroll
+      for (int r = 0; r < R; ++r) part_w[2 * r] = sum[r], part_w[2 * r + 1] = dev[r];
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) part_w[r] = sum[r];
+    }
+  };
+
+  // B: step q's rows normalised and written.
+  auto phase_b = [&](int q) {
+    // Every warp combines the ranks' words in rank order: the same bits
+    // in every warp and CTA.
+    const int lane = tid & 31;
+    float mean[R], rstd[R], acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    for (int rr = lane; rr < ranks; rr += 32)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += vals[rr * kWords + kPer * r];
+    grid_warp_sums<R>(acc);
+    if constexpr (kCentre) {
+      float m2[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
+      for (int rr = lane; rr < ranks; rr += 32) {
+        const bool last = rr == ranks - 1;
+        const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
+#pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int j = q * R + r;
-          if (j + stages < rows_here) issue(j + stages, j % stages);
+          const float d = vals[rr * kWords + 2 * r] * inv_n - mean[r];
+          m2[r] += vals[rr * kWords + 2 * r + 1] + n * d * d;
         }
       }
+      grid_warp_sums<R>(m2);
+#pragma unroll
+      for (int r = 0; r < R; ++r) rstd[r] = rsqrtf(fmaf(m2[r], p.inv_cols, p.eps));
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) mean[r] = 0.0f, rstd[r] = rsqrtf(fmaf(acc[r], p.inv_cols, p.eps));
     }
-  }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int j = q * R + r;
+      if (j >= rows_here) continue;
+      const int s = ring.next_written();
+      const int64_t row = ring.row(j);
+      if (rank == 0 && tid == 0) {
+        if (p.rstd != nullptr) p.rstd[row] = rstd[r];
+        if (kCentre && p.mean != nullptr) p.mean[row] = mean[r];
+      }
+      T* orow = out + row * p.out_stride + (vb + tid) * VEC;
+      auto write = [&](bool whole) {
+        ring.write_tile(whole, s, row, orow, [&](int k, float (&f)[VEC]) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float xh = kCentre ? (f[e] - mean[r]) * rstd[r] : f[e] * rstd[r];
+            f[e] = fmaf(xh, w[k][e], b[k][e]);
+          }
+        });
+      };
+      if (full) write(true);
+      else write(false);
+    }
+  };
+
+  grid_fwd_steps<R>(ring, ex, vals, p.grid_lag, p.grid_prefetch != 0, phase_a, phase_b);
 }
 
 // The grid kernel (cfg from choose_norm_fwd_grid_config), a cooperative

@@ -36,6 +36,7 @@
 #include "quack/core/bulk.cuh"
 #include "quack/core/config.hpp"
 #include "quack/core/grid_exchange.cuh"
+#include "quack/core/grid_ring.cuh"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
 #include "quack/core/row_tile.cuh"
@@ -995,13 +996,7 @@ __global__ void __launch_bounds__(kNormBwdGridThreads, 1) rmsnorm_bwd_grid_kerne
     }
   };
 
-  if (tid == 0) {
-    for (int s = 0; s < stages; ++s) mbar_init(bar0 + 8 * uint32_t(s), 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (tid == 0)
-    for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
+  grid_ring_start(tid, stages, rows_here, bar0, issue);
 
   // Phase A's stage and its parity; phase B's stage. Rows j of the group
   // go to stages j % stages in order, one each.
