@@ -277,6 +277,16 @@ RowTuning default_row_tuning() {
   t.softmax_staged_fwd_wide = 0;
   t.softmax_staged_bwd_wide = 0;
   t.softmax_staged_wide_first = 0;
+  // The grid forward (softmax_fwd_grid_kernel) for rows past 16 staged
+  // CTAs: off until measured (built and checked without a GPU in the
+  // thirty-ninth session, when no device was lent; docs/KERNELS.md has the
+  // plan). Prediction, from RMSNorm's grid forward on the same pipeline
+  // (bf16 1M 88.6%, fp32 1M 91.5% of copy): bf16 / fp32 1M 69.9 / 72.0%
+  // (chunked) -> ~85-90%. The thresholds mirror RMSNorm's
+  // (fwd_grid_min_cols16 / 32) until the sweep sets them.
+  t.softmax_fwd_grid = 0;
+  t.softmax_fwd_grid_min_cols16 = int64_t(512) << 10;
+  t.softmax_fwd_grid_min_cols32 = int64_t(256) << 10;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -1179,6 +1189,25 @@ bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
 const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
   if (cols < kNormFwdWorkspaceMinCols) return "a row shorter than kNormFwdWorkspaceMinCols";
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
+}
+
+// Softmax's: two words a row in the exchange (the pair), as LayerNorm's
+// (centre: the layout's two-word rows).
+bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, const DeviceLimits& lim,
+                                    const RowTuning& tune, NormGridConfig* out) {
+  if (cols < kSoftmaxFwdWorkspaceMinCols) return false;
+  const GridKnobs k{tune.softmax_fwd_grid,  tune.softmax_fwd_grid_min_cols16, tune.softmax_fwd_grid_min_cols32,
+                    tune.fwd_grid_stages16, tune.fwd_grid_stages32,           tune.fwd_grid_lag,
+                    tune.fwd_grid_rows16};
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, true, 1, lim, k, out);
+}
+
+const char* check_softmax_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                          const DeviceLimits& lim) {
+  if (cols < kSoftmaxFwdWorkspaceMinCols) return "a row shorter than kSoftmaxFwdWorkspaceMinCols";
+  if (c.exchange_bytes < size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 16)
+    return "exchange_bytes below a pair a rank a row of every step";
   return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
 }
 

@@ -7,6 +7,7 @@
 
 #include "quack/core/config.hpp"
 #include "quack/ops/softmax.cuh"
+#include "quack/ops/softmax_grid.cuh"
 #include "quack/quack.hpp"
 #include "validate.hpp"
 
@@ -30,17 +31,31 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
 // shared memory for long rows where softmax_staged_fwd / _bwd allow --
 // unless the tuning chunks rows this long (forward rows of chunk_min_cols
 // elements or more, or whose register tile needs a cluster, are chunked
-// unless staged), otherwise the chunked two-pass kernel.
+// unless staged), otherwise the chunked two-pass kernel. Ahead of them,
+// forward rows the grid kernel serves (softmax_fwd_grid) where the call
+// has a workspace: grid, the configuration exists (it sizes the workspace);
+// the plan above stays the fallback for a grid that cannot be resident.
 struct Plan {
   bool reg = false;
   RegRowConfig reg_cfg;
   ChunkRowConfig chunk_cfg;
+  bool grid = false;
+  NormGridConfig gcfg;
+  bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch
 };
+
+// The grid forward's configuration, where it serves the row.
+bool grid_path(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, const RowTuning& tune, NormGridConfig* g) {
+  return choose_softmax_fwd_grid_config(rows, cols, es, lim, tune, g) &&
+         check_softmax_fwd_grid_config(*g, rows, cols, es, lim) == nullptr;
+}
 
 Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const DeviceLimits& lim) {
   const RowTuning tune = current_row_tuning();
   const int dtype_bit = es == 4 ? 2 : 1;  // the staging knobs' bit for this dtype
   Plan plan;
+  if (!backward) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
+  plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   RegRowProblem prob;
   prob.rows = rows;
   prob.cols = cols;
@@ -104,8 +119,10 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
 }
 
 // The launch, shared by both directions: aligned rows by plan_aligned,
-// misaligned rows (or strides) by the streaming kernel.
-Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool backward, cudaStream_t stream) {
+// misaligned rows (or strides) by the streaming kernel. workspace (forward
+// only; nullptr: none): the grid kernel's, workspace_bytes of it.
+Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool backward, cudaStream_t stream,
+              void* workspace = nullptr, size_t workspace_bytes = 0) {
   if (base.rows == 0) return Status::success();
   int device = -1;
   DeviceLimits lim;
@@ -116,6 +133,20 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
 
   if (vec_io) {
     const Plan plan = plan_aligned(p.rows, p.cols, es, backward, lim);
+    if (plan.grid && workspace != nullptr) {
+      const NormGridConfig& g = plan.gcfg;
+      if (workspace_bytes < g.exchange_bytes)
+        return invalid("workspace_bytes: " + std::to_string(workspace_bytes) + " bytes given, the call needs " +
+                       std::to_string(g.exchange_bytes) + " (softmax_fwd_workspace_bytes)");
+      ops::SoftmaxGridParams gp{};
+      gp.op = p;
+      core::set_grid_params(gp, g, workspace, plan.grid_prefetch);
+      bool not_resident = false;
+      Status gst = detail::by_dtype(dtype, "x", [&](auto dt) {
+        return ops::launch_softmax_fwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident);
+      });
+      if (!not_resident) return gst;  // else the plan without the grid kernel
+    }
     if (plan.reg) {
       const RegRowConfig& cfg = plan.reg_cfg;
       p.team = cfg.team;
@@ -152,10 +183,14 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
 }  // namespace
 
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward,
-                                     const DeviceLimits& lim) {
+                                     const DeviceLimits& lim, bool workspace) {
   const Plan plan = plan_aligned(rows, cols, dtype_size(dtype), backward, lim);
   char buf[128];
-  if (plan.reg) {
+  if (plan.grid && workspace) {
+    const NormGridConfig& g = plan.gcfg;
+    std::snprintf(buf, sizeof buf, "grid  ranks %3d groups %2d rows %d stages %d lag %d tile %lld smem %6zu grid %lld",
+                  g.ranks, g.groups, g.rows, g.stages, g.lag, (long long)g.tile_vecs, g.smem_bytes, (long long)g.grid);
+  } else if (plan.reg) {
     const RegRowConfig& c = plan.reg_cfg;
     // Staged rows with vectors in registers too (the wide geometry): how many a thread.
     const int regs = c.staged ? (backward ? 2 : 1) * c.vpt - c.staged_smem_vpt : 0;
@@ -177,6 +212,8 @@ Status can_implement(const SoftmaxFwdArgs& a) {
   if (!(st = detail::check_matrix("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols, true)).ok())
     return st;
   if (a.rows > 0 && !(st = check_same_dtype("out", a.out.dtype, "x", a.x.dtype)).ok()) return st;
+  if (a.workspace != nullptr && uintptr_t(a.workspace) % 16 != 0)
+    return invalid("workspace: pointer is not 16-byte aligned");
   return Status::success();
 }
 
@@ -195,6 +232,30 @@ Status can_implement(const SoftmaxBwdArgs& a) {
   return Status::success();
 }
 
+namespace {
+
+// Every operand allows 16-byte vectors of x.
+bool fwd_vec_io(const SoftmaxFwdArgs& a) {
+  const int vec = 16 / dtype_size(a.x.dtype);
+  return detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
+         detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec);
+}
+
+}  // namespace
+
+Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes: null pointer");
+  *bytes = 0;
+  Status st = can_implement(a);
+  if (!st.ok() || a.rows == 0 || a.cols < kSoftmaxFwdWorkspaceMinCols || !fwd_vec_io(a)) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
+  NormGridConfig g;
+  if (grid_path(a.rows, a.cols, dtype_size(a.x.dtype), lim, current_row_tuning(), &g)) *bytes = g.exchange_bytes;
+  return Status::success();
+}
+
 Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
   Status st = can_implement(a);
   if (!st.ok() || a.rows == 0) return st;
@@ -206,10 +267,7 @@ Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
   p.out = a.out.ptr;
   p.out_stride = a.out.row_stride;
   p.log = a.log;
-  const int vec = 16 / dtype_size(a.x.dtype);
-  const bool vec_io = detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
-                      detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec);
-  return launch(p, a.x.dtype, vec_io, false, stream);
+  return launch(p, a.x.dtype, fwd_vec_io(a), false, stream, a.workspace, a.workspace_bytes);
 }
 
 Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {

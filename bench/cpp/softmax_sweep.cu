@@ -85,6 +85,18 @@ int main(int argc, char** argv) {
     fa.x = {x, dt, N};
     fa.out = {y, dt, N};
     fa.log = log;
+    // The workspace the forward asks for (the grid kernel's, where the
+    // tuning sends the row to it), as the Python front passes.
+    size_t ws_bytes = 0;
+    void* ws = nullptr;
+    const quack::Status wst = quack::softmax_fwd_workspace_bytes(fa, &ws_bytes);
+    if (!wst.ok()) {
+      std::printf("%9lld: workspace query error %s\n", (long long)N, wst.message.c_str());
+      continue;
+    }
+    if (ws_bytes > 0) CK(cudaMalloc(&ws, ws_bytes));
+    fa.workspace = ws;
+    fa.workspace_bytes = ws_bytes;
     quack::SoftmaxBwdArgs ba;
     ba.rows = M;
     ba.cols = N;
@@ -96,6 +108,7 @@ int main(int argc, char** argv) {
     const quack::Status fst = quack::softmax_fwd(fa, nullptr);
     if (!fst.ok()) {
       std::printf("%9lld: forward error %s\n", (long long)N, fst.message.c_str());
+      if (ws != nullptr) CK(cudaFree(ws));
       continue;
     }
     CK(cudaDeviceSynchronize());
@@ -104,6 +117,7 @@ int main(int argc, char** argv) {
     const quack::Status bst = quack::softmax_bwd(ba, nullptr);
     if (!bst.ok()) {
       std::printf("%9lld: backward error %s\n", (long long)N, bst.message.c_str());
+      if (ws != nullptr) CK(cudaFree(ws));
       continue;
     }
     const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
@@ -112,6 +126,7 @@ int main(int argc, char** argv) {
     std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
                 quack::softmax_plan_description(M, N, dt, false, lim).c_str(), fwd_ms * 1e3, fwd_pct,
                 quack::softmax_plan_description(M, N, dt, true, lim).c_str(), bwd_ms * 1e3, bwd_pct, err);
+    if (ws != nullptr) CK(cudaFree(ws));
   }
   CK(cudaGetLastError());
   return 0;

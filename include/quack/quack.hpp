@@ -185,6 +185,16 @@ struct SoftmaxFwdArgs {
   MatrixRef x;
   MutMatrixRef out;  // x's dtype
   bool log = false;  // log_softmax
+  // Optional device memory (softmax_fwd_workspace_bytes(args) bytes, 16-byte
+  // aligned, not used by another call at the same time). Rows of at least
+  // kSoftmaxFwdWorkspaceMinCols columns may then take the grid kernel: a
+  // row spread over every SM, its CTAs exchanging their (max, sum of
+  // exponentials) pairs through this memory. Its size grows with the rows:
+  // 16 bytes a row for every 8192 columns (about 1/1000 of x's bytes).
+  // Without one (nullptr) every row takes the other kernels: the results
+  // are the same within rounding, only the speed differs.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 // Backward from the forward's output y and the incoming gradient dy:
 //   softmax:     dx = y * (dy - sum(dy * y))
@@ -200,7 +210,14 @@ struct SoftmaxBwdArgs {
 };
 
 Status can_implement(const SoftmaxFwdArgs& args);
+// *bytes: the device memory the call may use in args.workspace (0: none;
+// args.workspace is then ignored). Validates args first, the workspace
+// fields aside.
+Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& args, size_t* bytes);
 Status softmax_fwd(const SoftmaxFwdArgs& args, cudaStream_t stream);
+// The shortest row (columns) that can need a forward workspace: below it
+// the workspace query returns 0 whatever the arguments.
+inline constexpr int64_t kSoftmaxFwdWorkspaceMinCols = int64_t(64) << 10;
 Status can_implement(const SoftmaxBwdArgs& args);
 Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
 

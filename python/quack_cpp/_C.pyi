@@ -25,6 +25,11 @@ def softmax_fwd(
     rows: int, cols: int, x_ptr: int, dtype: int, x_stride: int, out_ptr: int, out_stride: int,
     log: bool, stream: int,
 ) -> None: ...
+def softmax_fwd_ws(
+    rows: int, cols: int, x_ptr: int, dtype: int, x_stride: int, out_ptr: int, out_stride: int,
+    log: bool, stream: int, ws_ptr: int, ws_bytes: int, mode: int,
+) -> int: ...
+SOFTMAX_FWD_WORKSPACE_MIN_COLS: int
 def softmax_bwd(
     rows: int, cols: int, y_ptr: int, dtype: int, y_stride: int, dy_ptr: int, dy_stride: int,
     dx_ptr: int, dx_stride: int, log: bool, stream: int,

@@ -15,6 +15,11 @@ from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, 
                       _raw_stream, _rows_view)
 
 
+# Rows from this length on may take the grid forward, which needs a
+# workspace (quack::SoftmaxFwdArgs::workspace): the launch asks for it.
+_FWD_WS_MIN_COLS = _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS
+
+
 def _name(log: bool) -> str:
     return "quack_cpp.log_softmax" if log else "quack_cpp.softmax"
 
@@ -50,9 +55,21 @@ def _launch_fwd(x: Tensor, log: bool) -> Tensor:
     if rows == 0:
         return out
     dev = x.get_device()
-    _on_device(dev, _C.softmax_fwd, rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, out.data_ptr(), n, log,
-               _raw_stream(dev))
+    args = (rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, out.data_ptr(), n, log, _raw_stream(dev))
+    if n >= _FWD_WS_MIN_COLS:
+        _on_device(dev, _launch_long, x, args)
+    else:
+        _on_device(dev, _C.softmax_fwd, *args)
     return out
+
+
+def _launch_long(x: Tensor, args: tuple) -> None:
+    """Long rows: the forward with the workspace it asks for (the grid
+    kernel's exchange logs, from torch's caching allocator on x's stream;
+    none where the grid does not serve the row)."""
+    nbytes = _C.softmax_fwd_ws(*args, 0, 0, 2)
+    ws = x.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
+    _C.softmax_fwd_ws(*args, 0 if ws is None else ws.data_ptr(), nbytes, 0)
 
 
 def _launch_bwd(y: Tensor, dy: Tensor, log: bool) -> Tensor:

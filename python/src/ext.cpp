@@ -277,6 +277,22 @@ void softmax_fwd(int64_t rows, int64_t cols, uintptr_t x_ptr, int32_t dtype, int
   if (!st.ok()) raise_status(st, kSoftmax);
 }
 
+// The forward with a workspace (the Python front calls it for rows of at
+// least kSoftmaxFwdWorkspaceMinCols columns): softmax_fwd's arguments, the
+// workspace and the mode: 0 launches on `stream`, 2 returns the workspace
+// bytes the launch may use (0: none; ws_ptr ignored).
+size_t softmax_fwd_ws(int64_t rows, int64_t cols, uintptr_t x_ptr, int32_t dtype, int64_t x_stride, uintptr_t out_ptr,
+                      int64_t out_stride, bool log, uintptr_t stream, uintptr_t ws_ptr, size_t ws_bytes, int mode) {
+  quack::SoftmaxFwdArgs a = softmax_fwd_args(rows, cols, x_ptr, dtype, x_stride, out_ptr, out_stride, log);
+  a.workspace = reinterpret_cast<void*>(ws_ptr);
+  a.workspace_bytes = ws_bytes;
+  size_t bytes = 0;
+  const quack::Status st = mode == 2 ? quack::softmax_fwd_workspace_bytes(a, &bytes)
+                                     : quack::softmax_fwd(a, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kSoftmax);
+  return bytes;
+}
+
 void softmax_bwd(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int64_t y_stride, uintptr_t dy_ptr,
                  int64_t dy_stride, uintptr_t dx_ptr, int64_t dx_stride, bool log, uintptr_t stream) {
   const quack::Status st = quack::softmax_bwd(
@@ -359,6 +375,12 @@ NB_MODULE(_C, m) {
         nb::arg("x_stride"), nb::arg("out_ptr"), nb::arg("out_stride"), nb::arg("log"), nb::arg("stream"),
         "Softmax (log=False) or log-softmax forward over rows of a (rows, cols) matrix; out has x's dtype.\n"
         "Raw device pointers, row strides in elements, dtype code as rmsnorm_fwd; launches on `stream`.");
+  m.def("softmax_fwd_ws", &softmax_fwd_ws, nb::arg("rows"), nb::arg("cols"), nb::arg("x_ptr"), nb::arg("dtype"),
+        nb::arg("x_stride"), nb::arg("out_ptr"), nb::arg("out_stride"), nb::arg("log"), nb::arg("stream"),
+        nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"),
+        "softmax_fwd with a workspace (quack::SoftmaxFwdArgs::workspace): mode 0 launches on `stream`,\n"
+        "2 returns the workspace bytes the launch may use (0: none).");
+  m.attr("SOFTMAX_FWD_WORKSPACE_MIN_COLS") = quack::kSoftmaxFwdWorkspaceMinCols;
   m.def("softmax_bwd", &softmax_bwd, nb::arg("rows"), nb::arg("cols"), nb::arg("y_ptr"), nb::arg("dtype"),
         nb::arg("y_stride"), nb::arg("dy_ptr"), nb::arg("dy_stride"), nb::arg("dx_ptr"), nb::arg("dx_stride"),
         nb::arg("log"), nb::arg("stream"),

@@ -91,6 +91,30 @@ def test_forward_workspace_binding(centre, op):
         fwd_ws(centre, eps=-1.0)
 
 
+# The softmax forward with a workspace (softmax_fwd_ws): the same
+# validation, the workspace's alignment, the op's name; mode 2 sizes nothing
+# below the shortest row the grid serves, or without rows, without touching
+# a device.
+
+def softmax_ws(**kw):
+    args = dict(rows=1, cols=N, x_ptr=256, dtype=2, x_stride=N, out_ptr=512, out_stride=N, log=False, stream=0,
+                ws_ptr=0, ws_bytes=0, mode=2)
+    args.update(kw)
+    return _C.softmax_fwd_ws(**args)
+
+
+def test_softmax_forward_workspace_binding():
+    assert _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS == 65536
+    assert softmax_ws() == 0
+    big = _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS
+    assert softmax_ws(rows=0, cols=big, x_stride=big, out_stride=big) == 0
+    assert softmax_ws(rows=0, x_ptr=0, out_ptr=0, mode=0) == 0
+    with pytest.raises(ValueError, match="^quack_cpp.softmax: workspace: pointer is not 16-byte aligned"):
+        softmax_ws(ws_ptr=4096 + 8, ws_bytes=1 << 20)
+    with pytest.raises(ValueError, match="^quack_cpp.softmax: x: .*row stride"):
+        softmax_ws(x_stride=N - 1)
+
+
 # ---------------------------------------------------------------------------
 # Cross-entropy through the binding: mode 1 validates, mode 2 sizes the
 # workspace; neither touches a device.

@@ -164,6 +164,17 @@ struct RowTuning {
   // for every staged row it makes a cluster of two or more for, not only
   // past 16 staged CTAs -- fewer, larger CTAs a row (0: off; unmeasured).
   int softmax_staged_wide_first;
+  // Softmax forward rows of at least softmax_fwd_grid_min_cols16 (16-bit x)
+  // / 32 (fp32 x) columns (never below kSoftmaxFwdWorkspaceMinCols) take
+  // the grid kernel (softmax_fwd_grid_kernel, NormGridConfig) where the
+  // call passes a workspace, its rows are 16-byte aligned and
+  // softmax_fwd_grid has the dtype's bit (bit 0 16-bit x, bit 1 fp32 x;
+  // 0: off). Its stages, lag, rows a step and prefetch are the norm grid
+  // forward's (fwd_grid_stages16 / 32, fwd_grid_lag, fwd_grid_rows16,
+  // fwd_grid_prefetch).
+  int softmax_fwd_grid;
+  int64_t softmax_fwd_grid_min_cols16;
+  int64_t softmax_fwd_grid_min_cols32;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -485,6 +496,13 @@ bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
                                  const RowTuning& tune, NormGridConfig* out);
 const char* check_norm_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim);
+// Softmax's grid forward (x's tile alone a stage, a (max, sum) pair a row in
+// the exchange; tune.softmax_fwd_grid*, the stages, lag and rows a step of
+// tune.fwd_grid*).
+bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, const DeviceLimits& lim,
+                                    const RowTuning& tune, NormGridConfig* out);
+const char* check_softmax_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
+                                          const DeviceLimits& lim);
 // The kernel and configuration rmsnorm_bwd (layernorm: layernorm_bwd) takes
 // for these arguments, in words: "pipe", "reg", "grid", "general" or "split", then
 // the layout (src/rmsnorm_bwd.cu). Reads no tensor.
@@ -523,8 +541,11 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 
 // The kernel and configuration softmax_fwd (backward: softmax_bwd) takes for
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
-// and their records (src/softmax.cu).
-std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim);
+// and their records (src/softmax.cu). workspace: the forward has the
+// workspace softmax_fwd_workspace_bytes asks for (as the Python front
+// passes), so "grid" where the grid kernel serves the row.
+std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim,
+                                     bool workspace = true);
 // The kernel and configuration rmsnorm_fwd (layernorm: layernorm_fwd) takes
 // for these arguments on a device with these limits, in words: "stage",
 // "reg" (register-resident) or "general" (the general staged kernel),

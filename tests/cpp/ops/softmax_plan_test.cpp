@@ -254,6 +254,121 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
   EXPECT_TRUE(!d.staged && d.regs == 0) << "defaults restored: the wide geometry off";
 }
 
+// The grid forward (softmax_fwd_grid: bits as softmax_staged_fwd, off by
+// default and unmeasured; rows from softmax_fwd_grid_min_cols16 / 32) takes
+// forward rows a cooperative grid of 512-thread CTAs holds at 8192
+// elements a CTA -- up to 132 ranks, the SMs -- where the call has a
+// workspace; the stages, lag and rows a step are the norm grid forward's.
+// Parses "grid  ranks R groups G rows r stages S lag L tile T ...".
+struct Grid {
+  bool on = false;
+  int ranks = 0, groups = 0, rows = 0, stages = 0, lag = 0;
+  long long tile = 0;
+};
+Grid grid_plan(int64_t rows, int64_t cols, DType dt, bool backward = false, bool workspace = true) {
+  const std::string s = softmax_plan_description(rows, cols, dt, backward, DeviceLimits{}, workspace);
+  Grid g;
+  g.on = std::sscanf(s.c_str(), "grid ranks %d groups %d rows %d stages %d lag %d tile %lld", &g.ranks, &g.groups,
+                     &g.rows, &g.stages, &g.lag, &g.tile) == 6;
+  EXPECT_EQ(g.on, s.rfind("grid", 0) == 0) << "unparsed plan: " << s;
+  return g;
+}
+
+TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
+  struct Cell {
+    DType dt;
+    int64_t cols;
+    int ranks, groups, rows, stages;  // ranks 0: not the grid
+  };
+  EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "the grid is off by default";
+  RowTuning t = default_row_tuning();
+  t.softmax_fwd_grid = 3;
+  set_row_tuning(&t);
+  // 16-bit: 1024 vectors a rank (16 KB stages: 8 of them, the tuning's), two
+  // rows a step; fp32: 2048 (32 KB stages: 6 fit beside the header; 7 of
+  // 300001's 2028-vector tiles), one.
+  for (const Cell& c : {Cell{kBF16, 1048576, 128, 1, 2, 8}, Cell{kF16, 1048576, 128, 1, 2, 8},
+                        Cell{kBF16, 524288, 64, 2, 2, 8}, Cell{kBF16, 524289, 65, 2, 2, 8},
+                        Cell{kBF16, 524280, 0, 0, 0, 0}, Cell{kBF16, 132 * 8192, 132, 1, 2, 8},
+                        Cell{kBF16, 132 * 8192 + 8, 0, 0, 0, 0}, Cell{kBF16, 2097152, 0, 0, 0, 0},
+                        Cell{kF32, 1048576, 128, 1, 1, 6}, Cell{kF32, 262144, 32, 4, 1, 6},
+                        Cell{kF32, 300001, 37, 3, 1, 7}, Cell{kF32, 262140, 0, 0, 0, 0},
+                        Cell{kF32, 132 * 8192, 132, 1, 1, 6}, Cell{kF32, 132 * 8192 + 4, 0, 0, 0, 0}}) {
+    const Grid g = grid_plan(256, c.cols, c.dt);
+    const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols);
+    if (c.ranks == 0) {
+      EXPECT_FALSE(g.on) << what << ": not the grid (below its threshold, or more ranks than SMs)";
+      continue;
+    }
+    EXPECT_TRUE(g.on && g.ranks == c.ranks && g.groups == c.groups && g.rows == c.rows && g.stages == c.stages &&
+                g.lag == 2)
+        << what << ": " << c.ranks << " ranks x " << c.groups << " groups, " << c.rows << " rows a step, " << c.stages
+        << " stages; got ranks " << g.ranks << " groups " << g.groups << " rows " << g.rows << " stages " << g.stages
+        << " lag " << g.lag;
+    EXPECT_FALSE(grid_plan(256, c.cols, c.dt, false, false).on) << what << ": no workspace, no grid";
+    EXPECT_FALSE(grid_plan(256, c.cols, c.dt, true).on) << what << ": the backward has no grid";
+  }
+  // The exchange: a (max, sum) pair (16 bytes) a rank a row of every step.
+  NormGridConfig g;
+  ASSERT_TRUE(choose_softmax_fwd_grid_config(256, 1048576, 2, DeviceLimits{}, t, &g));
+  EXPECT_EQ(g.exchange_bytes, size_t(256) * 128 * 16);
+  EXPECT_EQ(check_softmax_fwd_grid_config(g, 256, 1048576, 2, DeviceLimits{}), nullptr);
+  g.exchange_bytes -= 16;
+  EXPECT_NE(check_softmax_fwd_grid_config(g, 256, 1048576, 2, DeviceLimits{}), nullptr) << "a pair short";
+  // A row group of 3 rows at two a step: the last step holds one.
+  ASSERT_TRUE(choose_softmax_fwd_grid_config(3, 1048576, 2, DeviceLimits{}, t, &g));
+  EXPECT_EQ(g.steps, 2);
+  EXPECT_EQ(g.exchange_bytes, size_t(2) * 2 * 128 * 16);
+  // The dtype bits and the thresholds.
+  t.softmax_fwd_grid = 2;  // fp32 rows only
+  t.softmax_fwd_grid_min_cols32 = 65536;
+  set_row_tuning(&t);
+  EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "16-bit rows without bit 0";
+  const Grid f64k = grid_plan(4096, 65536, kF32);
+  EXPECT_TRUE(f64k.on && f64k.ranks == 8 && f64k.groups == 16) << "fp32 N = 64K at a 64K threshold: 8 x 16";
+  t.softmax_fwd_grid_min_cols32 = 1;
+  set_row_tuning(&t);
+  EXPECT_FALSE(grid_plan(4096, 65535, kF32).on) << "below kSoftmaxFwdWorkspaceMinCols, whatever the tuning";
+  set_row_tuning(nullptr);
+  EXPECT_FALSE(grid_plan(256, 1048576, kF32).on) << "defaults restored";
+}
+
+// Every grid layout the chooser returns for softmax keeps the kernel's
+// invariants (check_softmax_fwd_grid_config), over lengths, dtypes, row
+// counts and the tuning's stages, lag and rows a step.
+TEST(SoftmaxFwdGridConfig, Invariants) {
+  const DeviceLimits lim;
+  int served = 0;
+  for (const int eb : {2, 4})
+    for (const int stages : {2, 3, 8})
+      for (const int lag : {1, 2, 7})
+        for (const int rows16 : {1, 2})
+          for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
+            for (int64_t cols = kSoftmaxFwdWorkspaceMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
+              RowTuning t = default_row_tuning();
+              t.softmax_fwd_grid = 3;
+              t.softmax_fwd_grid_min_cols16 = t.softmax_fwd_grid_min_cols32 = 1;
+              t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
+              t.fwd_grid_lag = lag;
+              t.fwd_grid_rows16 = rows16;
+              NormGridConfig c;
+              if (!choose_softmax_fwd_grid_config(rows, cols, eb, lim, t, &c)) {
+                EXPECT_TRUE(cols < kSoftmaxFwdWorkspaceMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
+                continue;
+              }
+              ++served;
+              SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
+              EXPECT_EQ(check_softmax_fwd_grid_config(c, rows, cols, eb, lim), nullptr);
+              EXPECT_LE(c.grid, lim.num_sms);
+              EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
+              EXPECT_LE((c.lag + 1) * c.rows, c.stages);
+              EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
+              EXPECT_GE(int64_t(c.ranks) * c.tile_vecs * (16 / eb), cols) << "the tiles cover the row";
+              EXPECT_GE(c.exchange_bytes, size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 16);
+            }
+  EXPECT_GT(served, 100);
+}
+
 // softmax_staged_bwd picks the dtypes, softmax_staged_bwd_vpt the tile; off,
 // long backward rows take the clustered register kernel or the chunked one.
 TEST(SoftmaxPlan, TuningSelectsTheStagedBackward) {

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -235,8 +236,24 @@ SmCase as_run(SmCase c) {
   return c;
 }
 
+// How run_case calls the op: workspace, the forward gets the workspace
+// softmax_fwd_workspace_bytes asks for (the grid kernel's, where the tuning
+// sends the row to it); forward_only, no backward (suites whose tuning
+// changes only the forward).
+struct RunOpts {
+  bool workspace = false;
+  bool forward_only = false;
+};
+
+// A workspace of `bytes` (a multiple of 4) in a guarded, poisoned buffer of
+// its own, so that a write past its end shows.
+std::unique_ptr<GuardedTensor> guarded_workspace(size_t bytes) {
+  const int64_t words = int64_t(bytes / 4);
+  return std::make_unique<GuardedTensor>(Layout{kF32, 1, words, words, 0});
+}
+
 // Forward, then backward, of one case against float64.
-void run_case(const SmCase& c) {
+void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
   const Layout layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset};
   std::mt19937 gen(uint32_t(c.rows * 131 + c.cols));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -256,6 +273,8 @@ void run_case(const SmCase& c) {
     for (int64_t j = 0; j < n; j += 3) at(3, j) = -inf;      // some -inf: 0 / -inf there
     if (n > 1) at(3, 1) = 0.5f;
     at(4, 0) = -inf;                                         // one -inf at the start
+    if (c.rows > 5 && n > 16384)                             // a long run of -inf: whole
+      for (int64_t j = 0; j < 16384; ++j) at(5, j) = -inf;   // tiles and CTAs of nothing else
   }
   if (c.huge) {
     fill_huge_rows(x, c.rows, c.cols, gen);
@@ -273,9 +292,28 @@ void run_case(const SmCase& c) {
   fa.x = {tx.ptr(), c.dtype, layout.stride};
   fa.out = {ty.ptr(), c.dtype, layout.stride};
   fa.log = c.log;
+  std::unique_ptr<GuardedTensor> ws;
+  if (opts.workspace) {
+    size_t bytes = 0;
+    const Status st = softmax_fwd_workspace_bytes(fa, &bytes);
+    ASSERT_TRUE(st.ok()) << st.message;
+    if (bytes > 0) {
+      ASSERT_EQ(bytes % 16, 0u);
+      ws = guarded_workspace(bytes);
+      ASSERT_TRUE(ws->ok()) << "cudaMalloc failed";
+      fa.workspace = ws->ptr();
+      fa.workspace_bytes = bytes;
+    }
+  }
   std::vector<double> y;
   run_twice({&tx}, {x}, ty, [&] { return softmax_fwd(fa, nullptr); }, &y);
   if (testing::Test::HasFatalFailure()) return;
+  if (ws) {
+    std::vector<double> w;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(ws->download(&w, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes around the workspace were written";
+  }
   const std::vector<double> want_y = reference_fwd(x, c.rows, c.cols, c.log);
   int64_t bad = 0;
   for (size_t i = 0; i < y.size(); ++i) {
@@ -287,7 +325,7 @@ void run_case(const SmCase& c) {
   EXPECT_EQ(bad, 0) << "forward elements wrong";
   // The backward of NaN rows is NaN, and huge rows' outputs are ordinary
   // probabilities (the backward never sees x): nothing more to learn.
-  if (c.special || c.huge) return;
+  if (c.special || c.huge || opts.forward_only) return;
 
   // Backward on y = the reference rounded to the dtype, and a random dy.
   std::vector<float> yin(want_y.size()), dy(want_y.size());
@@ -524,6 +562,118 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(WideStagedCases, SoftmaxGpuWideStaged, testing::ValuesIn(wide_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The aligned cases of 64K columns and more with the grid forward on for
+// both dtypes from 64K (RowTuning::softmax_fwd_grid; off by default until
+// measured) and the workspace it asks for: ranks of 8192 columns, 1 to 128
+// of them, with a partial last rank and a partial last vector, groups of
+// rows (2 to 16: 300 rows in 14 groups), special values (NaN, +inf, all
+// -inf, whole tiles of -inf) and huge ones (natural units), large shifts;
+// 16-bit rows two a step and one a step, the collect's loads early and
+// late, at lag 2 and 1.
+bool grid_row(const SmCase& c) { return stageable(c) && c.cols >= 65536 && (c.cols + 8191) / 8192 <= 132; }
+std::vector<SmCase> grid_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (grid_row(c)) v.push_back(c);
+  return v;
+}
+
+class SoftmaxGpuGrid : public TunedSoftmaxGpu {};
+
+TEST_P(SoftmaxGpuGrid, ForwardMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase c = as_run(GetParam());
+  struct Knobs {
+    int rows16, prefetch, lag;
+  };
+  for (const Knobs k : {Knobs{2, 1, 2}, Knobs{1, 0, 1}}) {
+    SCOPED_TRACE("rows16 " + std::to_string(k.rows16) + " prefetch " + std::to_string(k.prefetch) + " lag " +
+                 std::to_string(k.lag));
+    RowTuning t = default_row_tuning();
+    t.softmax_fwd_grid = 3;
+    t.softmax_fwd_grid_min_cols16 = t.softmax_fwd_grid_min_cols32 = 65536;
+    t.fwd_grid_rows16 = k.rows16;
+    t.fwd_grid_prefetch = k.prefetch;
+    t.fwd_grid_lag = k.lag;
+    set_row_tuning(&t);
+    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{});
+    EXPECT_EQ(plan.rfind("grid", 0), 0u) << "not the grid under this tuning: " << plan;
+    const int rows = c.dtype == kF32 ? 1 : k.rows16;
+    EXPECT_NE(plan.find(" rows " + std::to_string(rows) + " "), std::string::npos) << plan;
+    run_case(c, RunOpts{true, true});
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GridCases, SoftmaxGpuGrid, testing::ValuesIn(grid_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The grid's workspace on the device: the query's size is what the call
+// needs (a byte less is rejected, naming workspace_bytes, before anything
+// is written), and without a workspace the same call takes the other
+// kernels.
+class SoftmaxGpuGridWorkspace : public testing::Test {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_F(SoftmaxGpuGridWorkspace, TooSmallIsRejectedAndNoneFallsBack) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.softmax_fwd_grid = 3;
+  set_row_tuning(&t);
+  const int64_t rows = 3, cols = 1 << 20;
+  const Layout layout{kBF16, rows, cols, cols, 0};
+  GuardedTensor tx(layout), ty(layout);
+  ASSERT_TRUE(tx.ok() && ty.ok()) << "cudaMalloc failed";
+  std::vector<float> x(size_t(rows * cols));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (float& v : x) v = float(round_to(kBF16, u(gen)));
+  QUACK_ASSERT_CUDA(tx.upload(x));
+  SoftmaxFwdArgs fa;
+  fa.rows = rows;
+  fa.cols = cols;
+  fa.x = {tx.ptr(), kBF16, cols};
+  fa.out = {ty.ptr(), kBF16, cols};
+  size_t bytes = 0;
+  ASSERT_TRUE(softmax_fwd_workspace_bytes(fa, &bytes).ok());
+  EXPECT_EQ(bytes, size_t(2) * 2 * 128 * 16) << "two steps of two rows, 128 ranks, a pair each";
+  const std::unique_ptr<GuardedTensor> ws = guarded_workspace(bytes);
+  ASSERT_TRUE(ws->ok()) << "cudaMalloc failed";
+  fa.workspace = ws->ptr();
+  fa.workspace_bytes = bytes - 1;
+  QUACK_ASSERT_CUDA(ty.poison());
+  const Status st = softmax_fwd(fa, nullptr);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<double> y;
+  int64_t dirty = 0;
+  QUACK_ASSERT_CUDA(ty.download(&y, &dirty));
+  EXPECT_EQ(dirty, 0);
+  // (A rejected call writes nothing: the output is still poison.)
+  int64_t written = 0;
+  for (double v : y) written += !std::isnan(v);
+  EXPECT_EQ(written, 0) << "a rejected call wrote the output";
+  // The exact size, and none: the same answer within rounding.
+  const std::vector<double> want = reference_fwd(x, rows, cols, false);
+  for (const bool with_ws : {true, false}) {
+    SCOPED_TRACE(with_ws ? "the grid, with its workspace" : "no workspace: the other kernels");
+    fa.workspace = with_ws ? ws->ptr() : nullptr;
+    fa.workspace_bytes = with_ws ? bytes : 0;
+    QUACK_ASSERT_CUDA(ty.poison());
+    const Status ok = softmax_fwd(fa, nullptr);
+    ASSERT_TRUE(ok.ok()) << ok.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    QUACK_ASSERT_CUDA(ty.download(&y, &dirty));
+    EXPECT_EQ(dirty, 0);
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) bad += !close(y[i], want[i], 1.0 / double(cols), kBF16);
+    EXPECT_EQ(bad, 0) << "elements wrong";
+  }
+}
 
 }  // namespace
 }  // namespace quack

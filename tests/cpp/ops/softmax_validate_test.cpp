@@ -103,6 +103,41 @@ TEST(SoftmaxValidate, OperandErrorsNameTheOperand) {
   expect_invalid(b, "dx", bwd);
 }
 
+// The forward's workspace: a pointer that is not 16-byte aligned is
+// rejected whatever the row (before any device is touched); the workspace
+// query validates the arguments and its own output pointer first, and asks
+// for nothing below kSoftmaxFwdWorkspaceMinCols columns or without rows.
+TEST(SoftmaxValidate, WorkspaceErrorsNameTheWorkspace) {
+  SoftmaxFwdArgs a = fwd_args();
+  a.workspace = addr(2, 8);
+  a.workspace_bytes = 1 << 20;
+  expect_invalid(a, "workspace", fwd);
+  a.workspace = addr(2);
+  EXPECT_TRUE(can_implement(a).ok());
+  size_t bytes = 123;
+  EXPECT_EQ(softmax_fwd_workspace_bytes(a, nullptr).message.rfind("bytes:", 0), 0u);
+  a.workspace = addr(2, 4);
+  Status st = softmax_fwd_workspace_bytes(a, &bytes);
+  EXPECT_EQ(st.message.rfind("workspace:", 0), 0u) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  a = fwd_args();
+  a.cols = 0;
+  bytes = 123;
+  st = softmax_fwd_workspace_bytes(a, &bytes);
+  EXPECT_EQ(st.message.rfind("cols:", 0), 0u) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  a = fwd_args();  // 1000 columns: below the grid's floor, no device asked
+  bytes = 123;
+  EXPECT_TRUE(softmax_fwd_workspace_bytes(a, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  a.rows = 0;
+  a.cols = kSoftmaxFwdWorkspaceMinCols;
+  a.x.row_stride = a.out.row_stride = a.cols;
+  bytes = 123;
+  EXPECT_TRUE(softmax_fwd_workspace_bytes(a, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+}
+
 TEST(SoftmaxValidate, NoRowsIsANoOpWithoutPointers) {
   SoftmaxFwdArgs a;
   a.rows = 0;
