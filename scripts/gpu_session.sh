@@ -39,13 +39,15 @@
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32"), $SWEEP_NS the norms' N, forward and
-#              backward, $SOFTMAX_NS softmax's (default: each sweep's own list)
+#              backward, $SOFTMAX_NS softmax's (default: each sweep's own list);
+#              sweep_tables.md: the variants side by side (bench/sweep_table.py)
 #   ab         an A/B of two trees' sweeps in one call: the old tree at
 #              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
 #              git-ignored folder passed in `carry`), built beside this
 #              one's; then $AB_ROUNDS (default 2) rounds of new, old for
 #              each op of $SWEEP_OPS and dtype of $SWEEP_DTYPES, at each
-#              sweep's default sizes, into ab.log
+#              sweep's default sizes, into ab.log (ab_tables.md: side by side,
+#              the rounds' medians)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
@@ -265,7 +267,9 @@ PROBES
               || status=1
           fi
         done
-      done ;;
+      done
+      # The variants side by side (bench/sweep_table.py), a table a timed column.
+      python3 bench/sweep_table.py "$out"/*sweep.log > "$out/sweep_tables.md" 2>&1 || status=1 ;;
     ab)
       build_sweeps || { status=1; continue; }
       old_tree=${AB_OLD:?set AB_OLD to the old tree}
@@ -292,7 +296,8 @@ PROBES
           done
         done
       done
-      grep -c "^== " "$out/ab.log" ;;
+      grep -c "^== " "$out/ab.log"
+      python3 bench/sweep_table.py "$out/ab.log" > "$out/ab_tables.md" 2>&1 || status=1 ;;
     ncu)
       # One ncu report per entry of $NCU_RUNS, ';'-separated entries of
       # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
