@@ -1,0 +1,83 @@
+"""The eager launch path of quack_cpp.softmax on a CPU, against an emulated
+kernel: what the Python layer hands the extension for long rows (the
+workspace query, a workspace of the size asked for, then the launch with it)
+and for short ones (the plain launch), checked without a GPU. CPU tensors
+pose as CUDA tensors; the extension's softmax entry points are replaced by a
+fp32 emulation that reads and writes memory only through the raw pointers
+and strides it was given (as test_launch_emulated.py does for rmsnorm)."""
+import types
+
+import pytest
+import torch
+
+import quack_cpp
+from quack_cpp import _C, _common, _softmax
+from test_launch_emulated import _CODE_DTYPE, _matrix
+
+
+def _emulate(rows, cols, x_ptr, dtype, x_stride, out_ptr, out_stride, log, stream):
+    assert rows > 0 and stream == 12345
+    x = _matrix(x_ptr, dtype, x_stride, rows, cols).float()
+    y = torch.log_softmax(x, dim=-1) if log else torch.softmax(x, dim=-1)
+    _matrix(out_ptr, dtype, out_stride, rows, cols).copy_(y)
+
+
+@pytest.fixture
+def fake_ext(monkeypatch):
+    """CPU tensors pose as CUDA ones; the extension's softmax forward is
+    emulated. Returns (calls, ext): ext.ws_bytes is what the workspace query
+    answers (the real one reads the device's limits and the tuning)."""
+    calls = []
+    ext = types.SimpleNamespace(ws_bytes=0, SOFTMAX_FWD_WORKSPACE_MIN_COLS=_C.SOFTMAX_FWD_WORKSPACE_MIN_COLS)
+
+    def softmax_fwd(*args):
+        calls.append(("plain",) + args)
+        _emulate(*args)
+
+    def softmax_fwd_ws(*args):
+        *fwd, ws_ptr, ws_bytes, mode = args
+        calls.append(("ws", mode, ws_ptr, ws_bytes))
+        if mode == 2:
+            return ext.ws_bytes
+        assert mode == 0 and ws_bytes == ext.ws_bytes and bool(ws_ptr) == bool(ws_bytes)
+        _emulate(*fwd)
+        return 0
+
+    ext.softmax_fwd = softmax_fwd
+    ext.softmax_fwd_ws = softmax_fwd_ws
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
+    monkeypatch.setattr(_softmax, "_C", ext)
+    monkeypatch.setattr(_softmax, "_raw_stream", lambda device: 12345)
+    monkeypatch.setattr(_common, "_current_device", lambda: -1)  # CPU tensors' get_device()
+    return calls, ext
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("ws_bytes", [0, 4096])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_rows_ask_for_the_workspace_and_pass_it(fake_ext, dtype, ws_bytes, log):
+    calls, ext = fake_ext
+    ext.ws_bytes = ws_bytes
+    n = _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS
+    x = (torch.randn(3, n) * 4).to(dtype)
+    y = (quack_cpp.log_softmax if log else quack_cpp.softmax)(x)
+    assert [c[:2] for c in calls] == [("ws", 2), ("ws", 0)]
+    (_, _, ptr, nbytes) = calls[1]
+    assert nbytes == ws_bytes and (ptr != 0) == (ws_bytes > 0)
+    want = (torch.log_softmax if log else torch.softmax)(x.double(), dim=-1)
+    tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2 if log else 1e-6)
+    torch.testing.assert_close(y.double(), want, **tol)
+
+
+def test_short_rows_take_the_plain_launch(fake_ext):
+    calls, _ = fake_ext
+    n = _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS - 1
+    x = torch.randn(2, n)
+    y = quack_cpp.softmax(x)
+    assert [c[0] for c in calls] == ["plain"]
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), dim=-1), rtol=2e-5, atol=1e-9)
+
+
+def test_the_workspace_constant_is_the_librarys():
+    assert _softmax._FWD_WS_MIN_COLS == _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS == 65536
+    assert set(_CODE_DTYPE) == {0, 1, 2}
