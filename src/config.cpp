@@ -1136,8 +1136,10 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   return true;
 }
 
+// centre: two words a row in the exchange (LayerNorm's sums, softmax's
+// pair), where the caller knows it; the norm checks pass false (a word).
 const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
-                                   const DeviceLimits& lim) {
+                                   bool centre, const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
   if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
@@ -1157,9 +1159,10 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
     return "smem != header + stages";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   if (c.steps * c.rows * c.groups < rows) return "the exchange log's steps do not cover the group's rows";
-  if (c.steps * c.ranks * c.rows >= (int64_t(1) << 31)) return "a group's exchange log past 2^31 words";
-  if (c.exchange_bytes < size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 8)
-    return "exchange_bytes below a word a rank a row of every step";
+  const int64_t step_words = norm_grid_step_words(c.ranks, c.rows, centre);
+  if (c.steps * step_words >= (int64_t(1) << 31)) return "a group's exchange log past 2^31 words";
+  if (c.exchange_bytes < size_t(c.groups) * size_t(c.steps) * size_t(step_words) * 8)
+    return "exchange_bytes below the words (a rank's a row) of every step";
   return nullptr;
 }
 
@@ -1175,7 +1178,7 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
 
 const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, false, lim);
 }
 
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
@@ -1189,7 +1192,7 @@ bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
 const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
   if (cols < kNormFwdWorkspaceMinCols) return "a row shorter than kNormFwdWorkspaceMinCols";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, false, lim);
 }
 
 // Softmax's: two words a row in the exchange (the pair), as LayerNorm's
@@ -1206,9 +1209,7 @@ bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes
 const char* check_softmax_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                           const DeviceLimits& lim) {
   if (cols < kSoftmaxFwdWorkspaceMinCols) return "a row shorter than kSoftmaxFwdWorkspaceMinCols";
-  if (c.exchange_bytes < size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 16)
-    return "exchange_bytes below a pair a rank a row of every step";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, true, lim);
 }
 
 }  // namespace quack
