@@ -281,6 +281,10 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
     int ranks, groups, rows, stages;  // ranks 0: not the grid
   };
   EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "the grid is off by default";
+  // The defaults come back however the test ends (its ASSERTs return early).
+  struct RestoreTuning {
+    ~RestoreTuning() { set_row_tuning(nullptr); }
+  } restore;
   RowTuning t = default_row_tuning();
   t.softmax_fwd_grid = 3;
   set_row_tuning(&t);
