@@ -306,17 +306,16 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     // wider only when the half-width tile would need more than 16 CTAs (the
     // wide geometry: its own tile, below).
     const int widest = std::max(p.staged_vpt, p.staged_vpt_max);
-    const bool at_wide = p.staged_wide_team > 0 && c.team >= p.staged_wide_team && c.team != 256;
-    if (!at_wide && (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt)))
-      return "a staged row not at a staged tile";
-    if (!at_wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
-      return "a staged row at a wider tile than it needs";
     // 256-thread CTAs holding every tensor's tile in shared memory, or the
     // wide geometry (its CTA, tile and shared part) where those need more
     // than max_cluster CTAs at the widest tile.
     // (The wide CTA doubles up to 1024 threads while max_cluster of it do
     // not cover the row.)
     const bool wide = p.staged_wide_team > 0 && c.team >= p.staged_wide_team && c.team != 256;
+    if (!wide && (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt)))
+      return "a staged row not at a staged tile";
+    if (!wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
+      return "a staged row at a wider tile than it needs";
     if (!wide && c.team != 256) return "a staged row not in 256-thread CTAs";
     if (wide && (c.team % p.staged_wide_team || !is_pow2(c.team) ||
                  (c.team > p.staged_wide_team && int64_t(lim.max_cluster) * (c.team / 2) * c.vpt * vec >= p.cols)))
