@@ -82,6 +82,16 @@ class GuardedTensor {
     return cudaSuccess;
   }
 
+  // After a call that must write nothing: *written, the elements that are no
+  // longer poison (poison reads as NaN in every dtype); *dirty, as download's.
+  cudaError_t count_written(int64_t* written, int64_t* dirty) const {
+    std::vector<double> v;
+    const cudaError_t e = download(&v, dirty);
+    *written = 0;
+    for (const double x : v) *written += !std::isnan(x);
+    return e;
+  }
+
  private:
   size_t row_begin(int64_t r) const { return kGuard + size_t((l_.offset + r * l_.stride) * es_); }
   size_t row_end(int64_t r) const { return row_begin(r) + size_t(l_.cols * es_); }
