@@ -88,6 +88,28 @@ struct GridWords<float4> {
   __device__ __forceinline__ static void put(float4 v, float (&w)[4]) { w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w; }
 };
 
+// Rank r's K words of a collect in `vals` ([rank][word], 16-byte aligned:
+// kNormGridValsOffset) in one shared-memory load: 16 bytes for four words,
+// 8 for two. Word by word, the lanes of a warp, a rank each, read 4 (2)
+// words apart: a 4-way (2-way) bank conflict a load (LayerNorm's two-row
+// combine: 24 wavefronts a rank, where this takes 8, sm_90a). Inline PTX:
+// from a float4 (or float2) that a loop reads only in part, nvcc loads just
+// the words the loop reads, word by word (CUDA 13.0).
+template <int K>
+__device__ __forceinline__ void rank_words(const float* vals, int r, float (&w)[K]) {
+  static_assert(K == 1 || K == 2 || K == 4, "a rank's words: 1, 2 or 4");
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(vals)) + uint32_t(r) * uint32_t(K * 4);
+  if constexpr (K == 4) {
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3])
+                 : "r"(a));
+  } else if constexpr (K == 2) {
+    asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(w[0]), "=f"(w[1]) : "r"(a));
+  } else {
+    w[0] = vals[r];
+  }
+}
+
 template <class Op>
 struct GridExchange {
   using T = typename Op::T;

@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   constexpr int KV = Ring::KV;  // vectors a thread
   constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
+  constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
   using XOp = GridSums<kWords>;
   using V = typename Ring::V;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -204,23 +205,36 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     // in every warp and CTA.
     const int lane = tid & 31;
     float mean[R], rstd[R], acc[R];
+    // The lane's ranks' words, each rank's in one load (rank_words,
+    // core/grid_exchange.cuh), read once for both of LayerNorm's passes.
+    float cw[kLaneRanks][kWords];
+#pragma unroll
+    for (int it = 0; it < kLaneRanks; ++it) {
+      if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int rr = lane; rr < ranks; rr += 32)
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += vals[rr * kWords + kPer * r];
+    for (int it = 0; it < kLaneRanks; ++it)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (lane + 32 * it < ranks) acc[r] += cw[it][kPer * r];
     grid_warp_sums<R>(acc);
     if constexpr (kCentre) {
       float m2[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
-      for (int rr = lane; rr < ranks; rr += 32) {
+#pragma unroll
+      for (int it = 0; it < kLaneRanks; ++it) {
+        const int rr = lane + 32 * it;
         const bool last = rr == ranks - 1;
         const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const float d = vals[rr * kWords + 2 * r] * inv_n - mean[r];
-          m2[r] += vals[rr * kWords + 2 * r + 1] + n * d * d;
+          if (rr < ranks) {
+            const float d = cw[it][2 * r] * inv_n - mean[r];
+            m2[r] += cw[it][2 * r + 1] + n * d * d;
+          }
         }
       }
       grid_warp_sums<R>(m2);

@@ -111,6 +111,16 @@ __device__ __forceinline__ core::MaxSum grid_thread_max_sum(const core::RawVec<T
   return {m, grid_tree(acc)};
 }
 
+// w[i] for an i known only at run time, by selects (an index into a
+// register array would put it in local memory).
+template <int K>
+__device__ __forceinline__ float grid_pick(const float (&w)[K], int i) {
+  float v = w[0];
+#pragma unroll
+  for (int k = 1; k < K; ++k) v = i == k ? w[k] : v;
+  return v;
+}
+
 template <typename T, int R>
 __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kernel(const SoftmaxGridParams gp) {
   using namespace core;
@@ -118,6 +128,7 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
   constexpr int VEC = Ring::VEC;
   constexpr int KV = Ring::KV;  // vectors a thread
   constexpr int kWords = 2 * R;  // (m, s) a row
+  constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
   using XOp = std::conditional_t<R == 1, SumPairOp, SumQuadOp>;  // (the words' container: four floats at most)
   using V = typename Ring::V;
   static_assert(GridWords<typename XOp::T>::kWords == kWords, "two words a row");
@@ -164,6 +175,13 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
   // B: step q's rows' constants from every rank's pairs, then the outputs.
   auto phase_b = [&](int q) {
     const int lane = tid & 31;
+    // The lane's ranks' words, each rank's in one load (rank_words,
+    // core/grid_exchange.cuh), read once for both rows and both passes.
+    float cw[kLaneRanks][kWords];
+#pragma unroll
+    for (int it = 0; it < kLaneRanks; ++it) {
+      if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
+    }
     // (Rows one after another: the loop's body holds the output pass in
     // seven forms, which unrolled twice doubled the kernel's code.)
 #pragma unroll 1
@@ -174,12 +192,17 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
       // in every warp and CTA. The max first (exact), then the sums
       // rescaled to it.
       float m = -INFINITY;
-      for (int rr = lane; rr < ranks; rr += 32) m = fmaxf(m, vals[rr * kWords + 2 * r]);
+#pragma unroll
+      for (int it = 0; it < kLaneRanks; ++it)
+        if (lane + 32 * it < ranks) m = fmaxf(m, grid_pick(cw[it], 2 * r));
       m = warp_reduce<MaxOp>(m);
       float sum = 0.0f;
-      for (int rr = lane; rr < ranks; rr += 32) {
-        const float mr = vals[rr * kWords + 2 * r], sr = vals[rr * kWords + 2 * r + 1];
-        sum += mr == -INFINITY ? __fmul_rn(sr, 0.0f) : __fmul_rn(sr, fast_exp2((mr - m) * kLog2e));
+#pragma unroll
+      for (int it = 0; it < kLaneRanks; ++it) {
+        if (lane + 32 * it < ranks) {
+          const float mr = grid_pick(cw[it], 2 * r), sr = grid_pick(cw[it], 2 * r + 1);
+          sum += mr == -INFINITY ? __fmul_rn(sr, 0.0f) : __fmul_rn(sr, fast_exp2((mr - m) * kLog2e));
+        }
       }
       const SoftmaxRowLog2 rc(MaxSum{m, warp_reduce<SumOp>(sum)}, softmax_near_bound<T>());
 
