@@ -604,7 +604,7 @@ INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::Valu
 // the plan must say "grid". Cases: each dtype, weight and bias in x's dtype
 // or fp32 or absent, a weight offset, rstd / mean, partial last vectors
 // (odd N, padded strides), one row and a group's odd last step (two 16-bit
-// rows a step), many rows (a long exchange log, several groups), rows
+// rows a step), 131 ranks (a fifth rank a lane in the combine), many rows (a long exchange log, several groups), rows
 // far off zero with outliers (LayerNorm's combined moments).
 std::vector<FwdCase> grid_cases() {
   return {
@@ -622,6 +622,9 @@ std::vector<FwdCase> grid_cases() {
       FwdCase("G1048576_bf16_w_M3", 3, 1 << 20, kBF16).with(kW, kBF16).with_weight_offset(0.5f),
       FwdCase("G262144_f32_w_M1", 1, 262144, kF32).with(kW, kF32).with_rstd(),
       FwdCase("G98304_f32_M150", 150, 98304, kF32),
+      // 131 ranks: lanes 0-2 of phase B's combine take a fifth rank's words.
+      FwdCase("G1070001_bf16_f32_w_b_rstd_131_ranks_hostile_moments", 5, 1070001, kBF16).with(kW, kF32)
+          .with(kB, kF32).with_rstd().pad(kX, 7).pad(kOut, 7).with_hostile_moments(),
   };
 }
 

@@ -104,6 +104,10 @@ std::vector<SmCase> cases() {
   add({"N1048576_f32_wide", 2, 1048576, kF32});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
+  // 131 grid ranks of 8192 columns (SoftmaxGpuGrid): lanes 0-2 of phase B's
+  // combine take a fifth rank (1 to 128 ranks take at most four); special
+  // rows, a partial last rank and vector.
+  add({"N1070001_bf16_special_131_ranks", 8, 1070001, kBF16, false, 0, 7, 0.0, true});
   // Special values (torch: +inf or NaN anywhere -> the row is NaN; all -inf ->
   // NaN; -inf entries -> 0 / -inf).
   add({"N64_f32_special", 8, 64, kF32, false, 0, 0, 0.0, true});
@@ -565,7 +569,7 @@ INSTANTIATE_TEST_SUITE_P(WideStagedCases, SoftmaxGpuWideStaged, testing::ValuesI
 
 // The aligned cases of 64K columns and more with the grid forward on for
 // both dtypes from 64K (RowTuning::softmax_fwd_grid; off by default until
-// measured) and the workspace it asks for: ranks of 8192 columns, 1 to 128
+// measured) and the workspace it asks for: ranks of 8192 columns, 1 to 131
 // of them, with a partial last rank and a partial last vector, groups of
 // rows (2 to 16: 300 rows in 14 groups), special values (NaN, +inf, all
 // -inf, whole tiles of -inf) and huge ones (natural units), large shifts;
