@@ -46,7 +46,8 @@
 #              git-ignored folder passed in `carry`), built beside this
 #              one's; then $AB_ROUNDS (default 2) rounds of new, old for
 #              each op of $SWEEP_OPS and dtype of $SWEEP_DTYPES, at each
-#              sweep's default sizes, into ab.log (ab_tables.md: side by side,
+#              sweep's default sizes (or $SWEEP_NS / $SOFTMAX_NS; ops as the sweep's,
+#              layernorm and layernorm_bwd included), into ab.log (ab_tables.md: side by side,
 #              the rounds' medians)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
@@ -284,11 +285,16 @@ PROBES
             for side in new old; do
               dir=build
               [ "$side" = old ] && dir=$old_tree/build
+              # (SWEEP_NS / SOFTMAX_NS narrow the sizes, as in the sweep part.)
+              # shellcheck disable=SC2206
               case $op in
-                softmax) cmd=("$dir/softmax_sweep" "$dt" 0) ;;
+                softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS}) ;;
                 cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt") ;;
-                rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt") ;;
-                *) cmd=("$dir/rmsnorm_sweep" "$dt") ;;
+                rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+                layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt"
+                                    ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+                layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+                *) cmd=("$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
               esac
               echo "== $op $dt $side round $round" >> "$out/ab.log"
               "${cmd[@]}" >> "$out/ab.log" 2>&1 || status=1
