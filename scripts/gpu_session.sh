@@ -6,7 +6,7 @@
 # parts (default: tests sweep bench):
 #   tests      scripts/test.sh (every C++ and Python test; pytest on 8 workers;
 #              QUACK_KEEP_GOING: pytest runs even after a ctest failure);
-#              slowest_tests.txt: the 40 slowest ctest tests
+#              slowest_tests.txt: the 40 slowest ctest tests; ctest_times.txt: all
 #   cases      build only the C++ GPU tests and run $CASES_FILTER of them (a
 #              quick check of a kernel change before a sweep), in
 #              $CASES_JOBS (default 8) gtest shards at once: the float64
@@ -125,8 +125,13 @@ for part in $parts; do
       grep -E "tests passed|tests failed|passed|failed|error" "$out/tests.log" | tail -6
       # The 40 slowest ctest tests (what bounds the suite's wall time at
       # $QUACK_JOBS at once), for trimming the suite's device time.
+      # ctest_times.txt: every test's seconds, slowest first (its tail, the
+      # fastest GPU tests, is a process's fixed cost: context, module
+      # loading), and the sum, against the wall time.
       sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .]+(Passed|\*\*\*Failed|\*\*\*Skipped|Skipped)? *([0-9.]+) sec$/\3 \1/p' \
-        "$out/tests.log" | sort -rn | head -40 > "$out/slowest_tests.txt" ;;
+        "$out/tests.log" | sort -rn > "$out/ctest_times.txt"
+      head -40 "$out/ctest_times.txt" > "$out/slowest_tests.txt"
+      awk '{s += $1; n++} END {printf "ctest: %d tests, %.0f test-seconds\n", n, s}' "$out/ctest_times.txt" ;;
     cases)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
