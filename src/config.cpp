@@ -486,6 +486,10 @@ RowTuning default_row_tuning() {
   t.fwd_grid_lag = 2;
   t.fwd_grid_rows16 = 2;
   t.fwd_grid_prefetch = 1;
+  // A row a step for fp32 rows, as measured; 2 is the fortieth session's
+  // experiment (unmeasured: fp32 LayerNorm 1M 74.8% of copy at a row a
+  // step, whose ~0.7 us of a step's 2.7 is fixed cost two rows would share).
+  t.fwd_grid_rows32 = 1;
   return t;
 }
 
@@ -1093,7 +1097,8 @@ namespace {
 struct GridKnobs {
   int bits;
   int64_t min_cols16, min_cols32;
-  int stages16, stages32, lag, rows16;
+  int stages16, stages32, lag, rows16, rows32;
+  int max_rows16, max_rows32;  // the kernels built: rows a step at most
   int64_t max_step_words = 0;  // the words a step's exchange may hold (0: no bound)
 };
 bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, int tiles,
@@ -1117,9 +1122,11 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormGridHeader)) / int64_t(stage);
   const int asked = x_elem_bytes == 4 ? k.stages32 : k.stages16;
   c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormGridStagesMax)}));
-  // Rows a step: where (lag + 1) steps of them and a row in flight fit.
-  c.rows = x_elem_bytes == 2 ? std::min(std::max(k.rows16, 1), kNormGridMaxRowsPerStep) : 1;
-  if (c.stages < 2 * c.rows + 1) c.rows = 1;
+  // Rows a step (1, 2 or 4; the knob rounded down to one of them, at most
+  // the kernels'): halved until two steps of them and a row in flight fit.
+  const int want = x_elem_bytes == 2 ? std::min(k.rows16, k.max_rows16) : std::min(k.rows32, k.max_rows32);
+  c.rows = want >= 4 ? 4 : want >= 2 ? 2 : 1;
+  while (c.rows > 1 && c.stages < 2 * c.rows + 1) c.rows /= 2;
   if (k.max_step_words > 0 && norm_grid_step_words(c.ranks, c.rows, centre) > k.max_step_words) c.rows = 1;
   // At least one row in flight past the lag where the stages allow it: the
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
@@ -1139,7 +1146,7 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
 // centre: two words a row in the exchange (LayerNorm's sums, softmax's
 // pair), where the caller knows it; the norm checks pass false (a word).
 const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
-                                   bool centre, const DeviceLimits& lim) {
+                                   bool centre, int max_rows16, int max_rows32, const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;
   const int64_t nvec = ceil_div(cols, vec);
   if (c.ranks < 1 || c.groups < 1 || c.grid != int64_t(c.ranks) * c.groups) return "grid != ranks * groups";
@@ -1151,8 +1158,8 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
   if (int64_t(c.ranks) * c.tile_vecs < nvec) return "tiles do not cover the row";
   if (int64_t(c.ranks - 1) * c.tile_vecs >= nvec) return "the last rank owns no column";
   if (c.stages < 2 || c.stages > kNormGridStagesMax) return "stages outside [2, kNormGridStagesMax]";
-  if (c.rows < 1 || c.rows > kNormGridMaxRowsPerStep || (c.rows > 1 && x_elem_bytes != 2))
-    return "rows a step outside [1, 2] (1 for fp32 rows)";
+  if ((c.rows != 1 && c.rows != 2 && c.rows != 4) || c.rows > (x_elem_bytes == 2 ? max_rows16 : max_rows32))
+    return "rows a step not 1, 2 or 4, or more than the dtype's kernels take";
   if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormGridMaxLag)
     return "lag outside [1, 7] or (lag + 1) * rows beyond the stages";
   if (c.smem_bytes != kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
@@ -1170,29 +1177,34 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
 
 bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out) {
-  const GridKnobs k{tune.bwd_grid,        tune.bwd_grid_min_cols16, tune.bwd_grid_min_cols32, tune.bwd_grid_stages16,
-                    tune.bwd_grid_stages32, tune.bwd_grid_lag,      tune.bwd_grid_rows16,
-                    kNormBwdGridMaxStepWords};
+  const GridKnobs k{tune.bwd_grid,          tune.bwd_grid_min_cols16, tune.bwd_grid_min_cols32,
+                    tune.bwd_grid_stages16,  tune.bwd_grid_stages32,   tune.bwd_grid_lag,
+                    tune.bwd_grid_rows16,    1,                        kNormGridMaxRowsPerStep,
+                    1,                       kNormBwdGridMaxStepWords};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 2, lim, k, out);
 }
 
 const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, false, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, false, kNormGridMaxRowsPerStep, 1, lim);
 }
 
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out) {
   if (cols < kNormFwdWorkspaceMinCols) return false;
-  const GridKnobs k{tune.fwd_grid,        tune.fwd_grid_min_cols16, tune.fwd_grid_min_cols32, tune.fwd_grid_stages16,
-                    tune.fwd_grid_stages32, tune.fwd_grid_lag,      tune.fwd_grid_rows16};
+  // RMSNorm's 16-bit rows up to four a step (a word a row); LayerNorm's two
+  // (two words a row: the exchange's words and the collected words' room).
+  const GridKnobs k{tune.fwd_grid,         tune.fwd_grid_min_cols16, tune.fwd_grid_min_cols32,
+                    tune.fwd_grid_stages16, tune.fwd_grid_stages32,   tune.fwd_grid_lag,
+                    tune.fwd_grid_rows16,   tune.fwd_grid_rows32,     centre ? 2 : kNormFwdGridMaxRowsPerStep,
+                    2};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 1, lim, k, out);
 }
 
 const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                        const DeviceLimits& lim) {
   if (cols < kNormFwdWorkspaceMinCols) return "a row shorter than kNormFwdWorkspaceMinCols";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, false, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, false, kNormFwdGridMaxRowsPerStep, 2, lim);
 }
 
 // Softmax's: two words a row in the exchange (the pair), as LayerNorm's
@@ -1200,16 +1212,18 @@ const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, in
 bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, const DeviceLimits& lim,
                                     const RowTuning& tune, NormGridConfig* out) {
   if (cols < kSoftmaxFwdWorkspaceMinCols) return false;
+  // Two words a row (the pair): two rows a step at most, in either dtype.
   const GridKnobs k{tune.softmax_fwd_grid,  tune.softmax_fwd_grid_min_cols16, tune.softmax_fwd_grid_min_cols32,
                     tune.fwd_grid_stages16, tune.fwd_grid_stages32,           tune.fwd_grid_lag,
-                    tune.fwd_grid_rows16};
+                    tune.fwd_grid_rows16,   tune.fwd_grid_rows32,             kNormGridMaxRowsPerStep,
+                    2};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, true, 1, lim, k, out);
 }
 
 const char* check_softmax_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
                                           const DeviceLimits& lim) {
   if (cols < kSoftmaxFwdWorkspaceMinCols) return "a row shorter than kSoftmaxFwdWorkspaceMinCols";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, true, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, true, kNormGridMaxRowsPerStep, 2, lim);
 }
 
 }  // namespace quack

@@ -120,7 +120,7 @@ inline bool env_flag(const char* name) {
 //               bwd_grid=3,bwd_grid_min_cols16=131073,bwd_grid_min_cols32=131073,bwd_grid_stages16=6,bwd_grid_stages32=3,bwd_grid_lag=2,bwd_grid_rows16=2,
 //               bwd_grid_keep_cluster16=0,
 //               fwd_grid=3,fwd_grid_min_cols16=524288,fwd_grid_min_cols32=524289,fwd_grid_keep_reg=1,fwd_grid_stages16=8,
-//               fwd_grid_stages32=8,fwd_grid_lag=2,fwd_grid_rows16=2,fwd_grid_prefetch=1"
+//               fwd_grid_stages32=8,fwd_grid_lag=2,fwd_grid_rows16=2,fwd_grid_prefetch=1,fwd_grid_rows32=2"
 // Returns false (after printing the key) on an unknown key.
 inline bool install_tuning_from_env() {
   const char* env = std::getenv("QUACK_TUNE");
@@ -219,6 +219,7 @@ inline bool install_tuning_from_env() {
     else if (k == "fwd_grid_stages32") tune.fwd_grid_stages32 = int(v);
     else if (k == "fwd_grid_lag") tune.fwd_grid_lag = int(v);
     else if (k == "fwd_grid_rows16") tune.fwd_grid_rows16 = int(v);
+    else if (k == "fwd_grid_rows32") tune.fwd_grid_rows32 = int(v);
     else if (k == "fwd_grid_prefetch") tune.fwd_grid_prefetch = int(v);
     else {
       std::fprintf(stderr, "unknown tuning key %s\n", k.c_str());

@@ -280,6 +280,12 @@ struct RowTuning {
   int fwd_grid_lag;
   int fwd_grid_rows16;
   int fwd_grid_prefetch;
+  // fp32 rows a step of the grid forwards (norms and softmax; 1 or 2; the
+  // 16-bit rows' is fwd_grid_rows16: 1, 2, or 4 for RMSNorm). Two rows pay
+  // a step's barriers and exchange once for both (as 16-bit rows have since
+  // the grid's first version); rows halve where the stages cannot hold
+  // 2 * rows + 1 of them.
+  int fwd_grid_rows32;
 };
 RowTuning default_row_tuning();
 // The tuning the ops use: the defaults, unless a tuning tool installed others
@@ -447,7 +453,11 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPip
 constexpr int kNormGridCtaThreads = 512;
 constexpr int kNormGridCtaElems = 16;
 constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
-constexpr int kNormGridMaxRowsPerStep = 2;
+constexpr int kNormGridMaxRowsPerStep = 2;  // the backward's and softmax's; 16-bit rows (fp32: 1 backward, 2 softmax)
+// The norm forward's rows a step at most: 4 for RMSNorm's 16-bit rows (a
+// word a row: four, as LayerNorm's two rows), 2 for fp32 rows and for
+// LayerNorm's (RowTuning::fwd_grid_rows16 / 32).
+constexpr int kNormFwdGridMaxRowsPerStep = 4;
 // The backward's words a step (ranks * rows, twice that for LayerNorm) at
 // most: one a thread, all loaded at the top of the step (two a thread held
 // over the step's first phase spilled in LayerNorm's 2-row instances;
@@ -462,7 +472,9 @@ constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the sta
 constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each
 constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 * 4;
 constexpr int kNormGridMaxLag = 7;
-constexpr int kNormGridStagesMax = 8;
+// (14: 16-bit rows four a step need 2 * 4 + 1 stages and more; 14 16 KB
+// stages and the header fit a CTA's 227 KB; 14 mbarriers their 128 bytes.)
+constexpr int kNormGridStagesMax = 14;
 // The forward's grid has the backward's CTA: one of kNormGridCtaThreads an
 // SM. (Two 256-thread CTAs an SM -- two independent chains of steps, twice
 // the ranks -- measured worse, the more so the more ranks: fp32 RMSNorm 1M

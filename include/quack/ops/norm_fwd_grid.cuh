@@ -5,8 +5,9 @@
 // NormGridConfig; what two CTAs an SM measured is noted there): rank r of
 // every group owns the same tile of columns and holds its weight and bias in
 // registers; group g takes rows g, g + groups, ... in order, R of its rows a
-// step (R = 2 for 16-bit rows: the step's barriers and exchange paid once for
-// both). Step i of a group:
+// step (R = 2 for 16-bit rows by default: the step's barriers and exchange
+// paid once for both; RowTuning::fwd_grid_rows16 / 32 -- 4 for RMSNorm's
+// 16-bit rows, 2 for fp32 ones). Step i of a group:
 //   A. the tiles of its R rows arrive by bulk copy in a ring of `stages`
 //      shared-memory stages, a row a stage (each issued `stages` rows
 //      ahead); each CTA reduces its tiles' sums -- RMSNorm: sum(x^2);
@@ -82,6 +83,9 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
   constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
+  // (fp32 LayerNorm at two rows a step: cached, the words spilled 32 bytes
+  // at 128 registers; read once a pass, 121 registers; ptxas -v, CUDA 13.0.)
+  constexpr bool kCacheWords = !(kCentre && sizeof(T) == 4 && R == 2);
   using XOp = GridSums<kWords>;
   using V = typename Ring::V;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -206,19 +210,33 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     const int lane = tid & 31;
     float mean[R], rstd[R], acc[R];
     // The lane's ranks' words, each rank's in one load (rank_words,
-    // core/grid_exchange.cuh), read once for both of LayerNorm's passes.
-    float cw[kLaneRanks][kWords];
+    // core/grid_exchange.cuh), read once for both of LayerNorm's passes
+    // where the registers allow (kCacheWords), else once a pass.
+    float cw[kCacheWords ? kLaneRanks : 1][kWords];
+    if constexpr (kCacheWords) {
 #pragma unroll
-    for (int it = 0; it < kLaneRanks; ++it) {
-      if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
+      for (int it = 0; it < kLaneRanks; ++it)
+        if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
     }
+    auto words_at = [&](int it, float (&w)[kWords]) {
+      if constexpr (kCacheWords) {
+#pragma unroll
+        for (int k = 0; k < kWords; ++k) w[k] = cw[it][k];
+      } else {
+        rank_words(vals, lane + 32 * it, w);
+      }
+    };
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 #pragma unroll
-    for (int it = 0; it < kLaneRanks; ++it)
+    for (int it = 0; it < kLaneRanks; ++it) {
+      if (lane + 32 * it < ranks) {
+        float w[kWords];
+        words_at(it, w);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (lane + 32 * it < ranks) acc[r] += cw[it][kPer * r];
+        for (int r = 0; r < R; ++r) acc[r] += w[kPer * r];
+      }
+    }
     grid_warp_sums<R>(acc);
     if constexpr (kCentre) {
       float m2[R];
@@ -227,13 +245,15 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 #pragma unroll
       for (int it = 0; it < kLaneRanks; ++it) {
         const int rr = lane + 32 * it;
-        const bool last = rr == ranks - 1;
-        const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
+        if (rr < ranks) {
+          const bool last = rr == ranks - 1;
+          const float n = last ? n_last : n_mid, inv_n = last ? inv_last : inv_mid;
+          float w[kWords];
+          words_at(it, w);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (rr < ranks) {
-            const float d = cw[it][2 * r] * inv_n - mean[r];
-            m2[r] += cw[it][2 * r + 1] + n * d * d;
+          for (int r = 0; r < R; ++r) {
+            const float d = w[2 * r] * inv_n - mean[r];
+            m2[r] += w[2 * r + 1] + n * d * d;
           }
         }
       }
@@ -287,13 +307,18 @@ Status launch_rmsnorm_fwd_grid(const RMSNormFwdParams& p, const NormGridConfig& 
   Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
                                 kCentre ? "layernorm forward exchange reset" : "rmsnorm forward exchange reset");
   if (!st.ok()) return st;
+  // Rows a step built: 1 and 2 (every layout), 4 (RMSNorm's 16-bit rows).
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
-    if constexpr (sizeof(T) == 2) {
-      if (cfg.rows == 2) {
+    if constexpr (sizeof(T) == 2 && !kCentre) {
+      if (cfg.rows == 4) {
         static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
+        return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 4>, cache, device, shape, stream, p);
       }
+    }
+    if (cfg.rows == 2) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
     }
     if (cfg.rows != 1) return {Code::kUnsupported, "norm forward: grid rows a step outside the built kernels"};
     static core::KernelAttrCache cache;

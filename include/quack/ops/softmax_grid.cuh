@@ -5,7 +5,8 @@
 // cooperative grid of `groups` groups of `ranks` CTAs, one CTA of
 // kNormGridCtaThreads an SM; rank r of every group owns the same tile of
 // columns, group g takes rows g, g + groups, ... in order, R of its rows a
-// step (R = 2 for 16-bit rows). Step i of a group:
+// step (R = 2 for 16-bit rows by default; RowTuning::fwd_grid_rows16 / 32,
+// at most 2 in either dtype). Step i of a group:
 //   A. each CTA reduces its tiles (x staged by bulk copy in the ring): a
 //      thread's max, then its sum of exponentials against that max in log2
 //      units (the register kernels' arithmetic, ops/softmax.cuh), the CTA's
@@ -246,11 +247,9 @@ Status launch_softmax_fwd_grid(const SoftmaxGridParams& p, const NormGridConfig&
   Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
                                 "softmax forward exchange reset");
   if (!st.ok()) return st;
-  if constexpr (sizeof(T) == 2) {
-    if (cfg.rows == 2) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(softmax_fwd_grid_kernel<T, 2>, cache, device, shape, stream, p);
-    }
+  if (cfg.rows == 2) {
+    static core::KernelAttrCache cache;
+    return core::launch_row_kernel(softmax_fwd_grid_kernel<T, 2>, cache, device, shape, stream, p);
   }
   if (cfg.rows != 1) return {Code::kUnsupported, "softmax forward: grid rows a step outside the built kernels"};
   static core::KernelAttrCache cache;

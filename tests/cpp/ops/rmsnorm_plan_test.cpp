@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
@@ -451,9 +452,9 @@ TEST(NormFwdGridConfig, Invariants) {
   int served = 0;
   for (const int eb : {2, 4})
     for (const bool centre : {false, true})
-      for (const int stages : {2, 3, 8})
+      for (const int stages : {2, 3, 8, 13})
         for (const int lag : {1, 2, 7})
-          for (const int rows16 : {1, 2})
+          for (const auto& [rows16, rows32] : {std::pair{1, 1}, {2, 2}, {4, 1}, {7, 2}})
             for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
               for (int64_t cols = kNormFwdWorkspaceMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
                 RowTuning t = default_row_tuning();
@@ -461,6 +462,7 @@ TEST(NormFwdGridConfig, Invariants) {
                 t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
                 t.fwd_grid_lag = lag;
                 t.fwd_grid_rows16 = rows16;
+                t.fwd_grid_rows32 = rows32;
                 NormGridConfig c;
                 if (!choose_norm_fwd_grid_config(rows, cols, eb, centre, lim, t, &c)) {
                   // Refused only below the floor or where a row needs more
@@ -477,7 +479,15 @@ TEST(NormFwdGridConfig, Invariants) {
                 EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
-                EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
+                // Rows a step: the most of 4, 2, 1 that the knob asks for,
+                // the kernels are built for (RMSNorm's 16-bit rows 4,
+                // LayerNorm's and fp32 rows 2) and two steps and a row of
+                // the stages hold.
+                const int asked = eb == 2 ? rows16 : rows32, built = eb == 2 && !centre ? 4 : 2;
+                int want = 1;
+                for (const int r : {4, 2})
+                  if (want == 1 && r <= asked && r <= built && c.stages >= 2 * r + 1) want = r;
+                EXPECT_EQ(c.rows, want);
                 // The exchange log: a slot a step of every group, covering
                 // the group's rows (the first group has the most).
                 const int64_t group_rows = (rows + c.groups - 1) / c.groups;

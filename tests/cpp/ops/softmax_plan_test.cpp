@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <cstdlib>
 #include <cstdio>
 #include <string>
@@ -344,9 +345,9 @@ TEST(SoftmaxFwdGridConfig, Invariants) {
   const DeviceLimits lim;
   int served = 0;
   for (const int eb : {2, 4})
-    for (const int stages : {2, 3, 8})
+    for (const int stages : {2, 3, 8, 13})
       for (const int lag : {1, 2, 7})
-        for (const int rows16 : {1, 2})
+        for (const auto& [rows16, rows32] : {std::pair{1, 1}, {2, 2}, {4, 1}, {1, 4}})
           for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
             for (int64_t cols = kSoftmaxFwdWorkspaceMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
               RowTuning t = default_row_tuning();
@@ -355,6 +356,7 @@ TEST(SoftmaxFwdGridConfig, Invariants) {
               t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
               t.fwd_grid_lag = lag;
               t.fwd_grid_rows16 = rows16;
+              t.fwd_grid_rows32 = rows32;
               NormGridConfig c;
               if (!choose_softmax_fwd_grid_config(rows, cols, eb, lim, t, &c)) {
                 EXPECT_TRUE(cols < kSoftmaxFwdWorkspaceMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
@@ -366,7 +368,9 @@ TEST(SoftmaxFwdGridConfig, Invariants) {
               EXPECT_LE(c.grid, lim.num_sms);
               EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
               EXPECT_LE((c.lag + 1) * c.rows, c.stages);
-              EXPECT_EQ(c.rows, eb == 2 && rows16 == 2 && c.stages >= 5 ? 2 : 1);
+              // Two rows a step at most (two words a row), in either dtype,
+              // where the knob asks and two steps and a row fit the stages.
+              EXPECT_EQ(c.rows, (eb == 2 ? rows16 : rows32) >= 2 && c.stages >= 5 ? 2 : 1);
               EXPECT_GE(int64_t(c.ranks) * c.tile_vecs * (16 / eb), cols) << "the tiles cover the row";
               EXPECT_GE(c.exchange_bytes, size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 16);
             }

@@ -573,8 +573,8 @@ INSTANTIATE_TEST_SUITE_P(WideStagedCases, SoftmaxGpuWideStaged, testing::ValuesI
 // of them, with a partial last rank and a partial last vector, groups of
 // rows (2 to 16: 300 rows in 14 groups), special values (NaN, +inf, all
 // -inf, whole tiles of -inf) and huge ones (natural units), large shifts;
-// 16-bit rows two a step and one a step, the collect's loads early and
-// late, at lag 2 and 1.
+// rows two a step (16-bit and fp32) and one a step, the collect's loads
+// early and late, at lag 2 and 1.
 bool grid_row(const SmCase& c) { return stageable(c) && c.cols >= 65536 && (c.cols + 8191) / 8192 <= 132; }
 std::vector<SmCase> grid_cases() {
   std::vector<SmCase> v;
@@ -589,21 +589,23 @@ TEST_P(SoftmaxGpuGrid, ForwardMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   const SmCase c = as_run(GetParam());
   struct Knobs {
-    int rows16, prefetch, lag;
+    int rows16, rows32, prefetch, lag;
   };
-  for (const Knobs k : {Knobs{2, 1, 2}, Knobs{1, 0, 1}}) {
-    SCOPED_TRACE("rows16 " + std::to_string(k.rows16) + " prefetch " + std::to_string(k.prefetch) + " lag " +
-                 std::to_string(k.lag));
+  // (rows16 4 is taken as 2: two words a row, two rows a step at most.)
+  for (const Knobs k : {Knobs{2, 2, 1, 2}, Knobs{1, 1, 0, 1}, Knobs{4, 1, 1, 1}}) {
+    SCOPED_TRACE("rows16 " + std::to_string(k.rows16) + " rows32 " + std::to_string(k.rows32) + " prefetch " +
+                 std::to_string(k.prefetch) + " lag " + std::to_string(k.lag));
     RowTuning t = default_row_tuning();
     t.softmax_fwd_grid = 3;
     t.softmax_fwd_grid_min_cols16 = t.softmax_fwd_grid_min_cols32 = 65536;
     t.fwd_grid_rows16 = k.rows16;
+    t.fwd_grid_rows32 = k.rows32;
     t.fwd_grid_prefetch = k.prefetch;
     t.fwd_grid_lag = k.lag;
     set_row_tuning(&t);
     const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{});
     EXPECT_EQ(plan.rfind("grid", 0), 0u) << "not the grid under this tuning: " << plan;
-    const int rows = c.dtype == kF32 ? 1 : k.rows16;
+    const int rows = std::min(c.dtype == kF32 ? k.rows32 : k.rows16, 2);
     EXPECT_NE(plan.find(" rows " + std::to_string(rows) + " "), std::string::npos) << plan;
     run_case(c, RunOpts{true, true});
     if (HasFatalFailure()) return;
