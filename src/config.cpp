@@ -1119,20 +1119,34 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   c.tile_vecs = ceil_div(nvec, ranks);
   c.groups = int(std::max<int64_t>(1, std::min<int64_t>(rows, lim.num_sms / ranks)));
   const size_t stage = size_t(c.tile_vecs) * 16 * size_t(tiles);
-  const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(kNormGridHeader)) / int64_t(stage);
   const int asked = x_elem_bytes == 4 ? k.stages32 : k.stages16;
-  c.stages = int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormGridStagesMax)}));
+  // The stages that fit beside a header of `words` collected words a rank
+  // a step (the backward's: 4).
+  auto stages_beside = [&](int words) {
+    const size_t header = tiles == 1 ? norm_fwd_grid_header(words) : kNormGridHeader;
+    const int64_t fit = (int64_t(lim.max_smem_per_block) - int64_t(header)) / int64_t(stage);
+    return int(std::min<int64_t>({fit, int64_t(asked), int64_t(kNormGridStagesMax)}));
+  };
+  const int per_row = centre ? 2 : 1;
+  c.stages = stages_beside(4);
   // Rows a step (1, 2 or 4; the knob rounded down to one of them, at most
   // the kernels'): halved until two steps of them and a row in flight fit.
   const int want = x_elem_bytes == 2 ? std::min(k.rows16, k.max_rows16) : std::min(k.rows32, k.max_rows32);
   c.rows = want >= 4 ? 4 : want >= 2 ? 2 : 1;
   while (c.rows > 1 && c.stages < 2 * c.rows + 1) c.rows /= 2;
+  if (c.rows * per_row > 4) {
+    // The forward's larger header (LayerNorm's four rows): its stages, or
+    // two rows beside the smaller one.
+    const int s8 = stages_beside(c.rows * per_row);
+    if (s8 >= 2 * c.rows + 1) c.stages = s8;
+    else c.rows /= 2;
+  }
   if (k.max_step_words > 0 && norm_grid_step_words(c.ranks, c.rows, centre) > k.max_step_words) c.rows = 1;
   // At least one row in flight past the lag where the stages allow it: the
   // lag's steps and the step being reduced hold (lag + 1) * rows stages.
   c.lag = std::min({std::max(k.lag, 1), kNormGridMaxLag, std::max((c.stages - 1) / c.rows - 1, 1)});
   if (c.stages < 2) return false;
-  c.smem_bytes = kNormGridHeader + size_t(c.stages) * stage;
+  c.smem_bytes = (tiles == 1 ? norm_fwd_grid_header(c.rows * per_row) : kNormGridHeader) + size_t(c.stages) * stage;
   c.grid = int64_t(c.ranks) * c.groups;
   c.steps = ceil_div(ceil_div(rows, int64_t(c.groups)), int64_t(c.rows));
   // A group's exchange log is indexed in 32 bits (core/grid_exchange.cuh).
@@ -1162,7 +1176,8 @@ const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_
     return "rows a step not 1, 2 or 4, or more than the dtype's kernels take";
   if (c.lag < 1 || (c.lag + 1) * c.rows > c.stages || c.lag > kNormGridMaxLag)
     return "lag outside [1, 7] or (lag + 1) * rows beyond the stages";
-  if (c.smem_bytes != kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
+  const size_t header = tiles == 1 ? norm_fwd_grid_header(c.rows * (centre ? 2 : 1)) : kNormGridHeader;
+  if (c.smem_bytes != header + size_t(c.stages) * size_t(c.tile_vecs) * 16 * size_t(tiles))
     return "smem != header + stages";
   if (c.smem_bytes > lim.max_smem_per_block) return "shared memory beyond a CTA's limit";
   if (c.steps * c.rows * c.groups < rows) return "the exchange log's steps do not cover the group's rows";
@@ -1192,19 +1207,18 @@ const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, in
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out) {
   if (cols < kNormFwdWorkspaceMinCols) return false;
-  // RMSNorm's 16-bit rows up to four a step (a word a row); LayerNorm's two
-  // (two words a row: the exchange's words and the collected words' room).
+  // 16-bit rows up to four a step, fp32 rows two.
   const GridKnobs k{tune.fwd_grid,         tune.fwd_grid_min_cols16, tune.fwd_grid_min_cols32,
                     tune.fwd_grid_stages16, tune.fwd_grid_stages32,   tune.fwd_grid_lag,
-                    tune.fwd_grid_rows16,   tune.fwd_grid_rows32,     centre ? 2 : kNormFwdGridMaxRowsPerStep,
+                    tune.fwd_grid_rows16,   tune.fwd_grid_rows32,     kNormFwdGridMaxRowsPerStep,
                     2};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, centre, 1, lim, k, out);
 }
 
 const char* check_norm_fwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim) {
+                                       const DeviceLimits& lim, bool centre) {
   if (cols < kNormFwdWorkspaceMinCols) return "a row shorter than kNormFwdWorkspaceMinCols";
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, false, kNormFwdGridMaxRowsPerStep, 2, lim);
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, centre, kNormFwdGridMaxRowsPerStep, 2, lim);
 }
 
 // Softmax's: two words a row in the exchange (the pair), as LayerNorm's

@@ -158,7 +158,7 @@ bool grid_path(const RMSNormFwdArgs& a, bool centre, bool vec_io, const DeviceLi
   if (w != x && w != DType::kFloat32) return false;
   *w_f32 = w == DType::kFloat32 && x != DType::kFloat32;
   return choose_norm_fwd_grid_config(a.rows, a.cols, dtype_size(x), centre, lim, tune, cfg) &&
-         check_norm_fwd_grid_config(*cfg, a.rows, a.cols, dtype_size(x), lim) == nullptr;
+         check_norm_fwd_grid_config(*cfg, a.rows, a.cols, dtype_size(x), lim, centre) == nullptr;
 }
 
 // fwd_grid_keep_reg's bit for this layout (config.hpp).

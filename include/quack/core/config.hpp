@@ -454,9 +454,9 @@ constexpr int kNormGridCtaThreads = 512;
 constexpr int kNormGridCtaElems = 16;
 constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
 constexpr int kNormGridMaxRowsPerStep = 2;  // the backward's and softmax's; 16-bit rows (fp32: 1 backward, 2 softmax)
-// The norm forward's rows a step at most: 4 for RMSNorm's 16-bit rows (a
-// word a row: four, as LayerNorm's two rows), 2 for fp32 rows and for
-// LayerNorm's (RowTuning::fwd_grid_rows16 / 32).
+// The norm forward's rows a step at most: 4 for 16-bit rows (RMSNorm's four
+// words a step, LayerNorm's eight: norm_fwd_grid_header), 2 for fp32 rows
+// (RowTuning::fwd_grid_rows16 / 32).
 constexpr int kNormFwdGridMaxRowsPerStep = 4;
 // The backward's words a step (ranks * rows, twice that for LayerNorm) at
 // most: one a thread, all loaded at the top of the step (two a thread held
@@ -471,6 +471,12 @@ constexpr uint32_t kNormGridScratchBytes = 1024;                      // block r
 constexpr uint32_t kNormGridBarOffset = kNormGridScratchBytes;        // the stages' mbarriers, 8 B each
 constexpr uint32_t kNormGridValsOffset = kNormGridBarOffset + 128;    // the collected words, a float each
 constexpr size_t kNormGridHeader = kNormGridValsOffset + kNormGridMaxRanks * 4 * 4;
+// The forward's header for `words` collected words a rank a step: the
+// backward's (4 a rank) up to 4, room for 8 above (LayerNorm's 16-bit rows
+// four a step: 2.3 KB more, which can cost an fp32 stage, so only there).
+constexpr size_t norm_fwd_grid_header(int words) {
+  return kNormGridValsOffset + size_t(kNormGridMaxRanks) * (words > 4 ? 8 : 4) * 4;
+}
 constexpr int kNormGridMaxLag = 7;
 // (14: 16-bit rows four a step need 2 * 4 + 1 stages and more; 14 16 KB
 // stages and the header fit a CTA's 227 KB; 14 mbarriers their 128 bytes.)
@@ -506,8 +512,9 @@ const char* check_norm_bwd_grid_config(const NormGridConfig& cfg, int64_t rows, 
 // The forward's (x's tile alone a stage; tune.fwd_grid*), as the backward's.
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out);
+// centre: LayerNorm's (two words a row in the exchange and the header).
 const char* check_norm_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim);
+                                       const DeviceLimits& lim, bool centre = false);
 // Softmax's grid forward (x's tile alone a stage, a (max, sum) pair a row in
 // the exchange; tune.softmax_fwd_grid*, the stages, lag and rows a step of
 // tune.fwd_grid*).

@@ -88,6 +88,26 @@ struct GridWords<float4> {
   __device__ __forceinline__ static void put(float4 v, float (&w)[4]) { w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w; }
 };
 
+// Eight words (LayerNorm's four rows a step: sum and deviations a row): the
+// exchange's value type where no reduction of it is needed.
+struct GridWords8 {
+  float v[8];
+};
+template <>
+struct GridWords<GridWords8> {
+  static constexpr int kWords = 8;
+  __device__ __forceinline__ static GridWords8 get(const float (&w)[8]) {
+    GridWords8 g;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g.v[k] = w[k];
+    return g;
+  }
+  __device__ __forceinline__ static void put(const GridWords8& g, float (&w)[8]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = g.v[k];
+  }
+};
+
 // Rank r's K words of a collect in `vals` ([rank][word], 16-byte aligned:
 // kNormGridValsOffset) in one shared-memory load: 16 bytes for four words,
 // 8 for two. Word by word, the lanes of a warp, a rank each, read 4 (2)
@@ -97,9 +117,16 @@ struct GridWords<float4> {
 // the words the loop reads, word by word (CUDA 13.0).
 template <int K>
 __device__ __forceinline__ void rank_words(const float* vals, int r, float (&w)[K]) {
-  static_assert(K == 1 || K == 2 || K == 4, "a rank's words: 1, 2 or 4");
+  static_assert(K == 1 || K == 2 || K == 4 || K == 8, "a rank's words: 1, 2, 4 or 8");
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(vals)) + uint32_t(r) * uint32_t(K * 4);
-  if constexpr (K == 4) {
+  if constexpr (K == 8) {
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3])
+                 : "r"(a));
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(w[4]), "=f"(w[5]), "=f"(w[6]), "=f"(w[7])
+                 : "r"(a + 16u));
+  } else if constexpr (K == 4) {
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3])
                  : "r"(a));

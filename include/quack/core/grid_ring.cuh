@@ -78,11 +78,11 @@ struct GridRowRing {
   uint32_t pa;
 
   // The layout of the CTA `blockIdx.x` of a grid of `ranks`-CTA groups
-  // (rows: the tensor's; stages: the ring's, after kNormGridHeader bytes of
-  // `smem`).
+  // (rows: the tensor's; stages: the ring's, after `header` bytes of
+  // `smem`: norm_fwd_grid_header of the step's words a rank).
   __device__ __forceinline__ static GridRowRing make(unsigned char* smem, const T* x, int64_t x_stride, int64_t rows,
                                                      int64_t cols, int ranks, int64_t groups, int64_t tile,
-                                                     int stages) {
+                                                     int stages, size_t header) {
     GridRowRing g;
     g.x = x;
     g.x_stride = x_stride;
@@ -99,7 +99,7 @@ struct GridRowRing {
     g.ve = min(nvec, g.vb + tile);
     const int64_t bulk_vecs = max(int64_t(0), min(g.ve, g.nfull) - g.vb);  // whole vectors, copied in bulk
     g.bar0 = smem_addr(smem) + kNormGridBarOffset;
-    g.stage0 = smem_addr(smem) + uint32_t(kNormGridHeader);
+    g.stage0 = smem_addr(smem) + uint32_t(header);
     g.tile_bytes = uint32_t(tile) * 16;
     g.bulk_bytes = uint32_t(bulk_vecs) * 16;
     g.stages = stages;

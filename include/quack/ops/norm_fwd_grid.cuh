@@ -6,8 +6,8 @@
 // every group owns the same tile of columns and holds its weight and bias in
 // registers; group g takes rows g, g + groups, ... in order, R of its rows a
 // step (R = 2 for 16-bit rows by default: the step's barriers and exchange
-// paid once for both; RowTuning::fwd_grid_rows16 / 32 -- 4 for RMSNorm's
-// 16-bit rows, 2 for fp32 ones). Step i of a group:
+// paid once for both; RowTuning::fwd_grid_rows16 / 32 -- up to 4 16-bit
+// rows, 2 fp32 ones). Step i of a group:
 //   A. the tiles of its R rows arrive by bulk copy in a ring of `stages`
 //      shared-memory stages, a row a stage (each issued `stages` rows
 //      ahead); each CTA reduces its tiles' sums -- RMSNorm: sum(x^2);
@@ -51,10 +51,15 @@ constexpr uint32_t kNormFwdGridScratchArea = kNormGridScratchBytes / 4;
 static_assert((kNormFwdGridThreads / 32) * sizeof(float4) <= kNormFwdGridScratchArea,
               "grid forward scratch: four areas of the warps' float4");
 
-// N plain sums as one reduction value (N = 1, 2, 4).
+// N plain sums as one reduction value (N = 1, 2, 4; 8: the exchange's
+// words only, never reduced -- LayerNorm's four rows a step).
+struct GridWords8Op {
+  using T = core::GridWords8;
+};
 template <int N>
-using GridSums =
-    std::conditional_t<N == 1, core::SumOp, std::conditional_t<N == 2, core::SumPairOp, core::SumQuadOp>>;
+using GridSums = std::conditional_t<
+    N == 1, core::SumOp,
+    std::conditional_t<N == 2, core::SumPairOp, std::conditional_t<N == 4, core::SumQuadOp, GridWords8Op>>>;
 
 // a[0..N) summed over the CTA (block_reduce in scratch area `area`), in place.
 template <int N>
@@ -83,16 +88,17 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
   constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
+  static_assert(kWords <= 8, "the collected words' room (norm_fwd_grid_header): 8 a rank");
   // (fp32 LayerNorm at two rows a step: cached, the words spilled 32 bytes
   // at 128 registers; read once a pass, 121 registers; ptxas -v, CUDA 13.0.)
-  constexpr bool kCacheWords = !(kCentre && sizeof(T) == 4 && R == 2);
+  constexpr bool kCacheWords = !(kCentre && sizeof(T) == 4 && R == 2) && kWords <= 4;
   using XOp = GridSums<kWords>;
   using V = typename Ring::V;
   extern __shared__ __align__(128) unsigned char smem[];
   float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
 
   Ring ring = Ring::make(smem, static_cast<const T*>(p.x), p.x_stride, p.rows, p.cols, p.grid_ranks, p.grid_groups,
-                         p.grid_tile_vecs, p.grid_stages);
+                         p.grid_tile_vecs, p.grid_stages, norm_fwd_grid_header(kWords));
   const int ranks = ring.ranks, rank = ring.rank, tid = ring.tid;
   const int64_t cols = p.cols, tile = ring.tile, vb = ring.vb;
   const GridExchange<XOp> ex{p.exchange + ring.group * GridExchange<XOp>::words(ranks, p.grid_steps), ranks, rank};
@@ -307,10 +313,10 @@ Status launch_rmsnorm_fwd_grid(const RMSNormFwdParams& p, const NormGridConfig& 
   Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
                                 kCentre ? "layernorm forward exchange reset" : "rmsnorm forward exchange reset");
   if (!st.ok()) return st;
-  // Rows a step built: 1 and 2 (every layout), 4 (RMSNorm's 16-bit rows).
+  // Rows a step built: 1 and 2 (every layout), 4 (16-bit rows).
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
-    if constexpr (sizeof(T) == 2 && !kCentre) {
+    if constexpr (sizeof(T) == 2) {
       if (cfg.rows == 4) {
         static core::KernelAttrCache cache;
         return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 4>, cache, device, shape, stream, p);

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
 
   const SoftmaxParams& p = gp.op;
   Ring ring = Ring::make(smem, static_cast<const T*>(p.a), p.a_stride, p.rows, p.cols, gp.grid_ranks, gp.grid_groups,
-                         gp.grid_tile_vecs, gp.grid_stages);
+                         gp.grid_tile_vecs, gp.grid_stages, norm_fwd_grid_header(kWords));
   const int ranks = ring.ranks, tid = ring.tid;
   const GridExchange<XOp> ex{gp.exchange + ring.group * GridExchange<XOp>::words(ranks, gp.grid_steps), ranks,
                              ring.rank};

@@ -472,18 +472,21 @@ TEST(NormFwdGridConfig, Invariants) {
                 }
                 ++served;
                 SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
-                EXPECT_EQ(check_norm_fwd_grid_config(c, rows, cols, eb, lim), nullptr);
+                EXPECT_EQ(check_norm_fwd_grid_config(c, rows, cols, eb, lim, centre), nullptr);
                 EXPECT_GE(cols, kNormFwdWorkspaceMinCols);
                 EXPECT_LE(c.grid, lim.num_sms);
-                EXPECT_EQ(c.smem_bytes, kNormGridHeader + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                EXPECT_EQ(c.smem_bytes,
+                          norm_fwd_grid_header(c.rows * (centre ? 2 : 1)) + size_t(c.stages) * size_t(c.tile_vecs) * 16);
+                // (the header's room for 8 words a rank only where a step has more than 4)
+                EXPECT_EQ(norm_fwd_grid_header(c.rows * (centre ? 2 : 1)) == kNormGridHeader,
+                          c.rows * (centre ? 2 : 1) <= 4);
                 EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
                 EXPECT_LE(c.stages, std::min(stages, kNormGridStagesMax));
                 EXPECT_LE((c.lag + 1) * c.rows, c.stages);
                 // Rows a step: the most of 4, 2, 1 that the knob asks for,
-                // the kernels are built for (RMSNorm's 16-bit rows 4,
-                // LayerNorm's and fp32 rows 2) and two steps and a row of
-                // the stages hold.
-                const int asked = eb == 2 ? rows16 : rows32, built = eb == 2 && !centre ? 4 : 2;
+                // the kernels are built for (16-bit rows 4, fp32 rows 2)
+                // and two steps and a row of the stages hold.
+                const int asked = eb == 2 ? rows16 : rows32, built = eb == 2 ? 4 : 2;
                 int want = 1;
                 for (const int r : {4, 2})
                   if (want == 1 && r <= asked && r <= built && c.stages >= 2 * r + 1) want = r;
