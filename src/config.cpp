@@ -1158,7 +1158,8 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
 }
 
 // centre: two words a row in the exchange (LayerNorm's sums, softmax's
-// pair), where the caller knows it; the norm checks pass false (a word).
+// pair; the forward's header follows the words); the backward's check
+// passes false (a word).
 const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
                                    bool centre, int max_rows16, int max_rows32, const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;

@@ -281,7 +281,7 @@ struct RowTuning {
   int fwd_grid_rows16;
   int fwd_grid_prefetch;
   // fp32 rows a step of the grid forwards (norms and softmax; 1 or 2; the
-  // 16-bit rows' is fwd_grid_rows16: 1, 2, or 4 for RMSNorm). Two rows pay
+  // 16-bit rows' is fwd_grid_rows16: 1, 2, or 4 for the norms). Two rows pay
   // a step's barriers and exchange once for both (as 16-bit rows have since
   // the grid's first version); rows halve where the stages cannot hold
   // 2 * rows + 1 of them.
