@@ -452,7 +452,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPip
 // launch); the backward's `groups` partial rows follow them.
 constexpr int kNormGridCtaThreads = 512;
 constexpr int kNormGridCtaElems = 16;
-constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (2 rows of LayerNorm pairs)
+constexpr int kNormGridMaxRanks = 144;    // the collected words' room: 4 a rank (8 in norm_fwd_grid_header's larger)
 constexpr int kNormGridMaxRowsPerStep = 2;  // the backward's and softmax's; 16-bit rows (fp32: 1 backward, 2 softmax)
 // The norm forward's rows a step at most: 4 for 16-bit rows (RMSNorm's four
 // words a step, LayerNorm's eight: norm_fwd_grid_header), 2 for fp32 rows

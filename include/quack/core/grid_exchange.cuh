@@ -44,6 +44,7 @@
 
 #include <cstdint>
 
+#include "quack/core/config.hpp"
 #include "quack/core/reduce.cuh"
 
 namespace quack {
@@ -109,32 +110,42 @@ struct GridWords<GridWords8> {
 };
 
 // Rank r's K words of a collect in `vals` ([rank][word], 16-byte aligned:
-// kNormGridValsOffset) in one shared-memory load: 16 bytes for four words,
-// 8 for two. Word by word, the lanes of a warp, a rank each, read 4 (2)
-// words apart: a 4-way (2-way) bank conflict a load (LayerNorm's two-row
-// combine: 24 wavefronts a rank, where this takes 8, sm_90a). Inline PTX:
-// from a float4 (or float2) that a loop reads only in part, nvcc loads just
-// the words the loop reads, word by word (CUDA 13.0).
+// kNormGridValsOffset) in whole vector loads: one of 16 bytes for four words
+// (two for eight), one of 8 for two. Word by word, the lanes of a
+// warp, a rank each, read 4 (2) words apart: a 4-way (2-way) bank conflict
+// a load (LayerNorm's two-row combine: 24 wavefronts a rank, where one
+// 16-byte load takes 4, sm_90a). Inline PTX, volatile: from a float4 (or
+// float2) that a loop reads only in part, nvcc loads just the words the
+// loop reads, and ptxas does the same for a plain ld.shared (CUDA 13.0).
 template <int K>
 __device__ __forceinline__ void rank_words(const float* vals, int r, float (&w)[K]) {
   static_assert(K == 1 || K == 2 || K == 4 || K == 8, "a rank's words: 1, 2, 4 or 8");
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(vals)) + uint32_t(r) * uint32_t(K * 4);
-  if constexpr (K == 8) {
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3])
-                 : "r"(a));
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(w[4]), "=f"(w[5]), "=f"(w[6]), "=f"(w[7])
-                 : "r"(a + 16u));
-  } else if constexpr (K == 4) {
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3])
-                 : "r"(a));
+  if constexpr (K >= 4) {
+#pragma unroll
+    for (int h = 0; h < K / 4; ++h)
+      asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(w[4 * h]), "=f"(w[4 * h + 1]), "=f"(w[4 * h + 2]), "=f"(w[4 * h + 3])
+                   : "r"(a + 16u * uint32_t(h)));
   } else if constexpr (K == 2) {
     asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(w[0]), "=f"(w[1]) : "r"(a));
   } else {
     w[0] = vals[r];
   }
+}
+
+// A lane's ranks in a combine (lane, lane + 32, ...): at most kGridLaneRanks.
+constexpr int kGridLaneRanks = (kNormGridMaxRanks + 31) / 32;
+
+// The lane's ranks' words (rank_words), read once for a combine's passes:
+// w[it] holds rank lane + 32 it where that is below `ranks` (the rest are
+// left unset: the passes test the same bound).
+template <int K>
+__device__ __forceinline__ void lane_rank_words(const float* vals, int lane, int ranks,
+                                                float (&w)[kGridLaneRanks][K]) {
+#pragma unroll
+  for (int it = 0; it < kGridLaneRanks; ++it)
+    if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, w[it]);
 }
 
 template <class Op>

@@ -87,7 +87,6 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
   constexpr int KV = Ring::KV;  // vectors a thread
   constexpr int TH = kNormFwdGridThreads;
   constexpr int kPer = kCentre ? 2 : 1, kWords = kPer * R;
-  constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
   static_assert(kWords <= 8, "the collected words' room (norm_fwd_grid_header): 8 a rank");
   // (fp32 LayerNorm at two rows a step: cached, the words spilled 32 bytes
   // at 128 registers; read once a pass, 121 registers; ptxas -v, CUDA 13.0.)
@@ -218,12 +217,8 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
     // The lane's ranks' words, each rank's in one load (rank_words,
     // core/grid_exchange.cuh), read once for both of LayerNorm's passes
     // where the registers allow (kCacheWords), else once a pass.
-    float cw[kCacheWords ? kLaneRanks : 1][kWords];
-    if constexpr (kCacheWords) {
-#pragma unroll
-      for (int it = 0; it < kLaneRanks; ++it)
-        if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
-    }
+    float cw[kCacheWords ? kGridLaneRanks : 1][kWords];
+    if constexpr (kCacheWords) lane_rank_words(vals, lane, ranks, cw);
     auto words_at = [&](int it, float (&w)[kWords]) {
       if constexpr (kCacheWords) {
 #pragma unroll
@@ -235,7 +230,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 #pragma unroll
-    for (int it = 0; it < kLaneRanks; ++it) {
+    for (int it = 0; it < kGridLaneRanks; ++it) {
       if (lane + 32 * it < ranks) {
         float w[kWords];
         words_at(it, w);
@@ -249,7 +244,7 @@ __global__ void __launch_bounds__(kNormFwdGridThreads, 1) rmsnorm_fwd_grid_kerne
 #pragma unroll
       for (int r = 0; r < R; ++r) mean[r] = acc[r] / float(cols), m2[r] = 0.0f;
 #pragma unroll
-      for (int it = 0; it < kLaneRanks; ++it) {
+      for (int it = 0; it < kGridLaneRanks; ++it) {
         const int rr = lane + 32 * it;
         if (rr < ranks) {
           const bool last = rr == ranks - 1;

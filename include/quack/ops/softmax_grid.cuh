@@ -129,7 +129,6 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
   constexpr int VEC = Ring::VEC;
   constexpr int KV = Ring::KV;  // vectors a thread
   constexpr int kWords = 2 * R;  // (m, s) a row
-  constexpr int kLaneRanks = (kNormGridMaxRanks + 31) / 32;  // a lane's ranks in phase B's combine, at most
   using XOp = std::conditional_t<R == 1, SumPairOp, SumQuadOp>;  // (the words' container: four floats at most)
   using V = typename Ring::V;
   static_assert(GridWords<typename XOp::T>::kWords == kWords, "two words a row");
@@ -178,11 +177,8 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
     const int lane = tid & 31;
     // The lane's ranks' words, each rank's in one load (rank_words,
     // core/grid_exchange.cuh), read once for both rows and both passes.
-    float cw[kLaneRanks][kWords];
-#pragma unroll
-    for (int it = 0; it < kLaneRanks; ++it) {
-      if (lane + 32 * it < ranks) rank_words(vals, lane + 32 * it, cw[it]);
-    }
+    float cw[kGridLaneRanks][kWords];
+    lane_rank_words(vals, lane, ranks, cw);
     // (Rows one after another: the loop's body holds the output pass in
     // seven forms, which unrolled twice doubled the kernel's code.)
 #pragma unroll 1
@@ -194,12 +190,12 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
       // rescaled to it.
       float m = -INFINITY;
 #pragma unroll
-      for (int it = 0; it < kLaneRanks; ++it)
+      for (int it = 0; it < kGridLaneRanks; ++it)
         if (lane + 32 * it < ranks) m = fmaxf(m, grid_pick(cw[it], 2 * r));
       m = warp_reduce<MaxOp>(m);
       float sum = 0.0f;
 #pragma unroll
-      for (int it = 0; it < kLaneRanks; ++it) {
+      for (int it = 0; it < kGridLaneRanks; ++it) {
         if (lane + 32 * it < ranks) {
           const float mr = grid_pick(cw[it], 2 * r), sr = grid_pick(cw[it], 2 * r + 1);
           sum += mr == -INFINITY ? __fmul_rn(sr, 0.0f) : __fmul_rn(sr, fast_exp2((mr - m) * kLog2e));
