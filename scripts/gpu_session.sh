@@ -116,6 +116,24 @@ native_and_memcheck() {
   done
 }
 
+# sweep_cmd DIR OP DT: the command line of OP's sweep binary in DIR (a build
+# folder) for dtype DT, in the array `cmd` -- rmsnorm, layernorm (rmsnorm_sweep
+# with QUACK_SWEEP_LAYERNORM=1), softmax, cross_entropy, rmsnorm_bwd,
+# layernorm_bwd; any other OP: rmsnorm. $SWEEP_NS / $SOFTMAX_NS narrow the
+# sizes. (The sweep and ab parts.)
+sweep_cmd() {
+  local dir=$1 op=$2 dt=$3
+  # shellcheck disable=SC2206
+  case $op in
+    softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS}) ;;
+    cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt") ;;
+    rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+    layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+    layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+    *) cmd=("$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+  esac
+}
+
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -239,39 +257,18 @@ PROBES
       for tune in "" "${tunes[@]}"; do
         # shellcheck disable=SC2086
         for dt in ${SWEEP_DTYPES:-bf16 f32}; do
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm "* ]]; then
-            echo "== rmsnorm $dt ${tune:-defaults}" >> "$out/sweep.log"
-            # shellcheck disable=SC2086
-            QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} >> "$out/sweep.log" 2>&1 \
-              || status=1
-          fi
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm "* ]]; then
-            echo "== layernorm $dt ${tune:-defaults}" >> "$out/layernorm_sweep.log"
-            # shellcheck disable=SC2086
-            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
-              >> "$out/layernorm_sweep.log" 2>&1 || status=1
-          fi
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" softmax "* ]]; then
-            echo "== softmax $dt ${tune:-defaults}" >> "$out/softmax_sweep.log"
-            # shellcheck disable=SC2086
-            QUACK_TUNE=$tune build/softmax_sweep "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS} \
-              >> "$out/softmax_sweep.log" 2>&1 || status=1
-          fi
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" cross_entropy "* ]]; then
-            echo "== cross_entropy $dt ${tune:-defaults}" >> "$out/cross_entropy_sweep.log"
-            QUACK_TUNE=$tune build/cross_entropy_sweep "$dt" >> "$out/cross_entropy_sweep.log" 2>&1 || status=1
-          fi
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" rmsnorm_bwd "* ]]; then
-            echo "== rmsnorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
-            QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
-              >> "$out/rmsnorm_bwd_sweep.log" 2>&1 || status=1
-          fi
-          if [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" layernorm_bwd "* ]]; then
-            echo "== layernorm_bwd $dt ${tune:-defaults}" >> "$out/rmsnorm_bwd_sweep.log"
-            QUACK_SWEEP_LAYERNORM=1 QUACK_TUNE=$tune build/rmsnorm_bwd_sweep "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS} \
-              >> "$out/rmsnorm_bwd_sweep.log" 2>&1 \
-              || status=1
-          fi
+          # In this order, whatever the order of $SWEEP_OPS.
+          for op in rmsnorm layernorm softmax cross_entropy rmsnorm_bwd layernorm_bwd; do
+            [[ " ${SWEEP_OPS:-rmsnorm softmax} " == *" $op "* ]] || continue
+            case $op in
+              rmsnorm) log=sweep.log ;;
+              layernorm_bwd) log=rmsnorm_bwd_sweep.log ;;
+              *) log=${op}_sweep.log ;;
+            esac
+            sweep_cmd build "$op" "$dt"
+            echo "== $op $dt ${tune:-defaults}" >> "$out/$log"
+            QUACK_TUNE=$tune "${cmd[@]}" >> "$out/$log" 2>&1 || status=1
+          done
         done
       done
       # The variants side by side (bench/sweep_table.py), a table a timed column.
@@ -290,17 +287,7 @@ PROBES
             for side in new old; do
               dir=build
               [ "$side" = old ] && dir=$old_tree/build
-              # (SWEEP_NS / SOFTMAX_NS narrow the sizes, as in the sweep part.)
-              # shellcheck disable=SC2206
-              case $op in
-                softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS}) ;;
-                cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt") ;;
-                rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-                layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt"
-                                    ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-                layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-                *) cmd=("$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-              esac
+              sweep_cmd "$dir" "$op" "$dt"
               echo "== $op $dt $side round $round" >> "$out/ab.log"
               "${cmd[@]}" >> "$out/ab.log" 2>&1 || status=1
             done
