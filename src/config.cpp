@@ -190,6 +190,14 @@ RowTuning default_row_tuning() {
   // bf16 1M with fp32 weights: 1083.5 against 1485.8).
   t.reg_staged_vpt_max = 16;
   t.reg_staged_vpt_max_beyond = 32;
+  // Not measured yet (written without a GPU, forty-first session): off.
+  // The case for it (docs/KERNELS.md, "Balanced staged CTAs"): a staged
+  // row of N = 70000 bf16 (8750 vectors) takes 3 CTAs of 256 x 16 vectors,
+  // 12288 slots for 8750 (71%), three 64 KB CTAs an SM; balanced, 3 CTAs of
+  // 192 threads (95%), 48 KB, four an SM. Predicted: softmax bf16 70000 /
+  // 49152 forward +1-3 points (they trail their neighbours by that), the
+  // cross-entropy gradient at 50304 classes +3-5.
+  t.reg_staged_balance = 0;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -633,6 +641,11 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     size_t smem = staged_smem_bytes(prob, t, smem_vpt, 1);
     if (cl < 2 || cl > max_cluster || smem > lim.max_smem_per_block) return false;
     if (prob.rows > int64_t(0x7fffffff) / cl) return false;
+    // reg_staged_balance: the same cluster and tile in the fewest whole
+    // warps that cover the row (more than half of t, since cl >= 2 CTAs of
+    // t were needed; check_reg_row_config recovers t as the power of two
+    // above).
+    const int64_t t_fit = tune.reg_staged_balance ? ceil_div(ceil_div(nvec, cl * vpt), 32) * 32 : t;
     // Two rows a cluster at the staged tile, where the problem allows and
     // both rows' staging fits; with pair_full_wave only where the pairs'
     // CTAs still fill every SM's slots once (fewer clusters than that would
@@ -640,7 +653,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     int rows_per = 1;
     if (prob.staged_rows == 2 && vpt == prob.staged_vpt && t == staged_team && prob.rows > 1 &&
         cl >= prob.pair_min_cluster) {
-      const size_t smem2 = staged_smem_bytes(prob, t, smem_vpt, 2);
+      const size_t smem2 = staged_smem_bytes(prob, t_fit, smem_vpt, 2);
       const int64_t per_sm = int64_t(lim.smem_per_sm) / int64_t(smem2 + 1024);  // 1 KB reserved per CTA
       const bool fills = ceil_div(prob.rows, 2) * cl >= per_sm * lim.num_sms;
       if (smem2 <= lim.max_smem_per_block && per_sm >= 1 && (fills || !prob.pair_full_wave)) {
@@ -648,7 +661,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
         smem = smem2;
       }
     }
-    c.team = c.threads = int(t);
+    if (rows_per == 1) smem = staged_smem_bytes(prob, t_fit, smem_vpt, 1);
+    c.team = c.threads = int(t_fit);
     c.cluster = int(cl);
     c.vpt = vpt;
     c.staged = true;
@@ -723,7 +737,17 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
 const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& prob, const DeviceLimits& lim) {
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
-  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.team < 1 || c.team > kRegRowMaxThreads) return "team outside [1, 1024]";
+  // A staged row's CTA may be balanced (RowTuning::reg_staged_balance): the
+  // fewest whole warps that cover the row at its cluster and tile. `base`,
+  // the power of two above (more than half of it, since cluster >= 2 CTAs
+  // of base were needed), is the CTA the rules chose; the rules are checked
+  // on it.
+  const int64_t base = pow2_ceil(c.team);
+  if (c.team != base &&
+      !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
+        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team))
+    return "team is not a power of two in [1, 1024], nor a staged row's balanced CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team)
     return "threads is not a multiple of team in [team, 1024]";
   if (c.threads % 32) return "threads is not a whole number of warps";
@@ -735,13 +759,13 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
     // The wide geometry (staged_wide_team) at its own tile and shared
     // memory, one row a cluster; otherwise a staged tile, every tensor's
     // vectors in shared memory.
-    const bool wide = prob.staged_wide_team > 0 && c.team >= prob.staged_wide_team && c.team % prob.staged_wide_team == 0 &&
+    const bool wide = prob.staged_wide_team > 0 && base >= prob.staged_wide_team && base % prob.staged_wide_team == 0 &&
                       c.vpt == prob.staged_wide_vpt && c.staged_smem_vpt == prob.staged_wide_smem_vpt;
     if (wide) {
       if (c.rows_per_cluster != 1) return "a wide staged row takes one row a cluster";
       // A CTA above the wide one only where max_cluster of half its size do not cover the row.
-      if (c.team > prob.staged_wide_team &&
-          ceil_div(nvec, int64_t(c.team / 2) * c.vpt) <= std::min(lim.max_cluster, 16))
+      if (base > prob.staged_wide_team &&
+          ceil_div(nvec, int64_t(base / 2) * c.vpt) <= std::min(lim.max_cluster, 16))
         return "a wide staged row takes a bigger CTA than it needs";
     } else {
       bool tile = false;
@@ -749,7 +773,7 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
         tile |= c.vpt == v;
       if (!tile) return "a staged row does not use a staged tile";
       // A wider tile only where the narrower one needs more than max_cluster CTAs.
-      if (c.vpt > prob.staged_vpt && ceil_div(nvec, int64_t(c.team) * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
+      if (c.vpt > prob.staged_vpt && ceil_div(nvec, base * (c.vpt / 2)) <= std::min(lim.max_cluster, 16))
         return "a staged row takes a wider tile than it needs";
       if (c.staged_smem_vpt != std::max(prob.staged_tensors, 1) * c.vpt)
         return "a staged row does not hold every tensor's tile in shared memory";
@@ -815,7 +839,17 @@ bool choose_norm_bwd_config(const RegRowProblem& prob, const DeviceLimits& lim, 
 const char* check_norm_bwd_config(const RegRowConfig& c, const RegRowProblem& prob, const DeviceLimits& lim) {
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
-  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.team < 1 || c.team > kRegRowMaxThreads) return "team outside [1, 1024]";
+  // A staged row's CTA may be balanced (RowTuning::reg_staged_balance): the
+  // fewest whole warps that cover the row at its cluster and tile. `base`,
+  // the power of two above (more than half of it, since cluster >= 2 CTAs
+  // of base were needed), is the CTA the rules chose; the rules are checked
+  // on it.
+  const int64_t base = pow2_ceil(c.team);
+  if (c.team != base &&
+      !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
+        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team))
+    return "team is not a power of two in [1, 1024], nor a staged row's balanced CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
   if (c.threads != c.team && c.team > 32) return "a team larger than a warp must own its CTA";
@@ -986,7 +1020,17 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
                                        const DeviceLimits& lim) {
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
-  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  if (c.team < 1 || c.team > kRegRowMaxThreads) return "team outside [1, 1024]";
+  // A staged row's CTA may be balanced (RowTuning::reg_staged_balance): the
+  // fewest whole warps that cover the row at its cluster and tile. `base`,
+  // the power of two above (more than half of it, since cluster >= 2 CTAs
+  // of base were needed), is the CTA the rules chose; the rules are checked
+  // on it.
+  const int64_t base = pow2_ceil(c.team);
+  if (c.team != base &&
+      !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
+        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team))
+    return "team is not a power of two in [1, 1024], nor a staged row's balanced CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
   if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";

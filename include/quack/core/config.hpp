@@ -126,6 +126,13 @@ struct RowTuning {
   // register kernels), reg_staged_vpt_max_beyond where none does.
   int reg_staged_vpt_max;
   int reg_staged_vpt_max_beyond;
+  // Staged rows (every op that stages: RMSNorm / LayerNorm forward, softmax
+  // forward and backward, the cross-entropy gradient): 1 sizes the CTA to
+  // the row -- the fewest whole warps a thread that still cover the row
+  // with the same cluster and tile (the CTA the rules above chose, or
+  // fewer threads), so that the last CTA is not mostly empty and an SM's
+  // shared memory holds more CTAs. 0: the chosen power-of-two CTA.
+  int reg_staged_balance;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
   // every peer's write into its shared memory).
@@ -354,7 +361,7 @@ struct RegRowProblem {
 
 struct RegRowConfig {
   int vec = 1;             // elements per vector
-  int team = 1;            // threads per row in one CTA (power of two)
+  int team = 1;            // threads per row in one CTA (power of two; staged rows: whole warps)
   int threads = 1;         // threads per CTA (multiple of team)
   int cluster = 1;         // CTAs per row
   int vpt = 1;             // vectors per thread (a bucket)

@@ -519,9 +519,14 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   auto do_rows = [&](int64_t blk) {
     int team = p.team, tid = int(threadIdx.x), shift = p.team_shift;
     asm volatile("" : "+r"(team), "+r"(tid), "+r"(shift));
-    const int team_id = tid >> shift, t = tid & (team - 1);  // (teams are powers of two)
+    // Teams are powers of two, but a staged row's, which owns its CTA and
+    // may be fitted to the row (whole warps, RowTuning::reg_staged_balance).
+    // (Register-held clusters keep the shifts: with team_id and teams
+    // constant, the persistent fp32 LayerNorm cluster spilled 8 bytes,
+    // ptxas -v.)
+    const int team_id = kStaged ? 0 : tid >> shift, t = kStaged ? tid : tid & (team - 1);
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-    const int teams = int(blockDim.x) >> shift;
+    const int teams = kStaged ? 1 : int(blockDim.x) >> shift;
     const int cols = int(p.cols);
     const int col_step = team * VEC;                  // between a thread's vectors
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column

@@ -290,10 +290,25 @@ std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
 }
 
 // The register kernels' invariants, restated independently of config.cpp.
-const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, const DeviceLimits& lim) {
+// balance: the tuning's reg_staged_balance (a staged row's CTA is then the
+// fewest whole warps covering the row at its cluster and tile).
+const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, const DeviceLimits& lim,
+                                 bool balance = false) {
   const int vec = 16 / p.x_elem_bytes;
   if (c.vec != vec) return "vector is not 16 bytes of x";
-  if (!is_pow2(c.team) || c.team > 1024) return "team";
+  if (c.team < 1 || c.team > 1024) return "team";
+  // The power-of-two CTA the rules chose; a staged row's may be trimmed to
+  // whole warps (balance), more than half of it.
+  int team = 1;
+  while (team < c.team) team *= 2;
+  const int64_t warp_cols = int64_t(32) * c.cluster * c.vpt * vec;  // the columns a warp a CTA covers
+  if (c.staged && balance) {
+    if (c.team % 32) return "a balanced staged CTA is not whole warps";
+    if (int64_t(c.team) * c.cluster * c.vpt * vec - warp_cols >= p.cols)
+      return "a balanced staged CTA has a warp to spare";
+  } else if (c.team != team) {
+    return "team is not a power of two";
+  }
   if (c.threads % 32 || c.threads > 1024 || c.threads % c.team) return "threads";
   if (c.team > 32 && c.threads != c.team) return "a team above a warp shares its CTA";
   if (c.cluster < 1 || c.cluster > lim.max_cluster) return "cluster";
@@ -311,14 +326,14 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     // than max_cluster CTAs at the widest tile.
     // (The wide CTA doubles up to 1024 threads while max_cluster of it do
     // not cover the row.)
-    const bool wide = p.staged_wide_team > 0 && c.team >= p.staged_wide_team && c.team != 256;
+    const bool wide = p.staged_wide_team > 0 && team >= p.staged_wide_team && team != 256;
     if (!wide && (c.vpt < p.staged_vpt || c.vpt > widest || c.vpt % p.staged_vpt || !is_pow2(c.vpt / p.staged_vpt)))
       return "a staged row not at a staged tile";
-    if (!wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * c.team * (c.vpt / 2) * vec >= p.cols)
+    if (!wide && c.vpt > p.staged_vpt && int64_t(lim.max_cluster) * team * (c.vpt / 2) * vec >= p.cols)
       return "a staged row at a wider tile than it needs";
-    if (!wide && c.team != 256) return "a staged row not in 256-thread CTAs";
-    if (wide && (c.team % p.staged_wide_team || !is_pow2(c.team) ||
-                 (c.team > p.staged_wide_team && int64_t(lim.max_cluster) * (c.team / 2) * c.vpt * vec >= p.cols)))
+    if (!wide && team != 256) return "a staged row not in 256-thread CTAs";
+    if (wide && (team % p.staged_wide_team ||
+                 (team > p.staged_wide_team && int64_t(lim.max_cluster) * (team / 2) * c.vpt * vec >= p.cols)))
       return "a wide CTA bigger than the row needs";
     if (c.staged_smem_vpt != (wide ? p.staged_wide_smem_vpt : p.staged_tensors * c.vpt))
       return "vectors a thread in shared memory";
@@ -338,7 +353,8 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
   return nullptr;
 }
 
-void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int64_t step) {
+void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int64_t step,
+               const RowTuning& tune = default_row_tuning()) {
   const int vec = 16 / tile.x_bytes;
   // What the family holds: a 1024-thread CTA at its largest tile, or a
   // cluster of as many 1024-thread CTAs as the device allows at its
@@ -372,10 +388,11 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     p.staged_wide_first = tile.wide_first;
     p.scratch_bytes = kScratch;
     RegRowConfig c;
-    const bool ok = choose_reg_row_config(p, lim, default_row_tuning(), &c);
+    const bool ok = choose_reg_row_config(p, lim, tune, &c);
     const char* why = nullptr;
     if (ok != (n <= capacity)) why = ok ? "accepted a row beyond the capacity" : "refused a row that fits";
-    else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr) why = broken_reg_invariant(c, p, lim);
+    else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr)
+      why = broken_reg_invariant(c, p, lim, tune.reg_staged_balance != 0);
     return why == nullptr ? std::string() : why + (": " + describe(c, p));
   });
 }
@@ -387,6 +404,20 @@ TEST_P(RegConfigSweep, ValidWithPortableClusterOf8) {
   DeviceLimits lim;
   lim.max_cluster = 8;
   reg_sweep(GetParam(), lim, kSweepMaxN, 7);
+}
+// Staged CTAs fitted to the row (reg_staged_balance): the same capacity,
+// every staged CTA whole warps with none to spare.
+TEST_P(RegConfigSweep, BalancedStagedCtasAreValidOnH200) {
+  RowTuning t = default_row_tuning();
+  t.reg_staged_balance = 1;
+  reg_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 3, t);
+}
+TEST_P(RegConfigSweep, BalancedStagedCtasAreValidWithPortableClusterOf8) {
+  DeviceLimits lim;
+  lim.max_cluster = 8;
+  RowTuning t = default_row_tuning();
+  t.reg_staged_balance = 1;
+  reg_sweep(GetParam(), lim, kSweepMaxN, 7, t);
 }
 TEST_P(RegConfigSweep, ValidWithoutClusters) {
   DeviceLimits lim;

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -1061,6 +1062,76 @@ TEST_P(CrossEntropyGpuStaged, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StagedCases, CrossEntropyGpuStaged, testing::ValuesIn(staged_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The staged fused gradient with its CTAs fitted to the row
+// (RowTuning::reg_staged_balance; off by default until measured): every
+// gradient case staged from 4K classes in 256-thread CTAs (the default CTA)
+// whose CTA the balance trims below 256 threads (whole warps: 50304 classes
+// bf16 in 2 x 224, fp32 50304 in 4 x 224, ...), plus the staged suite's odd
+// tails; the plan's CTA must be the fewest whole warps covering the row at
+// its cluster and tile. Each at both tiles, with the grid one cluster a row
+// and two clusters walking the rows.
+RowTuning balanced_staged(int vpt) {
+  RowTuning t = default_row_tuning();
+  t.ce_staged_grad = 3;
+  t.ce_staged_vpt = vpt;
+  t.ce_staged_min_cols = 0;
+  t.reg_staged_balance = 1;
+  return t;
+}
+// "stage team T thr H cl C vpt V": whether the threads are the fewest whole
+// warps that cover c's row at C CTAs and V vectors a thread (*trimmed: and
+// fewer than a power of two).
+bool balanced_plan(const CeCase& c, const std::string& plan, bool* trimmed) {
+  int team = 0, thr = 0, cl = 0, vpt = 0;
+  if (std::sscanf(plan.c_str(), "stage team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt) != 4) return false;
+  const int64_t vec = 16 / dtype_size(c.dtype), nvec = (c.cols + vec - 1) / vec;
+  const int64_t need = (nvec + int64_t(cl) * vpt - 1) / (int64_t(cl) * vpt);
+  *trimmed = (thr & (thr - 1)) != 0;
+  return thr == (need + 31) / 32 * 32;
+}
+std::vector<CeCase> balanced_cases() {
+  std::vector<CeCase> v = cases();
+  v.push_back(C(kBF16, 2000, 8191, kMean).zl(1e-4f).mis(0, 1).dx_mis(0, 9));
+  v.push_back(C(kF32, 1000, 20001, kSum).smooth(0.1f).mis(0, 3).dx_mis(0, 7).badt());
+  v.push_back(C(kBF16, 64, 65531, kMean).w().smooth(0.1f).softcap(30.0f).mis(0, 5).dx_mis(0, 5).ign(10));
+  v.push_back(C(kF32, 301, 8195, kNone).mis(0, 1).inplace().badt());
+  std::vector<CeCase> out;
+  for (const CeCase& c : cases_planned(v, balanced_staged(16), true)) {
+    const RowTuning t = balanced_staged(16);
+    set_row_tuning(&t);
+    bool trimmed = false;
+    if (balanced_plan(c, case_plan(c), &trimmed) && trimmed) out.push_back(c);
+    set_row_tuning(nullptr);
+  }
+  return out;
+}
+
+class CrossEntropyGpuBalancedStaged : public testing::TestWithParam<CeCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuBalancedStaged, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  for (const int vpt : {16, 8}) {
+    for (const int clusters : {-1, 2}) {
+      SCOPED_TRACE("staged tile " + std::to_string(vpt) + ", clusters " + std::to_string(clusters));
+      RowTuning t = balanced_staged(vpt);
+      t.ce_staged_clusters = clusters;
+      set_row_tuning(&t);
+      const std::string plan = case_plan(GetParam());
+      bool trimmed = false;
+      if (vpt == 16) ASSERT_TRUE(balanced_plan(GetParam(), plan, &trimmed)) << plan;
+      else if (!balanced_plan(GetParam(), plan, &trimmed)) break;  // not staged at 8 vectors
+      run_case(GetParam());
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BalancedStagedCases, CrossEntropyGpuBalancedStaged, testing::ValuesIn(balanced_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The cases the default tuning stages, with staging off: the register

@@ -565,6 +565,30 @@ TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("stage", 0), 0u);
 }
 
+// reg_staged_balance (off by default until measured) fits the staged fused
+// gradient's CTAs to the row: GPT-NeoX's 50304 classes (6288 bf16 vectors)
+// in 2 x 224 threads at 16 vectors instead of 2 x 256 (12.5% of the
+// staging idle), fp32 (12576) in 4 x 224; Qwen's 151936 and Llama 3's
+// 128256 already fill 256-thread CTAs (18992 bf16 vectors: 5 x 256 x 16
+// hold 20480, and 4.6 CTAs' worth needs 238 threads at 5).
+TEST(CrossEntropyPlan, BalancedStagedCtasFitTheRow) {
+  const DeviceLimits lim;
+  RowTuning t = default_row_tuning();
+  t.reg_staged_balance = 1;
+  set_row_tuning(&t);
+  EXPECT_EQ(cross_entropy_plan_description(4096, 50304, DType::kBFloat16, lim, false),
+            "stage team  224 thr  224 cl  2 vpt 16");
+  EXPECT_EQ(cross_entropy_plan_description(4096, 50304, DType::kFloat32, lim, false),
+            "stage team  224 thr  224 cl  4 vpt 16");
+  EXPECT_EQ(cross_entropy_plan_description(4096, 151936, DType::kBFloat16, lim, false),
+            "stage team  256 thr  256 cl  5 vpt 16");
+  EXPECT_EQ(cross_entropy_plan_description(4096, 128256, DType::kBFloat16, lim, false),
+            "stage team  256 thr  256 cl  4 vpt 16");
+  set_row_tuning(nullptr);
+  EXPECT_EQ(cross_entropy_plan_description(4096, 50304, DType::kBFloat16, lim, false),
+            "stage team  256 thr  256 cl  2 vpt 16");
+}
+
 // Many rows in the bulk window (16-bit 8 KB to 128 KB, fp32 4 KB to 128 KB:
 // src/config.cpp): the plain forward (and the two-pass gradient's forward)
 // takes the bulk-copy kernel; shorter or longer rows, fewer rows, a general

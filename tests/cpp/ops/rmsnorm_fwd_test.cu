@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -542,10 +543,28 @@ std::vector<FwdCase> smem_staged_cases() {
   return v;
 }
 
+// The staged plan's tile and cluster under run_all's tuning (the 8-vector
+// tile, doubled while 16 CTAs of 256 threads do not hold the row), and the
+// CTA reg_staged_balance fits to the row: the fewest whole warps covering it.
+struct StagedShape {
+  int vpt, cluster, balanced_threads;
+};
+StagedShape staged_shape(const FwdCase& c) {
+  const int vec = 16 / dtype_size(c.op[kX].dtype);
+  const int64_t nvec = (c.cols + vec - 1) / vec;
+  int vpt = 8;
+  while ((nvec + 256 * vpt - 1) / (256 * vpt) > 16) vpt *= 2;
+  const int cluster = int((nvec + 256 * vpt - 1) / (256 * vpt));
+  const int64_t need = (nvec + int64_t(cluster) * vpt - 1) / (int64_t(cluster) * vpt);
+  return {vpt, cluster, int((need + 31) / 32 * 32)};
+}
+
 class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
-  void run_all(bool centre) {
+  // balance: reg_staged_balance, in modes 2 and 3 (the early weight; two
+  // rows a cluster with the weight in batches), the plan's CTA checked.
+  void run_all(bool centre, bool balance = false) {
     const FwdCase& c = GetParam();
     const bool w_f32 = (c.op[kW].present && c.op[kW].dtype == kF32 && c.op[kX].dtype != kF32) ||
                        (c.op[kB].present && c.op[kB].dtype == kF32 && c.op[kX].dtype != kF32);
@@ -559,8 +578,10 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
     const bool pairable = dtype_size(c.op[kX].dtype) == 2 && tile8 && (c.op[kW].present || c.op[kB].present) &&
                           test::case_rows(c.rows, c.cols) > 1;
     for (const int mode : {0, 1, 2, 3, 4}) {
+      if (balance && mode != 2 && mode != 3) continue;
       SCOPED_TRACE(mode_name[mode]);
       RowTuning t = default_row_tuning();
+      t.reg_staged_balance = balance;
       t.reg_staged = 3;
       t.ln_staged = 3;
       t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
@@ -578,6 +599,12 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       (early ? check.with : check.without).push_back("early w");
       (t.reg_w_batch && !early ? check.with : check.without).push_back("w batch");
       (mode >= 3 && pairable ? check.with : check.without).push_back("2 rows");
+      if (balance) {
+        const StagedShape sh = staged_shape(c);
+        char thr[32];
+        std::snprintf(thr, sizeof thr, "thr %4d cl %2d vpt %2d", sh.balanced_threads, sh.cluster, sh.vpt);
+        check.with.push_back(thr);
+      }
       run_case(c, centre, check);
       if (HasFatalFailure()) return;
     }
@@ -595,6 +622,31 @@ TEST_P(RMSNormFwdGpuSmemStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds
 }
 
 INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::ValuesIn(smem_staged_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The staged cases whose CTA reg_staged_balance trims below 256 threads
+// (off by default until measured): the staged kernels' geometry at CTAs of
+// whole warps that are not a power of two, one row a cluster and two.
+class RMSNormFwdGpuBalancedStaged : public RMSNormFwdGpuSmemStaged {};
+
+TEST_P(RMSNormFwdGpuBalancedStaged, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(false, true);
+}
+
+TEST_P(RMSNormFwdGpuBalancedStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_all(true, true);
+}
+
+std::vector<FwdCase> balanced_staged_cases() {
+  std::vector<FwdCase> v;
+  for (const FwdCase& c : smem_staged_cases())
+    if (staged_shape(c).balanced_threads != 256) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(BalancedStagedCases, RMSNormFwdGpuBalancedStaged, testing::ValuesIn(balanced_staged_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // The grid kernel (ops/norm_fwd_grid.cuh): rows from 64K columns spread

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -275,6 +276,42 @@ TEST_F(NormFwdPlan, TwoStagedRowsAClusterShareTheirParameters) {
   const Kernel early = plan({2048, 131072, kBF16, kBF16});
   EXPECT_TRUE(early.early_w && !pair(early)) << early.text;
   EXPECT_TRUE(pair(plan({2048, 131072, kBF16, kF32})));
+}
+
+// reg_staged_balance fits a staged row's CTAs to it (whole warps, the
+// fewest that cover the row at the same cluster and tile; off by default
+// until measured): bf16 N = 70000 (8750 vectors) in 5 x 224 threads at 8
+// vectors instead of 5 x 256, one row a cluster and two (LayerNorm's fp32
+// parameters, two rows a cluster from clusters of 2 here), the early
+// weight; fp32 N = 24580 (6145 vectors) in 4 x 224 (was 4 x 256); powers of
+// two unchanged; the shared memory follows the CTA.
+TEST_F(NormFwdPlan, BalancedStagedCtasFitTheRow) {
+  auto smem = [](const Kernel& k) {
+    const size_t at = k.text.find("smem");
+    return at == std::string::npos ? -1 : std::atoi(k.text.c_str() + at + 4);
+  };
+  RowTuning t = default_row_tuning();
+  t.reg_staged_pair_min_cluster = 2;
+  t.reg_staged_pair_full_wave = 0;
+  t.reg_staged_early_w = 3;
+  set_row_tuning(&t);
+  const Kernel rms0 = plan({300, 70000, kBF16, kBF16}), ln0 = plan({300, 70000, kBF16, kF32}, true);
+  const Kernel f0 = plan({300, 24580, kF32, kF32}), p0 = plan({300, 65536, kBF16, kBF16});
+  t.reg_staged_balance = 1;
+  set_row_tuning(&t);
+  const Kernel rms = plan({300, 70000, kBF16, kBF16}), ln = plan({300, 70000, kBF16, kF32}, true);
+  const Kernel f = plan({300, 24580, kF32, kF32}), p = plan({300, 65536, kBF16, kBF16});
+  EXPECT_TRUE(rms0.kind == "stage" && rms0.threads == 256 && rms0.cluster == 5 && rms0.vpt == 8 && rms0.early_w)
+      << rms0.text;
+  EXPECT_TRUE(rms.kind == "stage" && rms.threads == 224 && rms.cluster == 5 && rms.vpt == 8 && rms.early_w) << rms.text;
+  EXPECT_EQ(smem(rms0) - smem(rms), 32 * 8 * 16) << "a warp's 8 vectors fewer a CTA";
+  EXPECT_TRUE(ln0.threads == 256 && ln0.text.find(" 2 rows") != std::string::npos) << ln0.text;
+  EXPECT_TRUE(ln.kind == "stage" && ln.threads == 224 && ln.cluster == 5 && ln.text.find(" 2 rows") != std::string::npos)
+      << ln.text;
+  EXPECT_EQ(smem(ln0) - smem(ln), 2 * 32 * 8 * 16) << "two rows: a warp's 8 vectors of each fewer a CTA";
+  EXPECT_TRUE(f0.kind == "stage" && f0.threads == 256 && f0.cluster == 4 && f0.vpt == 8) << f0.text;
+  EXPECT_TRUE(f.kind == "stage" && f.threads == 224 && f.cluster == 4 && f.vpt == 8) << f.text;
+  EXPECT_TRUE(p0.threads == 256 && p.threads == 256 && p.cluster == p0.cluster) << p.text;
 }
 
 // A pair's configuration: its shared memory holds both rows and the wider

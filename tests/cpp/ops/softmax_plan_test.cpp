@@ -404,6 +404,45 @@ TEST(SoftmaxPlan, TuningSelectsTheStagedBackward) {
   EXPECT_TRUE(plan(4096, 65536, kF32, true).staged) << "defaults restored";
 }
 
+// reg_staged_balance fits a staged row's CTAs to it: the same cluster and
+// tile in the fewest whole warps that cover the row (off by default until
+// measured). bf16 N = 70000 (8750 vectors): 3 x 256 threads x 16 vectors
+// hold 12288, 3 x 192 hold 9216; 49152 (6144): 2 x 192; fp32 40000
+// (10000): 3 x 224; powers of two already fill 256-thread CTAs. The
+// backward likewise at its tile: bf16 70000 in 5 CTAs of 224 at 8 vectors
+// of y and dy. The wide geometry too: bf16 1.1M forward (137500 vectors)
+// in 9 CTAs of 1024 threads x 16 vectors fits 960.
+TEST(SoftmaxPlan, TuningBalancesTheStagedCtas) {
+  struct Cell {
+    int64_t cols;
+    DType dt;
+    bool backward;
+    int before, after, cluster, vpt;
+  };
+  const Cell cells[] = {{70000, kBF16, false, 256, 192, 3, 16}, {49152, kBF16, false, 256, 192, 2, 16},
+                        {40000, kF32, false, 256, 224, 3, 16},  {65536, kBF16, false, 256, 256, 2, 16},
+                        {262144, kF32, false, 256, 256, 16, 16}, {70000, kBF16, true, 256, 224, 5, 8},
+                        {1100000, kBF16, false, 1024, 960, 9, 16}};
+  RowTuning t = default_row_tuning();
+  t.softmax_staged_fwd_wide = 512;
+  for (const Cell& c : cells) {
+    set_row_tuning(&t);
+    const Kernel k0 = plan(300, c.cols, c.dt, c.backward);
+    t.reg_staged_balance = 1;
+    set_row_tuning(&t);
+    const Kernel k1 = plan(300, c.cols, c.dt, c.backward);
+    t.reg_staged_balance = 0;
+    set_row_tuning(nullptr);
+    const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) +
+                             (c.backward ? " backward" : " forward");
+    EXPECT_TRUE(k0.staged && k0.threads == c.before && k0.cluster == c.cluster && k0.vpt == c.vpt)
+        << what << " unbalanced: " << k0.threads << " threads, cl " << k0.cluster << ", vpt " << k0.vpt;
+    EXPECT_TRUE(k1.staged && k1.threads == c.after && k1.cluster == c.cluster && k1.vpt == c.vpt && k1.regs == k0.regs)
+        << what << " balanced: " << k1.threads << " threads, cl " << k1.cluster << ", vpt " << k1.vpt;
+  }
+  EXPECT_EQ(plan(300, 70000, kBF16, false).threads, 256) << "defaults restored";
+}
+
 // softmax_fwd_vpt16 sets the 16-bit forward's register tile from 512
 // elements (8 by default; 4 with 128-thread CTAs is QuACK's geometry at
 // bf16 N <= 3K); fp32 and shorter rows keep reg_vpt_target's 4.

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <random>
@@ -565,6 +566,63 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WideStagedCases, SoftmaxGpuWideStaged, testing::ValuesIn(wide_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// Staged rows with their CTAs fitted to the row (RowTuning::
+// reg_staged_balance; off by default until measured), the staged and the
+// wide geometry's: the staged and wide cases whose forward or backward CTA
+// the balance trims below its power of two (whole warps; partial last
+// vectors, special values and idle threads in the last CTA among them).
+// Each plan's CTA must be the fewest whole warps covering the row at its
+// cluster and tile.
+RowTuning balanced_staged_tuning() {
+  RowTuning t = default_row_tuning();
+  t.softmax_staged_fwd = 3;
+  t.softmax_staged_bwd = 3;
+  t.softmax_staged_fwd_wide = 512;
+  t.softmax_staged_bwd_wide = 512;
+  t.reg_staged_balance = 1;
+  return t;
+}
+// A staged plan's threads, cluster and tile ("stage team T thr H cl C vpt V").
+bool staged_plan(const std::string& plan, int* threads, int* cluster, int* vpt) {
+  int team = 0;
+  return std::sscanf(plan.c_str(), "stage team %d thr %d cl %d vpt %d", &team, threads, cluster, vpt) == 4;
+}
+bool trimmed_plan(const SmCase& c, bool backward) {
+  int thr = 0, cl = 0, vpt = 0;
+  return staged_plan(softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{}), &thr, &cl, &vpt) &&
+         (thr & (thr - 1)) != 0;
+}
+std::vector<SmCase> balanced_cases() {
+  const RowTuning t = balanced_staged_tuning();
+  set_row_tuning(&t);
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (stageable(c) && (trimmed_plan(as_run(c), false) || trimmed_plan(as_run(c), true))) v.push_back(c);
+  set_row_tuning(nullptr);
+  return v;
+}
+
+class SoftmaxGpuBalancedStaged : public TunedSoftmaxGpu {};
+
+TEST_P(SoftmaxGpuBalancedStaged, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase c = as_run(GetParam());
+  const RowTuning t = balanced_staged_tuning();
+  set_row_tuning(&t);
+  for (bool backward : {false, true}) {
+    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
+    int thr = 0, cl = 0, vpt = 0;
+    if (!staged_plan(plan, &thr, &cl, &vpt)) continue;
+    // The threads that cover the row at this cluster and tile, in whole warps.
+    const int64_t need = (row_vectors(c) + int64_t(cl) * vpt - 1) / (int64_t(cl) * vpt);
+    EXPECT_EQ(thr, (need + 31) / 32 * 32) << (backward ? "backward " : "forward ") << plan;
+  }
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(BalancedStagedCases, SoftmaxGpuBalancedStaged, testing::ValuesIn(balanced_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The aligned cases of 64K columns and more with the grid forward on for
