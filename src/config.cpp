@@ -1201,9 +1201,8 @@ bool choose_norm_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool 
   return true;
 }
 
-// centre: two words a row in the exchange (LayerNorm's sums, softmax's
-// pair; the forward's header follows the words); the backward's check
-// passes false (a word).
+// centre: two words a row in the exchange (LayerNorm's sums or dots,
+// softmax's pair; the forward's header follows the words).
 const char* check_norm_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes, int tiles,
                                    bool centre, int max_rows16, int max_rows32, const DeviceLimits& lim) {
   const int vec = 16 / x_elem_bytes;
@@ -1245,8 +1244,8 @@ bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, b
 }
 
 const char* check_norm_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim) {
-  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, false, kNormGridMaxRowsPerStep, 1, lim);
+                                       const DeviceLimits& lim, bool centre) {
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, centre, kNormGridMaxRowsPerStep, 1, lim);
 }
 
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,

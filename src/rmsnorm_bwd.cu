@@ -147,7 +147,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   if (!wants_grads(a)) plan.parts = 0;
   plan.grid = uniform && aligned &&
               choose_norm_bwd_grid_config(a.rows, a.cols, dtype_size(t), centre, lim, tune, &plan.gcfg) &&
-              check_norm_bwd_grid_config(plan.gcfg, a.rows, a.cols, dtype_size(t), lim) == nullptr;
+              check_norm_bwd_grid_config(plan.gcfg, a.rows, a.cols, dtype_size(t), lim, centre) == nullptr;
   // 16-bit rows in a full register cluster stay there without dbias
   // (src/config.cpp: bwd_grid_keep_cluster16's measurement).
   const int keep = tune.bwd_grid_keep_cluster16;

@@ -485,8 +485,10 @@ constexpr size_t norm_fwd_grid_header(int words) {
   return kNormGridValsOffset + size_t(kNormGridMaxRanks) * (words > 4 ? 8 : 4) * 4;
 }
 constexpr int kNormGridMaxLag = 7;
-// (14: 16-bit rows four a step need 2 * 4 + 1 stages and more; 14 16 KB
-// stages and the header fit a CTA's 227 KB; 14 mbarriers their 128 bytes.)
+// (14: 16-bit rows four a step need 2 * 4 + 1 stages and more; 13 16 KB
+// stages and the header fit a CTA's 227 KB, 14 only tiles of at most
+// 16356 bytes -- the chooser's fit decides; 14 mbarriers fit their 128
+// bytes.)
 constexpr int kNormGridStagesMax = 14;
 // The forward's grid has the backward's CTA: one of kNormGridCtaThreads an
 // SM. (Two 256-thread CTAs an SM -- two independent chains of steps, twice
@@ -502,7 +504,7 @@ struct NormGridConfig {
   int groups = 0;          // rows in flight at once
   int stages = 0;          // shared-memory stages a CTA
   int lag = 0;             // steps between a CTA's publish and its collect
-  int rows = 1;            // rows a step: one exchange for all of them (1 or 2)
+  int rows = 1;            // rows a step: one exchange for all of them (1, 2 or 4)
   int64_t tile_vecs = 0;   // vectors of the row a CTA owns (the last rank may own fewer)
   size_t smem_bytes = 0;   // a CTA's
   int64_t grid = 0;        // ranks * groups
@@ -514,14 +516,17 @@ struct NormGridConfig {
 // centre: LayerNorm (two sums a row in the exchange).
 bool choose_norm_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out);
+// centre: as the chooser's (LayerNorm's exchange words, checked against
+// exchange_bytes; no default, so that a caller cannot check half of them).
 const char* check_norm_bwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim);
+                                       const DeviceLimits& lim, bool centre);
 // The forward's (x's tile alone a stage; tune.fwd_grid*), as the backward's.
 bool choose_norm_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, bool centre, const DeviceLimits& lim,
                                  const RowTuning& tune, NormGridConfig* out);
-// centre: LayerNorm's (two words a row in the exchange and the header).
+// centre: LayerNorm's (two words a row in the exchange and the header; no
+// default, as the backward's).
 const char* check_norm_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
-                                       const DeviceLimits& lim, bool centre = false);
+                                       const DeviceLimits& lim, bool centre);
 // Softmax's grid forward (x's tile alone a stage, a (max, sum) pair a row in
 // the exchange; tune.softmax_fwd_grid*, the stages, lag and rows a step of
 // tune.fwd_grid*).

@@ -19,7 +19,7 @@
 // live in a log of a slot a row ([rows][S][kWords] per group), zeroed (tag 0:
 // nothing ready) by the launcher before each launch, each slot written once.
 // (A "row" here is one reduction of the sequence: the grid kernels reduce a
-// step of one or two rows of the tensor in each.)
+// step of one, two or four rows of the tensor in each.)
 //
 // No fence. A word carries its own readiness (the tag and the value are one
 // single-copy-atomic 64-bit store), nothing else a collector reads is

@@ -214,12 +214,6 @@ __device__ __forceinline__ float grid_tree(float (&a)[VEC]) {
   return a[0];
 }
 
-// The steps of a group (R rows each), `lag` steps between a step's phase A
-// and its phase B: phase_a(i, words) reduces step i's rows into the CTA's
-// Ex::kWords words (every thread; the publisher's are published),
-// phase_b(q) combines step q's collected words (in `vals`, [rank][word],
-// after one barrier) and writes its rows. The collect's words, all of a
-// step's in flight at once: kGather a loader.
 // Host: the grid fields of a grid kernel's parameters (RMSNormFwdParams,
 // SoftmaxGridParams) from its configuration, the caller's workspace and
 // RowTuning::fwd_grid_prefetch.
@@ -235,6 +229,12 @@ inline void set_grid_params(P& gp, const NormGridConfig& g, void* workspace, boo
   gp.grid_prefetch = prefetch ? 1 : 0;
 }
 
+// The steps of a group (R rows each), `lag` steps between a step's phase A
+// and its phase B: phase_a(i, words) reduces step i's rows into the CTA's
+// Ex::kWords words (every thread; the publisher's are published),
+// phase_b(q) combines step q's collected words (in `vals`, [rank][word],
+// after one barrier) and writes its rows. The collect's words, all of a
+// step's in flight at once: kGather a loader.
 template <int R, class Ring, class Ex, class PhaseA, class PhaseB>
 __device__ __forceinline__ void grid_fwd_steps(Ring& ring, const Ex& ex, float* vals, int lag, bool early,
                                                PhaseA&& phase_a, PhaseB&& phase_b) {

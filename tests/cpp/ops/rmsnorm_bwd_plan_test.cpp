@@ -596,7 +596,7 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
             EXPECT_EQ(ok, ranks <= lim.num_sms);
             if (!ok) continue;
             ++served;
-            const char* why = check_norm_bwd_grid_config(c, rows, cols, eb, lim);
+            const char* why = check_norm_bwd_grid_config(c, rows, cols, eb, lim, centre);
             EXPECT_EQ(why, nullptr) << why;
             EXPECT_EQ(c.ranks, ranks);
             EXPECT_LE(c.groups, rows);
@@ -632,10 +632,10 @@ TEST_F(NormBwdPlan, GridConfigInvariants) {
   EXPECT_FALSE(choose_norm_bwd_grid_config(1, int64_t(145) * 8192, 2, true, big, default_row_tuning(), &c));
   ASSERT_TRUE(choose_norm_bwd_grid_config(1, int64_t(144) * 8192, 2, true, big, default_row_tuning(), &c));
   EXPECT_EQ(c.ranks, kNormGridMaxRanks);
-  EXPECT_EQ(check_norm_bwd_grid_config(c, 1, int64_t(144) * 8192, 2, big), nullptr);
+  EXPECT_EQ(check_norm_bwd_grid_config(c, 1, int64_t(144) * 8192, 2, big, true), nullptr);
   c.ranks = c.ranks + 1;
   c.grid = c.ranks;
-  const char* why = check_norm_bwd_grid_config(c, 1, int64_t(145) * 8192, 2, big);
+  const char* why = check_norm_bwd_grid_config(c, 1, int64_t(145) * 8192, 2, big, true);
   ASSERT_NE(why, nullptr);
   EXPECT_NE(std::strstr(why, "collected words"), nullptr) << why;
 }
