@@ -39,14 +39,15 @@
 #              (';'-separated); $SWEEP_OPS picks the ops (default "rmsnorm softmax";
 #              also layernorm, rmsnorm_bwd, layernorm_bwd, cross_entropy), $SWEEP_DTYPES the dtypes
 #              (default "bf16 f32"), $SWEEP_NS the norms' N, forward and
-#              backward, $SOFTMAX_NS softmax's (default: each sweep's own list);
+#              backward, $SOFTMAX_NS softmax's, $CE_NS cross-entropy's
+#              classes (default: each sweep's own list);
 #              sweep_tables.md: the variants side by side (bench/sweep_table.py)
 #   ab         an A/B of two trees' sweeps in one call: the old tree at
 #              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
 #              git-ignored folder passed in `carry`), built beside this
 #              one's; then $AB_ROUNDS (default 2) rounds of new, old for
 #              each op of $SWEEP_OPS and dtype of $SWEEP_DTYPES, at each
-#              sweep's default sizes (or $SWEEP_NS / $SOFTMAX_NS; ops as the sweep's,
+#              sweep's default sizes (or $SWEEP_NS / $SOFTMAX_NS / $CE_NS; ops as the sweep's,
 #              layernorm and layernorm_bwd included), into ab.log (ab_tables.md: side by side,
 #              the rounds' medians)
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
@@ -119,14 +120,14 @@ native_and_memcheck() {
 # sweep_cmd DIR OP DT: the command line of OP's sweep binary in DIR (a build
 # folder) for dtype DT, in the array `cmd` -- rmsnorm, layernorm (rmsnorm_sweep
 # with QUACK_SWEEP_LAYERNORM=1), softmax, cross_entropy, rmsnorm_bwd,
-# layernorm_bwd; any other OP: rmsnorm. $SWEEP_NS / $SOFTMAX_NS narrow the
+# layernorm_bwd; any other OP: rmsnorm. $SWEEP_NS / $SOFTMAX_NS / $CE_NS narrow the
 # sizes. (The sweep and ab parts.)
 sweep_cmd() {
   local dir=$1 op=$2 dt=$3
   # shellcheck disable=SC2206
   case $op in
     softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS}) ;;
-    cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt") ;;
+    cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt" ${CE_NS:+268435456 $CE_NS}) ;;
     rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
     layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
     layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
