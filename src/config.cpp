@@ -278,12 +278,20 @@ RowTuning default_row_tuning() {
   // forward: fp32 N > 256K, 16-bit N > 512K) up to 16 CTAs of 512 threads
   // (backward fp32 256K, 16-bit 512K; forward fp32 512K, 16-bit 1M), part
   // of a thread's vectors staged and part in registers, two CTAs an SM;
-  // beyond, CTAs of 1024 threads, one an SM: off until measured (built and
-  // checked without a GPU in the thirty-eighth session, when no device was
-  // lent; docs/KERNELS.md has the plan). Predictions: backward fp32 256K
-  // 862 us chunked -> ~760; forward bf16 1M 71.6% chunked -> ~88%.
-  t.softmax_staged_fwd_wide = 0;
-  t.softmax_staged_bwd_wide = 0;
+  // beyond, CTAs of 1024 threads, one an SM. Built without a GPU in the
+  // thirty-eighth session; predicted backward fp32 256K 862 us chunked ->
+  // ~760, forward bf16 1M 71.6% chunked -> ~88%. Measured (softmax_sweep,
+  // H200, M*N = 2^28, one call each variant, forty-first session;
+  // bench/results/logs/2026-12-05-softmax-wide-grid-sweep-b6104ad.log),
+  // defaults (chunked) / wide 512 / wide 1024, % of copy:
+  //   backward fp32 256K 89.4 / 100.4 / 97.7 (857.4 / 760.5 / 781.5 us),
+  //   fp32 512K 76.9 / 89.1 / 88.6, bf16 512K 86.3 / 100.1 / 95.7, bf16
+  //   1M 75.8 / 88.4 / 87.8; forward bf16 1M 71.9 / 86.7 / 84.6, fp32
+  //   512K 80.0 / 90.6 / 86.9, fp32 1M 72.3 / 82.4 / 82.6 (the grid
+  //   forward takes fp32 from 512K: below). The CTA of 512 threads wins
+  //   every cell; wide-first is not taken (unmeasured).
+  t.softmax_staged_fwd_wide = 512;
+  t.softmax_staged_bwd_wide = 512;
   t.softmax_staged_wide_first = 0;
   // The grid forward (softmax_fwd_grid_kernel) for rows past 16 staged
   // CTAs: off until measured (built and checked without a GPU in the

@@ -82,10 +82,19 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
       EXPECT_TRUE(k.staged && k.threads == 256 && k.vpt == 16 && k.cluster == c.cluster)
           << "16-bit N = " << c.cols << " forward: staged in " << c.cluster << " x 256 threads (" << c.why << ")";
     }
-    EXPECT_FALSE(plan(256, 524296, dt, false).reg) << "16-bit N = 512K + 8 forward: chunked (17 CTAs)";
+    // Past 16 of those, the wide geometry (512-thread CTAs, 12 vectors
+    // staged and 4 in registers; 1024 threads where 16 of 512 do not hold
+    // the row; forty-first session's sweep: bf16 1M 86.7% against 71.9%
+    // chunked), chunked past 16 of 1024.
+    const Kernel w = plan(256, 524296, dt, false), w1m = plan(256, 1048576, dt, false);
+    EXPECT_TRUE(w.staged && w.regs == 4 && w.threads == 512 && w.cluster == 9) << "16-bit N = 512K + 8 forward: 9 x 512";
+    EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 512 && w1m.cluster == 16) << "16-bit N = 1M: 16 x 512";
+    EXPECT_FALSE(plan(256, 2097160, dt, false).reg) << "16-bit N = 2M + 8 forward: chunked (17 CTAs of 1024)";
   }
-  EXPECT_FALSE(plan(256, 262148, kF32, false).reg) << "fp32 N = 256K + 4 forward: chunked (17 CTAs)";
-  EXPECT_FALSE(plan(256, 1048576, kF32, false).reg) << "fp32 N = 1M forward: chunked";
+  const Kernel w = plan(256, 262148, kF32, false), w1m = plan(256, 1048576, kF32, false);
+  EXPECT_TRUE(w.staged && w.regs == 4 && w.threads == 512 && w.cluster == 9) << "fp32 N = 256K + 4 forward: 9 x 512";
+  EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 1024 && w1m.cluster == 16) << "fp32 N = 1M: 16 x 1024";
+  EXPECT_FALSE(plan(256, 1048580, kF32, false).reg) << "fp32 N = 1M + 4 forward: chunked";
 }
 
 // softmax_staged_fwd picks the dtypes (bit 0 16-bit, bit 1 fp32; 0 none),
@@ -116,8 +125,9 @@ TEST(SoftmaxPlan, TuningSelectsTheStagedDtypesAndTile) {
 // Every N up to 2^21 (powers of two, their neighbours, and a stride through
 // the rest): a forward row is register-held in one CTA (16-bit up to 32K
 // elements, fp32 up to 16K); beyond, rows are staged in a cluster of 2..16
-// 256-thread CTAs whose tiles cover the row, and chunked past 16 of those.
-// Whatever serves it names a cluster of 1..16.
+// 256-thread CTAs whose tiles cover the row, then of the wide geometry's
+// 512 or 1024 threads, and chunked past 16 of those. Whatever serves it
+// names a cluster of 1..16.
 TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
   for (DType dt : {kF32, kBF16}) {
     const bool f32 = dt == kF32;
@@ -136,13 +146,13 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
           ASSERT_EQ(k.cluster, 1) << "N = " << cols << " forward register rows split over a cluster";
           ASSERT_LE(cols, reg_max) << "N = " << cols << " forward register rows past one CTA's tile";
         } else {
-          ASSERT_GT(cols, int64_t(16) * 256 * 16 * vec) << "N = " << cols << ": chunked";
+          ASSERT_GT(cols, int64_t(16) * 1024 * 16 * vec) << "N = " << cols << ": chunked";
         }
       }
     }
     for (int s = 0; s <= 21; ++s) {
       const Kernel k = plan(64, int64_t(1) << s, dt, false);
-      const bool staged = f32 ? s >= 15 && s <= 18 : s >= 16 && s <= 19;
+      const bool staged = f32 ? s >= 15 && s <= 20 : s >= 16 && s <= 21;
       EXPECT_EQ(k.reg, s < (f32 ? 15 : 16) || staged) << "N = 2^" << s;
       EXPECT_EQ(k.staged, staged) << "N = 2^" << s;
     }
@@ -156,20 +166,22 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
 // clusters); past that they take the register cluster or the chunked
 // kernel as before (fp32 256K at 16 vectors lost to the chunked kernel,
 // 872-878 against 862 us). Rows past those 16 CTAs take the wide geometry
-// where softmax_staged_bwd_wide allows (off by default, unmeasured: the
-// next test), else the register cluster or the chunked kernel.
+// (softmax_staged_bwd_wide = 512 since the forty-first session's sweep:
+// fp32 256K 760.5 us against 857.4 chunked; the next test), and past 16 of
+// its 1024-thread CTAs the register cluster or the chunked kernel.
 TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
   struct Cell {
     DType dt;
     int64_t cols;
     int cluster, vpt;  // cluster 0: not staged; vpt 0: one register CTA
+    int wide = 0;      // the wide geometry's CTA (0: the staged tile's 256)
   };
   for (const Cell& c : {Cell{kBF16, 32768, 1, 0}, Cell{kBF16, 32776, 3, 8}, Cell{kBF16, 65536, 4, 8},
-                        Cell{kBF16, 131072, 8, 8}, Cell{kBF16, 262144, 16, 8}, Cell{kBF16, 262152, 0, 0},
-                        Cell{kBF16, 524288, 0, 0}, Cell{kF16, 70000, 5, 8}, Cell{kF32, 16384, 1, 0},
+                        Cell{kBF16, 131072, 8, 8}, Cell{kBF16, 262144, 16, 8}, Cell{kBF16, 262152, 9, 8, 512},
+                        Cell{kBF16, 524288, 16, 8, 512}, Cell{kF16, 70000, 5, 8}, Cell{kF32, 16384, 1, 0},
                         Cell{kF32, 16388, 3, 8}, Cell{kF32, 65536, 8, 8}, Cell{kF32, 131072, 16, 8},
-                        Cell{kF32, 131076, 0, 0}, Cell{kF32, 262144, 0, 0},
-                        Cell{kF32, 1048576, 0, 0}}) {
+                        Cell{kF32, 131076, 9, 8, 512}, Cell{kF32, 262144, 16, 8, 512},
+                        Cell{kF32, 524288, 16, 8, 1024}, Cell{kF32, 1048576, 0, 0}}) {
     const Kernel k = plan(1024, c.cols, c.dt, true);
     const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) + " backward";
     if (c.cluster == 0) {
@@ -177,9 +189,11 @@ TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
     } else if (c.vpt == 0) {
       EXPECT_TRUE(k.reg && !k.staged && k.cluster == 1) << what << ": one register CTA";
     } else {
-      EXPECT_TRUE(k.staged && k.threads == 256 && k.cluster == c.cluster && k.vpt == c.vpt && k.regs == 0)
-          << what << ": staged in " << c.cluster << " x 256 threads at " << c.vpt << " vectors, got cl " << k.cluster
-          << " vpt " << k.vpt << " thr " << k.threads;
+      const int threads = c.wide > 0 ? c.wide : 256;
+      EXPECT_TRUE(k.staged && k.threads == threads && k.cluster == c.cluster && k.vpt == c.vpt &&
+                  k.regs == (c.wide > 0 ? 8 : 0))
+          << what << ": staged in " << c.cluster << " x " << threads << " threads at " << c.vpt
+          << " vectors, got cl " << k.cluster << " vpt " << k.vpt << " thr " << k.threads;
     }
   }
 }
@@ -252,7 +266,7 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
   EXPECT_TRUE(bb.staged && bb.regs == 8 && bb.threads == 512 && bb.cluster == 2) << "bf16 64K backward wide first: 2 x 512";
   EXPECT_TRUE(ff.staged && ff.regs == 0 && ff.threads == 256) << "fp32 rows without bit 1: the staged tile";
   const Kernel d = plan(1024, 262144, kF32, true);
-  EXPECT_TRUE(!d.staged && d.regs == 0) << "defaults restored: the wide geometry off";
+  EXPECT_TRUE(d.staged && d.regs == 8 && d.threads == 512) << "defaults restored: the wide geometry at 512 threads";
 }
 
 // The grid forward (softmax_fwd_grid: bits as softmax_staged_fwd, off by

@@ -88,9 +88,10 @@ std::vector<SmCase> cases() {
   add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
-  // Chunked: beyond the register tiles (a partial last vector in the first).
-  // fp32 N = 256K: forward staged in 16 CTAs, backward chunked by default
-  // (SoftmaxGpuRegister: a 16-CTA register cluster both ways).
+  // Beyond the register tiles (a partial last vector in the first). fp32 N =
+  // 256K: forward staged in 16 CTAs, backward in the wide geometry by
+  // default (SoftmaxGpuRegister: a 16-CTA register cluster both ways;
+  // SoftmaxGpuChunked: chunked).
   add({"N262144_f32", 2, 262144, kF32});
   // Backward rows past 16 staged 256-thread CTAs: y staged, dy in registers
   // (SoftmaxGpuWideStaged), partial last vectors, idle threads in the last
@@ -99,7 +100,9 @@ std::vector<SmCase> cases() {
   add({"N300001_f16_padded_wide", 3, 300001, kF16, false, 0, 7});
   add({"N524288_bf16_wide", 2, 524288, kBF16});
   // Forward rows past 16 staged 256-thread CTAs: x split between shared
-  // memory and registers (SoftmaxGpuWideStaged); the backward chunks them.
+  // memory and registers (the wide geometry, the default since the
+  // forty-first session; SoftmaxGpuWideStaged at both CTA sizes); the
+  // longest backward rows (fp32 past 512K) chunked.
   add({"N400000_f32_wide", 2, 400000, kF32});
   add({"N700001_f16_padded_wide", 2, 700001, kF16, false, 0, 7});
   add({"N1048576_f32_wide", 2, 1048576, kF32});
@@ -252,9 +255,13 @@ struct RunOpts {
 
 // A workspace of `bytes` (a multiple of 4) in a guarded, poisoned buffer of
 // its own, so that a write past its end shows.
+// A workspace of `bytes` inside poisoned guard bands (poisoned whole: the
+// kernel zeroes what it uses; what surrounds it must stay poison).
 std::unique_ptr<GuardedTensor> guarded_workspace(size_t bytes) {
   const int64_t words = int64_t(bytes / 4);
-  return std::make_unique<GuardedTensor>(Layout{kF32, 1, words, words, 0});
+  auto t = std::make_unique<GuardedTensor>(Layout{kF32, 1, words, words, 0});
+  if (t->ok() && t->poison() != cudaSuccess) return nullptr;
+  return t;
 }
 
 // Forward, then backward, of one case against float64.
@@ -305,7 +312,7 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
     if (bytes > 0) {
       ASSERT_EQ(bytes % 16, 0u);
       ws = guarded_workspace(bytes);
-      ASSERT_TRUE(ws->ok()) << "cudaMalloc failed";
+      ASSERT_TRUE(ws && ws->ok()) << "cudaMalloc or poisoning failed";
       fa.workspace = ws->ptr();
       fa.workspace_bytes = bytes;
     }
@@ -557,7 +564,9 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
       while ((row_vectors(c) + threads * vpt - 1) / (threads * vpt) > 16) threads *= 2;
       const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
       EXPECT_EQ(plan.rfind("stage", 0), 0u) << "not staged under this tuning: " << plan;
-      EXPECT_NE(plan.find("thr " + std::to_string(threads)), std::string::npos) << plan;
+      char thr[16];
+      std::snprintf(thr, sizeof thr, "thr %4d", int(threads));  // (the plan's field)
+      EXPECT_NE(plan.find(thr), std::string::npos) << plan;
       EXPECT_NE(plan.find(backward ? " regs 8" : " regs 4"), std::string::npos) << plan;
     }
     run_case(c);
@@ -705,7 +714,7 @@ TEST_F(SoftmaxGpuGridWorkspace, TooSmallIsRejectedAndNoneFallsBack) {
   ASSERT_TRUE(softmax_fwd_workspace_bytes(fa, &bytes).ok());
   EXPECT_EQ(bytes, size_t(2) * 2 * 128 * 16) << "two steps of two rows, 128 ranks, a pair each";
   const std::unique_ptr<GuardedTensor> ws = guarded_workspace(bytes);
-  ASSERT_TRUE(ws->ok()) << "cudaMalloc failed";
+  ASSERT_TRUE(ws && ws->ok()) << "cudaMalloc or poisoning failed";
   fa.workspace = ws->ptr();
   fa.workspace_bytes = bytes - 1;
   QUACK_ASSERT_CUDA(ty.poison());
