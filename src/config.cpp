@@ -294,15 +294,21 @@ RowTuning default_row_tuning() {
   t.softmax_staged_bwd_wide = 512;
   t.softmax_staged_wide_first = 0;
   // The grid forward (softmax_fwd_grid_kernel) for rows past 16 staged
-  // CTAs: off until measured (built and checked without a GPU in the
-  // thirty-ninth session, when no device was lent; docs/KERNELS.md has the
-  // plan). Prediction, from RMSNorm's grid forward on the same pipeline
-  // (bf16 1M 88.6%, fp32 1M 91.5% of copy): bf16 / fp32 1M 69.9 / 72.0%
-  // (chunked) -> ~85-90%. The thresholds mirror RMSNorm's
-  // (fwd_grid_min_cols16 / 32) until the sweep sets them.
-  t.softmax_fwd_grid = 0;
+  // CTAs, built without a GPU in the thirty-ninth session; predicted bf16 /
+  // fp32 1M 69.9 / 72.0% (chunked) -> ~85-90%. Measured (the wide
+  // geometry's sweep above, same log), % of copy: fp32 at two rows a step
+  // 256K / 512K / 1M 91.2 / 90.8 / 88.8 (one row a step 80.8 / 79.9 /
+  // 78.2) against staged 94.6 at 256K and the wide geometry's 90.6 / 82.4
+  // at 512K / 1M; bf16 (two rows) 55.6 / 53.0 at 512K / 1M against the
+  // wide 91.7 / 86.7 -- its step is the exponentials and the phases'
+  // chain (docs/KERNELS.md). So fp32 rows past 512K (where the wide
+  // geometry needs 1024-thread CTAs, one an SM) take the grid, two rows a
+  // step; 512K itself measured even and keeps the wide CTAs, which need
+  // no workspace; 16-bit rows never.
+  t.softmax_fwd_grid = 2;
   t.softmax_fwd_grid_min_cols16 = int64_t(512) << 10;
-  t.softmax_fwd_grid_min_cols32 = int64_t(256) << 10;
+  t.softmax_fwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
+  t.softmax_fwd_grid_rows32 = 2;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -1271,7 +1277,7 @@ bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes
   // Two words a row (the pair): two rows a step at most, in either dtype.
   const GridKnobs k{tune.softmax_fwd_grid,  tune.softmax_fwd_grid_min_cols16, tune.softmax_fwd_grid_min_cols32,
                     tune.fwd_grid_stages16, tune.fwd_grid_stages32,           tune.fwd_grid_lag,
-                    tune.fwd_grid_rows16,   tune.fwd_grid_rows32,             kNormGridMaxRowsPerStep,
+                    tune.fwd_grid_rows16,   tune.softmax_fwd_grid_rows32,     kNormGridMaxRowsPerStep,
                     2};
   return choose_norm_grid_config(rows, cols, x_elem_bytes, true, 1, lim, k, out);
 }

@@ -176,12 +176,14 @@ struct RowTuning {
   // the grid kernel (softmax_fwd_grid_kernel, NormGridConfig) where the
   // call passes a workspace, its rows are 16-byte aligned and
   // softmax_fwd_grid has the dtype's bit (bit 0 16-bit x, bit 1 fp32 x;
-  // 0: off). Its stages, lag, rows a step and prefetch are the norm grid
-  // forward's (fwd_grid_stages16 / 32, fwd_grid_lag, fwd_grid_rows16,
-  // fwd_grid_prefetch).
+  // 0: off). Its stages, lag, 16-bit rows a step and prefetch are the norm
+  // grid forward's (fwd_grid_stages16 / 32, fwd_grid_lag, fwd_grid_rows16,
+  // fwd_grid_prefetch); its fp32 rows a step, softmax_fwd_grid_rows32 (1 or
+  // 2; the norms' is fwd_grid_rows32).
   int softmax_fwd_grid;
   int64_t softmax_fwd_grid_min_cols16;
   int64_t softmax_fwd_grid_min_cols32;
+  int softmax_fwd_grid_rows32;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size

@@ -30,9 +30,11 @@ struct Kernel {
 };
 
 // Parses "reg   team T thr H cl C vpt V", "stage team T thr H cl C vpt V" or
-// "chunk thr H cl C vecs .. staged ..".
-Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward) {
-  const std::string s = softmax_plan_description(rows, cols, dt, backward, DeviceLimits{});
+// "chunk thr H cl C vecs .. staged ..". workspace: the call passes the one
+// the forward asks for (fp32 rows past 512K then take the grid, which
+// this does not parse: grid_plan below).
+Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward, bool workspace = true) {
+  const std::string s = softmax_plan_description(rows, cols, dt, backward, DeviceLimits{}, workspace);
   Kernel k;
   int team = 0;
   if (std::sscanf(s.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &k.threads, &k.cluster, &k.vpt) == 4) {
@@ -91,10 +93,12 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
     EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 512 && w1m.cluster == 16) << "16-bit N = 1M: 16 x 512";
     EXPECT_FALSE(plan(256, 2097160, dt, false).reg) << "16-bit N = 2M + 8 forward: chunked (17 CTAs of 1024)";
   }
-  const Kernel w = plan(256, 262148, kF32, false), w1m = plan(256, 1048576, kF32, false);
+  // (fp32 rows past 512K take the grid where the call has a workspace:
+  // TuningSelectsTheGridForward; without one, these.)
+  const Kernel w = plan(256, 262148, kF32, false), w1m = plan(256, 1048576, kF32, false, false);
   EXPECT_TRUE(w.staged && w.regs == 4 && w.threads == 512 && w.cluster == 9) << "fp32 N = 256K + 4 forward: 9 x 512";
   EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 1024 && w1m.cluster == 16) << "fp32 N = 1M: 16 x 1024";
-  EXPECT_FALSE(plan(256, 1048580, kF32, false).reg) << "fp32 N = 1M + 4 forward: chunked";
+  EXPECT_FALSE(plan(256, 1048580, kF32, false, false).reg) << "fp32 N = 1M + 4 forward: chunked";
 }
 
 // softmax_staged_fwd picks the dtypes (bit 0 16-bit, bit 1 fp32; 0 none),
@@ -126,8 +130,9 @@ TEST(SoftmaxPlan, TuningSelectsTheStagedDtypesAndTile) {
 // the rest): a forward row is register-held in one CTA (16-bit up to 32K
 // elements, fp32 up to 16K); beyond, rows are staged in a cluster of 2..16
 // 256-thread CTAs whose tiles cover the row, then of the wide geometry's
-// 512 or 1024 threads, and chunked past 16 of those. Whatever serves it
-// names a cluster of 1..16.
+// 512 or 1024 threads, and chunked past 16 of those (without a workspace:
+// the grid takes fp32 rows past 512K where the call has one). Whatever
+// serves it names a cluster of 1..16.
 TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
   for (DType dt : {kF32, kBF16}) {
     const bool f32 = dt == kF32;
@@ -135,7 +140,7 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
     const int64_t vec = f32 ? 4 : 8;
     for (int64_t n = 1; n <= (int64_t(1) << 21); n = n < 4096 ? n + 1 : n + 997) {
       for (int64_t cols : {n, n | 1}) {
-        const Kernel k = plan(64, cols, dt, false);
+        const Kernel k = plan(64, cols, dt, false, false);
         ASSERT_TRUE(k.cluster >= 1 && k.cluster <= 16) << "N = " << cols;
         if (k.staged) {
           ASSERT_GT(cols, reg_max) << "N = " << cols << " staged";
@@ -151,7 +156,7 @@ TEST(SoftmaxPlan, ForwardRowsAreOneCtaStagedOrChunked) {
       }
     }
     for (int s = 0; s <= 21; ++s) {
-      const Kernel k = plan(64, int64_t(1) << s, dt, false);
+      const Kernel k = plan(64, int64_t(1) << s, dt, false, false);
       const bool staged = f32 ? s >= 15 && s <= 20 : s >= 16 && s <= 21;
       EXPECT_EQ(k.reg, s < (f32 ? 15 : 16) || staged) << "N = 2^" << s;
       EXPECT_EQ(k.staged, staged) << "N = 2^" << s;
@@ -225,7 +230,7 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
         Cell{kBF16, 1048584, false, 9, 1024}, Cell{kF16, 700001, false, 11, 512}, Cell{kF32, 262144, false, 0, 0},
         Cell{kF32, 262148, false, 9, 512}, Cell{kF32, 524288, false, 16, 512}, Cell{kF32, 1048576, false, 16, 1024},
         Cell{kF32, 1048580, false, 0, 0}}) {
-    const Kernel k = plan(1024, c.cols, c.dt, c.backward);
+    const Kernel k = plan(1024, c.cols, c.dt, c.backward, false);  // (no workspace: no grid)
     const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) +
                              (c.backward ? " backward" : " forward");
     if (c.cluster == 0) {
@@ -269,8 +274,10 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
   EXPECT_TRUE(d.staged && d.regs == 8 && d.threads == 512) << "defaults restored: the wide geometry at 512 threads";
 }
 
-// The grid forward (softmax_fwd_grid: bits as softmax_staged_fwd, off by
-// default and unmeasured; rows from softmax_fwd_grid_min_cols16 / 32) takes
+// The grid forward (softmax_fwd_grid: bits as softmax_staged_fwd; by
+// default fp32 rows past 512K, two a step -- the forty-first session's
+// sweep: fp32 1M 88.8% against the wide geometry's 82.4, bf16 53.0 against
+// 86.7; rows from softmax_fwd_grid_min_cols16 / 32) takes
 // forward rows a cooperative grid of 512-thread CTAs holds at 8192
 // elements a CTA -- up to 132 ranks, the SMs -- where the call has a
 // workspace; the stages, lag and rows a step are the norm grid forward's.
@@ -295,13 +302,24 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
     int64_t cols;
     int ranks, groups, rows, stages;  // ranks 0: not the grid
   };
-  EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "the grid is off by default";
+  // The defaults: fp32 rows past 512K, two a step (6 stages of 32 KB: lag 1).
+  EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "16-bit rows: off by default";
+  EXPECT_FALSE(grid_plan(512, 524288, kF32).on) << "fp32 N = 512K: the wide geometry (even with the grid)";
+  const Grid d1m = grid_plan(256, 1048576, kF32), d512k = grid_plan(512, 524292, kF32);
+  EXPECT_TRUE(d1m.on && d1m.ranks == 128 && d1m.groups == 1 && d1m.rows == 2 && d1m.stages == 6 && d1m.lag == 1)
+      << "fp32 N = 1M: 128 ranks, two rows a step; got ranks " << d1m.ranks << " rows " << d1m.rows << " stages "
+      << d1m.stages << " lag " << d1m.lag;
+  EXPECT_TRUE(d512k.on && d512k.ranks == 65 && d512k.rows == 2) << "fp32 N = 512K + 4: 65 ranks";
+  EXPECT_FALSE(grid_plan(256, 1048576, kF32, false, false).on) << "no workspace, no grid";
   // The defaults come back however the test ends (its ASSERTs return early).
   struct RestoreTuning {
     ~RestoreTuning() { set_row_tuning(nullptr); }
   } restore;
+  // The mechanics, both dtypes from 256K / 512K, fp32 one row a step.
   RowTuning t = default_row_tuning();
   t.softmax_fwd_grid = 3;
+  t.softmax_fwd_grid_min_cols32 = 262144;
+  t.softmax_fwd_grid_rows32 = 1;
   set_row_tuning(&t);
   // 16-bit: 1024 vectors a rank (16 KB stages: 8 of them, the tuning's), two
   // rows a step; fp32: 2048 (32 KB stages: 6 fit beside the header; 7 of
@@ -349,7 +367,8 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
   set_row_tuning(&t);
   EXPECT_FALSE(grid_plan(4096, 65535, kF32).on) << "below kSoftmaxFwdWorkspaceMinCols, whatever the tuning";
   set_row_tuning(nullptr);
-  EXPECT_FALSE(grid_plan(256, 1048576, kF32).on) << "defaults restored";
+  EXPECT_EQ(grid_plan(256, 1048576, kF32).rows, 2) << "defaults restored";
+  EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "defaults restored";
 }
 
 // Every grid layout the chooser returns for softmax keeps the kernel's
@@ -370,7 +389,7 @@ TEST(SoftmaxFwdGridConfig, Invariants) {
               t.fwd_grid_stages16 = t.fwd_grid_stages32 = stages;
               t.fwd_grid_lag = lag;
               t.fwd_grid_rows16 = rows16;
-              t.fwd_grid_rows32 = rows32;
+              t.softmax_fwd_grid_rows32 = rows32;
               NormGridConfig c;
               if (!choose_softmax_fwd_grid_config(rows, cols, eb, lim, t, &c)) {
                 EXPECT_TRUE(cols < kSoftmaxFwdWorkspaceMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;

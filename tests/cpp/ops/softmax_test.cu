@@ -253,10 +253,9 @@ struct RunOpts {
   bool forward_only = false;
 };
 
-// A workspace of `bytes` (a multiple of 4) in a guarded, poisoned buffer of
-// its own, so that a write past its end shows.
-// A workspace of `bytes` inside poisoned guard bands (poisoned whole: the
-// kernel zeroes what it uses; what surrounds it must stay poison).
+// A workspace of `bytes` (a multiple of 4) in a guarded buffer of its own,
+// poisoned whole (the kernel zeroes what it uses; the guards must stay
+// poison), so that a write past either end shows; null if poisoning failed.
 std::unique_ptr<GuardedTensor> guarded_workspace(size_t bytes) {
   const int64_t words = int64_t(bytes / 4);
   auto t = std::make_unique<GuardedTensor>(Layout{kF32, 1, words, words, 0});
@@ -556,6 +555,7 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
     t.softmax_staged_bwd = 3;
     t.softmax_staged_bwd_vpt = 8;
     t.softmax_staged_bwd_wide = wide;
+    t.softmax_fwd_grid = 0;  // (fp32 rows past 512K would take the grid)
     set_row_tuning(&t);
     for (bool backward : {false, true}) {
       if (!(backward ? wide_bwd_row(c) : wide_fwd_row(c))) continue;
@@ -590,6 +590,7 @@ RowTuning balanced_staged_tuning() {
   t.softmax_staged_bwd = 3;
   t.softmax_staged_fwd_wide = 512;
   t.softmax_staged_bwd_wide = 512;
+  t.softmax_fwd_grid = 0;  // (fp32 rows past 512K would take the grid)
   t.reg_staged_balance = 1;
   return t;
 }
@@ -666,7 +667,7 @@ TEST_P(SoftmaxGpuGrid, ForwardMatchesFloat64) {
     t.softmax_fwd_grid = 3;
     t.softmax_fwd_grid_min_cols16 = t.softmax_fwd_grid_min_cols32 = 65536;
     t.fwd_grid_rows16 = k.rows16;
-    t.fwd_grid_rows32 = k.rows32;
+    t.softmax_fwd_grid_rows32 = k.rows32;
     t.fwd_grid_prefetch = k.prefetch;
     t.fwd_grid_lag = k.lag;
     set_row_tuning(&t);
