@@ -1024,17 +1024,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
                                        const DeviceLimits& lim) {
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
-  if (c.team < 1 || c.team > kRegRowMaxThreads) return "team outside [1, 1024]";
-  // A staged row's CTA may be balanced (RowTuning::reg_staged_balance): the
-  // fewest whole warps that cover the row at its cluster and tile. `base`,
-  // the power of two above (more than half of it, since cluster >= 2 CTAs
-  // of base were needed), is the CTA the rules chose; the rules are checked
-  // on it.
-  const int64_t base = pow2_ceil(c.team);
-  if (c.team != base &&
-      !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
-        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team))
-    return "team is not a power of two in [1, 1024], nor a staged row's balanced CTA";
+  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
   if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";
