@@ -506,11 +506,17 @@ RowTuning default_row_tuning() {
   t.fwd_grid_stages16 = 8;
   t.fwd_grid_stages32 = 8;
   t.fwd_grid_lag = 2;
+  // Two 16-bit rows a step, one fp32 row. The fortieth session's four
+  // 16-bit rows and two fp32 rows (predicted +3-15 points) measured worse
+  // (rmsnorm_sweep at 1c3e9a0, H200, M*N = 2^28, % of copy, defaults / two
+  // fp32 rows / four 16-bit rows at 13 stages;
+  // bench/results/logs/2026-12-05-norm-grid-rows-sweep-1c3e9a0.log):
+  // bf16 RMSNorm 512K / 1M 87.6 / 87.3 against 73.1 / 71.8 at four rows;
+  // bf16 LayerNorm 64.3 / 62.6 against 61.0 / 56.3; fp32 RMSNorm 90.8 /
+  // 91.7 against 88.4 / 85.0 at two rows; fp32 LayerNorm 80.6 / 79.0
+  // against 82.3 / 77.2. A step's fixed part grows with its rows.
   t.fwd_grid_rows16 = 2;
   t.fwd_grid_prefetch = 1;
-  // A row a step for fp32 rows, as measured; 2 is the fortieth session's
-  // experiment (unmeasured: fp32 LayerNorm 1M 74.8% of copy at a row a
-  // step, whose ~0.7 us of a step's 2.7 is fixed cost two rows would share).
   t.fwd_grid_rows32 = 1;
   return t;
 }
