@@ -190,7 +190,9 @@ RowTuning default_row_tuning() {
   // bf16 1M with fp32 weights: 1083.5 against 1485.8).
   t.reg_staged_vpt_max = 16;
   t.reg_staged_vpt_max_beyond = 32;
-  // Not measured yet (written without a GPU, forty-first session): off.
+  // Off until its speed is measured (forty-first session: its GPU cases,
+  // *BalancedStaged*, pass at 1c3e9a0; the device time ran out before its
+  // sweep).
   // The case for it (docs/KERNELS.md, "Balanced staged CTAs"): a staged
   // row of N = 70000 bf16 (8750 vectors) takes 3 CTAs of 256 x 16 vectors,
   // 12288 slots for 8750 (71%), three 64 KB CTAs an SM; balanced, 3 CTAs of
