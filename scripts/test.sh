@@ -24,6 +24,11 @@
 #   QUACK_GTEST_SOURCE_DIR   a GoogleTest source tree, where GoogleTest is not
 #                            installed (also found without this variable: a
 #                            copy in .deps/googletest, or /usr/src/googletest)
+#   QUACK_GPU_TEST_SHARDS=N  the C++ GPU suite as N gtest shards, a process
+#                            each, instead of a ctest test (and a process) per
+#                            case: less CUDA start-up on a GPU machine
+#                            (tests/cpp/CMakeLists.txt); skips are then in the
+#                            shards' output, not ctest's list (default 0)
 #   QUACK_KEEP_GOING=1       after failing C++ tests, run the rest anyway (the
 #                            exit status is still the failure's): a device
 #                            call then reports the Python suite too
@@ -56,7 +61,8 @@ fi
 # ---------------------------------------------------------------------------
 section "C++: configure and build ($jobs jobs)"
 cmake_args=(-S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
-            -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON)
+            -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON
+            "-DQUACK_GPU_TEST_SHARDS=${QUACK_GPU_TEST_SHARDS:-0}")
 if [ -n "${QUACK_GTEST_SOURCE_DIR:-}" ]; then
   cmake_args+=("-DQUACK_GTEST_SOURCE_DIR=$QUACK_GTEST_SOURCE_DIR")
 fi
