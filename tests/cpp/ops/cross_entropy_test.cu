@@ -43,6 +43,7 @@
 #include "quack/quack.hpp"
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
+#include "support/staged_plan.hpp"
 
 namespace quack {
 namespace {
@@ -1019,7 +1020,8 @@ std::vector<CeCase> cases_planned(std::vector<CeCase> v, const RowTuning& t, boo
 // a thread (2..16 CTAs of 64 threads: 16-bit rows of 4097..65536 classes,
 // fp32 of 2049..32768), plus many rows and odd tails. Each runs at 8
 // vectors, then at 16 where a cluster of those still takes it.
-std::vector<CeCase> staged_cases() {
+// The gradient cases plus the staged kernel's odd tails and many rows.
+std::vector<CeCase> cases_with_staged_tails() {
   std::vector<CeCase> v = cases();
   // (Odd V with padded strides, so that the rows stay 16-byte aligned and
   // their partial last vectors reach the staged kernel.)
@@ -1033,8 +1035,9 @@ std::vector<CeCase> staged_cases() {
   // walks 150 rows, refilling the slots it has just read.
   v.push_back(C(kF32, 301, 8195, kNone).mis(0, 1).inplace().badt());
   v.push_back(C(kBF16, 300, 16383, kMean).w().smooth(0.1f).mis(0, 1).inplace());
-  return cases_planned(v, staged_from_short_rows(8), true);
+  return v;
 }
+std::vector<CeCase> staged_cases() { return cases_planned(cases_with_staged_tails(), staged_from_short_rows(8), true); }
 
 class CrossEntropyGpuStaged : public testing::TestWithParam<CeCase> {
  protected:
@@ -1084,27 +1087,22 @@ RowTuning balanced_staged(int vpt) {
 // warps that cover c's row at C CTAs and V vectors a thread (*trimmed: and
 // fewer than a power of two).
 bool balanced_plan(const CeCase& c, const std::string& plan, bool* trimmed) {
-  int team = 0, thr = 0, cl = 0, vpt = 0;
-  if (std::sscanf(plan.c_str(), "stage team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt) != 4) return false;
-  const int64_t vec = 16 / dtype_size(c.dtype), nvec = (c.cols + vec - 1) / vec;
-  const int64_t need = (nvec + int64_t(cl) * vpt - 1) / (int64_t(cl) * vpt);
-  *trimmed = (thr & (thr - 1)) != 0;
-  return thr == (need + 31) / 32 * 32;
+  test::StagedPlan sp;
+  if (!test::parse_staged_plan(plan, &sp)) return false;
+  const int64_t vec = 16 / dtype_size(c.dtype);
+  *trimmed = (sp.threads & (sp.threads - 1)) != 0;
+  return sp.threads == test::balanced_threads((c.cols + vec - 1) / vec, sp.cluster, sp.vpt);
 }
 std::vector<CeCase> balanced_cases() {
-  std::vector<CeCase> v = cases();
-  v.push_back(C(kBF16, 2000, 8191, kMean).zl(1e-4f).mis(0, 1).dx_mis(0, 9));
-  v.push_back(C(kF32, 1000, 20001, kSum).smooth(0.1f).mis(0, 3).dx_mis(0, 7).badt());
-  v.push_back(C(kBF16, 64, 65531, kMean).w().smooth(0.1f).softcap(30.0f).mis(0, 5).dx_mis(0, 5).ign(10));
-  v.push_back(C(kF32, 301, 8195, kNone).mis(0, 1).inplace().badt());
+  const std::vector<CeCase> staged = cases_planned(cases_with_staged_tails(), balanced_staged(16), true);
+  const RowTuning t = balanced_staged(16);
+  set_row_tuning(&t);
   std::vector<CeCase> out;
-  for (const CeCase& c : cases_planned(v, balanced_staged(16), true)) {
-    const RowTuning t = balanced_staged(16);
-    set_row_tuning(&t);
+  for (const CeCase& c : staged) {
     bool trimmed = false;
     if (balanced_plan(c, case_plan(c), &trimmed) && trimmed) out.push_back(c);
-    set_row_tuning(nullptr);
   }
+  set_row_tuning(nullptr);
   return out;
 }
 

@@ -40,6 +40,7 @@
 #include "quack/quack.hpp"
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
+#include "support/staged_plan.hpp"
 
 namespace quack {
 namespace {
@@ -555,8 +556,7 @@ StagedShape staged_shape(const FwdCase& c) {
   int vpt = 8;
   while ((nvec + 256 * vpt - 1) / (256 * vpt) > 16) vpt *= 2;
   const int cluster = int((nvec + 256 * vpt - 1) / (256 * vpt));
-  const int64_t need = (nvec + int64_t(cluster) * vpt - 1) / (int64_t(cluster) * vpt);
-  return {vpt, cluster, int((need + 31) / 32 * 32)};
+  return {vpt, cluster, int(test::balanced_threads(nvec, cluster, vpt))};
 }
 
 class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {

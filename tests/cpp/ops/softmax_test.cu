@@ -31,6 +31,7 @@
 #include "quack/quack.hpp"
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
+#include "support/staged_plan.hpp"
 
 namespace quack {
 namespace {
@@ -594,15 +595,10 @@ RowTuning balanced_staged_tuning() {
   t.reg_staged_balance = 1;
   return t;
 }
-// A staged plan's threads, cluster and tile ("stage team T thr H cl C vpt V").
-bool staged_plan(const std::string& plan, int* threads, int* cluster, int* vpt) {
-  int team = 0;
-  return std::sscanf(plan.c_str(), "stage team %d thr %d cl %d vpt %d", &team, threads, cluster, vpt) == 4;
-}
 bool trimmed_plan(const SmCase& c, bool backward) {
-  int thr = 0, cl = 0, vpt = 0;
-  return staged_plan(softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{}), &thr, &cl, &vpt) &&
-         (thr & (thr - 1)) != 0;
+  test::StagedPlan sp;
+  return test::parse_staged_plan(softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{}), &sp) &&
+         (sp.threads & (sp.threads - 1)) != 0;
 }
 std::vector<SmCase> balanced_cases() {
   const RowTuning t = balanced_staged_tuning();
@@ -623,11 +619,10 @@ TEST_P(SoftmaxGpuBalancedStaged, ForwardAndBackwardMatchFloat64) {
   set_row_tuning(&t);
   for (bool backward : {false, true}) {
     const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
-    int thr = 0, cl = 0, vpt = 0;
-    if (!staged_plan(plan, &thr, &cl, &vpt)) continue;
-    // The threads that cover the row at this cluster and tile, in whole warps.
-    const int64_t need = (row_vectors(c) + int64_t(cl) * vpt - 1) / (int64_t(cl) * vpt);
-    EXPECT_EQ(thr, (need + 31) / 32 * 32) << (backward ? "backward " : "forward ") << plan;
+    test::StagedPlan sp;
+    if (!test::parse_staged_plan(plan, &sp)) continue;
+    EXPECT_EQ(sp.threads, test::balanced_threads(row_vectors(c), sp.cluster, sp.vpt))
+        << (backward ? "backward " : "forward ") << plan;
   }
   run_case(c);
 }
