@@ -190,16 +190,23 @@ RowTuning default_row_tuning() {
   // bf16 1M with fp32 weights: 1083.5 against 1485.8).
   t.reg_staged_vpt_max = 16;
   t.reg_staged_vpt_max_beyond = 32;
-  // Off until its speed is measured (forty-first session: its GPU cases,
-  // *BalancedStaged*, pass at 1c3e9a0; the device time ran out before its
-  // sweep).
   // The case for it (docs/KERNELS.md, "Balanced staged CTAs"): a staged
   // row of N = 70000 bf16 (8750 vectors) takes 3 CTAs of 256 x 16 vectors,
   // 12288 slots for 8750 (71%), three 64 KB CTAs an SM; balanced, 3 CTAs of
-  // 192 threads (95%), 48 KB, four an SM. Predicted: softmax bf16 70000 /
-  // 49152 forward +1-3 points (they trail their neighbours by that), the
-  // cross-entropy gradient at 50304 classes +3-5.
-  t.reg_staged_balance = 0;
+  // 192 threads (95%), 48 KB, four an SM. Measured (sweeps at 7d42552,
+  // H200, M*N = 2^28, % of copy, off -> on;
+  // bench/results/logs/2026-12-05-staged-balance-sweep-7d42552.log):
+  // softmax bf16 forward 40000 70.5 -> 85.5, 49152 76.6 -> 97.2, 65544
+  // 78.2 -> 88.0, 70000 82.6 -> 89.9, the rest even (+-1); the
+  // cross-entropy fused gradient bf16 50304 79.1 -> 82.4, 70000 76.0 ->
+  // 87.3, fp32 50304 90.0 -> 91.9; its forward even (bf16 50304 82.0 ->
+  // 81.1, the one loss, a 1% cell). The norms lost in bf16 (RMSNorm 70000 /
+  // 100000 93.5 / 93.3 -> 85.9 / 86.1, LayerNorm 73.6 / 72.2 -> 67.6 / 67.0,
+  // RMSNorm 40000 94.8 -> 92.5) and won in fp32 (RMSNorm 24580 88.4 -> 91.3,
+  // its one trimmed cell; LayerNorm fp32 keeps its plans): the norms'
+  // knob, norm_staged_balance, is on for fp32 x only.
+  t.reg_staged_balance = 1;
+  t.norm_staged_balance = 2;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA
@@ -667,7 +674,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     // warps that cover the row (more than half of t, since cl >= 2 CTAs of
     // t were needed; check_reg_row_config recovers t as the power of two
     // above).
-    const int64_t t_fit = tune.reg_staged_balance ? ceil_div(ceil_div(nvec, cl * vpt), 32) * 32 : t;
+    const int balance = prob.staged_balance >= 0 ? prob.staged_balance : tune.reg_staged_balance;
+    const int64_t t_fit = balance ? ceil_div(ceil_div(nvec, cl * vpt), 32) * 32 : t;
     // Two rows a cluster at the staged tile, where the problem allows and
     // both rows' staging fits; with pair_full_wave only where the pairs'
     // CTAs still fill every SM's slots once (fewer clusters than that would

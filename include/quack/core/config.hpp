@@ -126,13 +126,16 @@ struct RowTuning {
   // register kernels), reg_staged_vpt_max_beyond where none does.
   int reg_staged_vpt_max;
   int reg_staged_vpt_max_beyond;
-  // Staged rows (every op that stages: RMSNorm / LayerNorm forward, softmax
-  // forward and backward, the cross-entropy gradient): 1 sizes the CTA to
-  // the row -- the fewest whole warps a thread that still cover the row
-  // with the same cluster and tile (the CTA the rules above chose, or
-  // fewer threads), so that the last CTA is not mostly empty and an SM's
-  // shared memory holds more CTAs. 0: the chosen power-of-two CTA.
+  // Staged rows of softmax (forward and backward) and the cross-entropy
+  // gradient: 1 sizes the CTA to the row -- the fewest whole warps a
+  // thread that still cover the row with the same cluster and tile (the
+  // CTA the rules above chose, or fewer threads), so that the last CTA is
+  // not mostly empty and an SM's shared memory holds more CTAs. 0: the
+  // chosen power-of-two CTA. norm_staged_balance: the same for the RMSNorm
+  // / LayerNorm forward's staged rows, bit 0 for 16-bit x, bit 1 for fp32
+  // x (RegRowProblem::staged_balance carries a family's own choice).
   int reg_staged_balance;
+  int norm_staged_balance;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
   // every peer's write into its shared memory).
@@ -349,6 +352,7 @@ struct RegRowProblem {
   bool staged_wide_first = false;
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
+  int staged_balance = -1;    // >= 0: the family's own reg_staged_balance (-1: the tuning's)
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
   // Staged rows at staged_vpt may go two a cluster (2; 1: never), then with
   // staged_pair_scratch_bytes of scratch, in clusters of at least

@@ -546,7 +546,7 @@ std::vector<FwdCase> smem_staged_cases() {
 
 // The staged plan's tile and cluster under run_all's tuning (the 8-vector
 // tile, doubled while 16 CTAs of 256 threads do not hold the row), and the
-// CTA reg_staged_balance fits to the row: the fewest whole warps covering it.
+// CTA norm_staged_balance fits to the row: the fewest whole warps covering it.
 struct StagedShape {
   int vpt, cluster, balanced_threads;
 };
@@ -562,7 +562,7 @@ StagedShape staged_shape(const FwdCase& c) {
 class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
-  // balance: reg_staged_balance, in modes 2 and 3 (the early weight; two
+  // balance: norm_staged_balance (both dtypes' bits), in modes 2 and 3 (the early weight; two
   // rows a cluster with the weight in batches), the plan's CTA checked.
   void run_all(bool centre, bool balance = false) {
     const FwdCase& c = GetParam();
@@ -581,7 +581,7 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       if (balance && mode != 2 && mode != 3) continue;
       SCOPED_TRACE(mode_name[mode]);
       RowTuning t = default_row_tuning();
-      t.reg_staged_balance = balance;
+      t.norm_staged_balance = balance ? 3 : 0;
       t.reg_staged = 3;
       t.ln_staged = 3;
       t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
@@ -624,8 +624,8 @@ TEST_P(RMSNormFwdGpuSmemStaged, LayerNormMatchesFloat64ReferenceAndStaysInBounds
 INSTANTIATE_TEST_SUITE_P(SmemStagedCases, RMSNormFwdGpuSmemStaged, testing::ValuesIn(smem_staged_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
-// The staged cases whose CTA reg_staged_balance trims below 256 threads
-// (off by default until measured): the staged kernels' geometry at CTAs of
+// The staged cases whose CTA norm_staged_balance trims below 256 threads
+// (by default for fp32 x only): the staged kernels' geometry at CTAs of
 // whole warps that are not a power of two, one row a cluster and two.
 class RMSNormFwdGpuBalancedStaged : public RMSNormFwdGpuSmemStaged {};
 

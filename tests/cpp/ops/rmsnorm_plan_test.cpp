@@ -72,10 +72,13 @@ Kernel plan(const Call& c, bool layernorm = false) {
 class NormFwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
-  void tune(int staged, int early_w) {
+  // (balance: norm_staged_balance; the scans below check the rules' own
+  // power-of-two CTAs, BalancedStagedCtasFitTheRow the fitted ones.)
+  void tune(int staged, int early_w, int balance = 0) {
     RowTuning t = default_row_tuning();
     t.reg_staged = staged;
     t.reg_staged_early_w = early_w;
+    t.norm_staged_balance = balance;
     set_row_tuning(&t);
   }
 };
@@ -278,9 +281,10 @@ TEST_F(NormFwdPlan, TwoStagedRowsAClusterShareTheirParameters) {
   EXPECT_TRUE(pair(plan({2048, 131072, kBF16, kF32})));
 }
 
-// reg_staged_balance fits a staged row's CTAs to it (whole warps, the
-// fewest that cover the row at the same cluster and tile; off by default
-// until measured): bf16 N = 70000 (8750 vectors) in 5 x 224 threads at 8
+// norm_staged_balance fits a staged row's CTAs to it (whole warps, the
+// fewest that cover the row at the same cluster and tile; by default for
+// fp32 x only, bit 1, as the forty-second session's sweep found; bit 0
+// does 16-bit x): bf16 N = 70000 (8750 vectors) in 5 x 224 threads at 8
 // vectors instead of 5 x 256, one row a cluster and two (LayerNorm's fp32
 // parameters, two rows a cluster from clusters of 2 here), the early
 // weight; fp32 N = 24580 (6145 vectors) in 4 x 224 (was 4 x 256); powers of
@@ -294,10 +298,11 @@ TEST_F(NormFwdPlan, BalancedStagedCtasFitTheRow) {
   t.reg_staged_pair_min_cluster = 2;
   t.reg_staged_pair_full_wave = 0;
   t.reg_staged_early_w = 3;
+  t.norm_staged_balance = 0;
   set_row_tuning(&t);
   const Kernel rms0 = plan({300, 70000, kBF16, kBF16}), ln0 = plan({300, 70000, kBF16, kF32}, true);
   const Kernel f0 = plan({300, 24580, kF32, kF32}), p0 = plan({300, 65536, kBF16, kBF16});
-  t.reg_staged_balance = 1;
+  t.norm_staged_balance = 3;
   set_row_tuning(&t);
   const Kernel rms = plan({300, 70000, kBF16, kBF16}), ln = plan({300, 70000, kBF16, kF32}, true);
   const Kernel f = plan({300, 24580, kF32, kF32}), p = plan({300, 65536, kBF16, kBF16});
@@ -312,6 +317,11 @@ TEST_F(NormFwdPlan, BalancedStagedCtasFitTheRow) {
   EXPECT_TRUE(f0.kind == "stage" && f0.threads == 256 && f0.cluster == 4 && f0.vpt == 8) << f0.text;
   EXPECT_TRUE(f.kind == "stage" && f.threads == 224 && f.cluster == 4 && f.vpt == 8) << f.text;
   EXPECT_TRUE(p0.threads == 256 && p.threads == 256 && p.cluster == p0.cluster) << p.text;
+  // The defaults: fp32 balanced, 16-bit not (and softmax's knob, on, does
+  // not reach the norms).
+  set_row_tuning(nullptr);
+  EXPECT_EQ(plan({300, 24580, kF32, kF32}).threads, 224);
+  EXPECT_EQ(plan({300, 70000, kBF16, kBF16}).threads, 256);
 }
 
 // A pair's configuration: its shared memory holds both rows and the wider

@@ -14,6 +14,7 @@
 
 #include "quack/core/config.hpp"
 #include "support/plan_args.hpp"
+#include "support/staged_plan.hpp"
 
 namespace quack {
 namespace {
@@ -27,7 +28,17 @@ struct Kernel {
   bool staged = false;  // ... with x staged in shared memory
   int regs = 0;         // ... vectors a thread in registers too (the wide geometry)
   int threads = 0, cluster = 0, vpt = 0;
+  int base = 0;  // the CTA the rules chose: threads, or (staged) the power of two above them
 };
+
+// A staged plan's CTA as the defaults make it: `base` threads as the rules
+// choose them, fitted to the row (reg_staged_balance, on by default since
+// the forty-second session's sweep: the fewest whole warps that cover the
+// row at the plan's cluster and tile, support/staged_plan.hpp).
+bool fitted_cta(const Kernel& k, int base, int64_t cols, DType dt) {
+  const int64_t vec = 16 / dtype_size(dt);
+  return k.staged && k.base == base && k.threads == test::balanced_threads((cols + vec - 1) / vec, k.cluster, k.vpt);
+}
 
 // Parses "reg   team T thr H cl C vpt V", "stage team T thr H cl C vpt V" or
 // "chunk thr H cl C vecs .. staged ..". workspace: the call passes the one
@@ -46,6 +57,9 @@ Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward, bool workspace 
   } else if (std::sscanf(s.c_str(), "chunk thr %d cl %d", &k.threads, &k.cluster) != 2) {
     ADD_FAILURE() << "unparsed plan: " << s;
   }
+  k.base = k.threads;
+  if (k.staged)
+    while (k.base & (k.base - 1)) k.base += k.base & -k.base;  // the power of two above
   return k;
 }
 
@@ -68,7 +82,7 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
                         Cell{4096, 65536, 4, "95.9% vs 88.6%"}, Cell{2048, 131072, 8, "95.2% vs 87.5%"},
                         Cell{1024, 262144, 16, "90.2% vs 85.1%"}}) {
     const Kernel k = plan(c.rows, c.cols, kF32, false);
-    EXPECT_TRUE(k.staged && k.threads == 256 && k.vpt == 16 && k.cluster == c.cluster)
+    EXPECT_TRUE(fitted_cta(k, 256, c.cols, kF32) && k.vpt == 16 && k.cluster == c.cluster)
         << "fp32 N = " << c.cols << " forward: staged in " << c.cluster << " x 256 threads (" << c.why << ")";
   }
   // 16-bit rows staged past 32K elements as fp32's, up to 16 CTAs
@@ -81,7 +95,7 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
                           Cell{2048, 131072, 4, "94.6% vs 82.0%"}, Cell{1024, 262144, 8, "93.2% vs 78.2%"},
                           Cell{512, 524288, 16, "88.1% vs 76.9%"}}) {
       const Kernel k = plan(c.rows, c.cols, dt, false);
-      EXPECT_TRUE(k.staged && k.threads == 256 && k.vpt == 16 && k.cluster == c.cluster)
+      EXPECT_TRUE(fitted_cta(k, 256, c.cols, dt) && k.vpt == 16 && k.cluster == c.cluster)
           << "16-bit N = " << c.cols << " forward: staged in " << c.cluster << " x 256 threads (" << c.why << ")";
     }
     // Past 16 of those, the wide geometry (512-thread CTAs, 12 vectors
@@ -89,14 +103,14 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
     // the row; forty-first session's sweep: bf16 1M 86.7% against 71.9%
     // chunked), chunked past 16 of 1024.
     const Kernel w = plan(256, 524296, dt, false), w1m = plan(256, 1048576, dt, false);
-    EXPECT_TRUE(w.staged && w.regs == 4 && w.threads == 512 && w.cluster == 9) << "16-bit N = 512K + 8 forward: 9 x 512";
+    EXPECT_TRUE(fitted_cta(w, 512, 524296, dt) && w.regs == 4 && w.cluster == 9) << "16-bit N = 512K + 8 forward: 9 x 512";
     EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 512 && w1m.cluster == 16) << "16-bit N = 1M: 16 x 512";
     EXPECT_FALSE(plan(256, 2097160, dt, false).reg) << "16-bit N = 2M + 8 forward: chunked (17 CTAs of 1024)";
   }
   // (fp32 rows past 512K take the grid where the call has a workspace:
   // TuningSelectsTheGridForward; without one, these.)
   const Kernel w = plan(256, 262148, kF32, false), w1m = plan(256, 1048576, kF32, false, false);
-  EXPECT_TRUE(w.staged && w.regs == 4 && w.threads == 512 && w.cluster == 9) << "fp32 N = 256K + 4 forward: 9 x 512";
+  EXPECT_TRUE(fitted_cta(w, 512, 262148, kF32) && w.regs == 4 && w.cluster == 9) << "fp32 N = 256K + 4 forward: 9 x 512";
   EXPECT_TRUE(w1m.staged && w1m.regs == 4 && w1m.threads == 1024 && w1m.cluster == 16) << "fp32 N = 1M: 16 x 1024";
   EXPECT_FALSE(plan(256, 1048580, kF32, false, false).reg) << "fp32 N = 1M + 4 forward: chunked";
 }
@@ -195,7 +209,7 @@ TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
       EXPECT_TRUE(k.reg && !k.staged && k.cluster == 1) << what << ": one register CTA";
     } else {
       const int threads = c.wide > 0 ? c.wide : 256;
-      EXPECT_TRUE(k.staged && k.threads == threads && k.cluster == c.cluster && k.vpt == c.vpt &&
+      EXPECT_TRUE(fitted_cta(k, threads, c.cols, c.dt) && k.cluster == c.cluster && k.vpt == c.vpt &&
                   k.regs == (c.wide > 0 ? 8 : 0))
           << what << ": staged in " << c.cluster << " x " << threads << " threads at " << c.vpt
           << " vectors, got cl " << k.cluster << " vpt " << k.vpt << " thr " << k.threads;
@@ -236,7 +250,7 @@ TEST(SoftmaxPlan, TuningSelectsTheWideStagedGeometry) {
     if (c.cluster == 0) {
       EXPECT_EQ(k.regs, 0) << what << ": not the wide geometry";
     } else {
-      EXPECT_TRUE(k.staged && k.threads == c.threads && k.cluster == c.cluster && k.vpt == (c.backward ? 8 : 16) &&
+      EXPECT_TRUE(fitted_cta(k, c.threads, c.cols, c.dt) && k.cluster == c.cluster && k.vpt == (c.backward ? 8 : 16) &&
                   k.regs == (c.backward ? 8 : 4))
           << what << ": " << c.cluster << " x " << c.threads << " threads, got cl " << k.cluster << " vpt " << k.vpt
           << " thr " << k.threads << " regs " << k.regs;
@@ -438,8 +452,8 @@ TEST(SoftmaxPlan, TuningSelectsTheStagedBackward) {
 }
 
 // reg_staged_balance fits a staged row's CTAs to it: the same cluster and
-// tile in the fewest whole warps that cover the row (off by default until
-// measured). bf16 N = 70000 (8750 vectors): 3 x 256 threads x 16 vectors
+// tile in the fewest whole warps that cover the row (on by default since
+// the forty-second session's sweep; 0 turns it off). bf16 N = 70000 (8750 vectors): 3 x 256 threads x 16 vectors
 // hold 12288, 3 x 192 hold 9216; 49152 (6144): 2 x 192; fp32 40000
 // (10000): 3 x 224; powers of two already fill 256-thread CTAs. The
 // backward likewise at its tile: bf16 70000 in 5 CTAs of 224 at 8 vectors
@@ -458,6 +472,7 @@ TEST(SoftmaxPlan, TuningBalancesTheStagedCtas) {
                         {1100000, kBF16, false, 1024, 960, 9, 16}};
   RowTuning t = default_row_tuning();
   t.softmax_staged_fwd_wide = 512;
+  t.reg_staged_balance = 0;
   for (const Cell& c : cells) {
     set_row_tuning(&t);
     const Kernel k0 = plan(300, c.cols, c.dt, c.backward);
@@ -473,7 +488,7 @@ TEST(SoftmaxPlan, TuningBalancesTheStagedCtas) {
     EXPECT_TRUE(k1.staged && k1.threads == c.after && k1.cluster == c.cluster && k1.vpt == c.vpt && k1.regs == k0.regs)
         << what << " balanced: " << k1.threads << " threads, cl " << k1.cluster << ", vpt " << k1.vpt;
   }
-  EXPECT_EQ(plan(300, 70000, kBF16, false).threads, 256) << "defaults restored";
+  EXPECT_EQ(plan(300, 70000, kBF16, false).threads, 192) << "defaults restored (balanced)";
 }
 
 // softmax_fwd_vpt16 sets the 16-bit forward's register tile from 512
