@@ -119,10 +119,13 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
 }
 
 // The launch, shared by both directions: aligned rows by plan_aligned,
-// misaligned rows (or strides) by the streaming kernel. workspace (forward
-// only; nullptr: none): the grid kernel's, workspace_bytes of it.
-Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool backward, cudaStream_t stream,
-              void* workspace = nullptr, size_t workspace_bytes = 0) {
+// misaligned rows (or strides) by the streaming kernel -- in 16-byte
+// vectors where every operand's rows start at the same offset in one
+// (shift_io: detail::same_vector_offsets), else element by element.
+// workspace (forward only; nullptr: none): the grid kernel's,
+// workspace_bytes of it.
+Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool shift_io, bool backward,
+              cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
   if (base.rows == 0) return Status::success();
   int device = -1;
   DeviceLimits lim;
@@ -176,7 +179,7 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool bac
   p.row_blocks = p.rows;
   const int64_t grid = std::min<int64_t>(p.rows, int64_t(lim.num_sms) * 32);
   return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
-    return ops::launch_softmax_stream<decltype(dt)::value>(p, threads, grid, vec_io, backward, device, stream);
+    return ops::launch_softmax_stream<decltype(dt)::value>(p, threads, grid, shift_io, backward, device, stream);
   });
 }
 
@@ -267,7 +270,9 @@ Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
   p.out = a.out.ptr;
   p.out_stride = a.out.row_stride;
   p.log = a.log;
-  return launch(p, a.x.dtype, fwd_vec_io(a), false, stream, a.workspace, a.workspace_bytes);
+  const bool shift_io = detail::same_vector_offsets(a.x.ptr, a.x.row_stride, a.out.ptr, a.out.row_stride,
+                                                    dtype_size(a.x.dtype));
+  return launch(p, a.x.dtype, fwd_vec_io(a), shift_io, false, stream, a.workspace, a.workspace_bytes);
 }
 
 Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
@@ -287,7 +292,10 @@ Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
   const bool vec_io = detail::vec_ok(a.y.ptr, a.y.dtype, a.y.row_stride, vec) &&
                       detail::vec_ok(a.dy.ptr, a.dy.dtype, a.dy.row_stride, vec) &&
                       detail::vec_ok(a.dx.ptr, a.dx.dtype, a.dx.row_stride, vec);
-  return launch(p, a.y.dtype, vec_io, true, stream);
+  const int es = dtype_size(a.y.dtype);
+  const bool shift_io = detail::same_vector_offsets(a.y.ptr, a.y.row_stride, a.dy.ptr, a.dy.row_stride, es) &&
+                        detail::same_vector_offsets(a.y.ptr, a.y.row_stride, a.dx.ptr, a.dx.row_stride, es);
+  return launch(p, a.y.dtype, vec_io, shift_io, true, stream);
 }
 
 }  // namespace quack

@@ -87,6 +87,16 @@ inline bool vec_ok(const void* ptr, DType dtype, int64_t stride, int vec) {
   return uintptr_t(ptr) % a == 0 && (stride * dtype_size(dtype)) % a == 0;
 }
 
+// True when operand b's rows (absent: true) start at the same offset inside
+// a 16-byte vector as operand a's, row for row: bases 16-byte congruent and
+// pitches differing by whole vectors. Element-aligned operands of one dtype
+// (size `es`) then share each row's vectors -- the streaming kernels' shifted
+// vector path for rows that are not whole vectors (bf16 N = 50257).
+inline bool same_vector_offsets(const void* a, int64_t a_stride, const void* b, int64_t b_stride, int es) {
+  if (b == nullptr) return true;
+  return ((uintptr_t(b) - uintptr_t(a)) & 15u) == 0 && ((b_stride - a_stride) * es) % 16 == 0;
+}
+
 // The one-CTA-per-row streaming kernels' CTA size: about 4 vectors of the
 // row a thread per pass, 32..kRegRowMaxThreads threads (softmax and
 // cross-entropy).

@@ -333,19 +333,24 @@ struct RawVec {
   __device__ __forceinline__ void load(const T* p) { ldg_nc<kBytes>(w, p); }
   // The same, kept after earlier stores (ldg_ordered).
   __device__ __forceinline__ void load_ordered(const T* p) { ldg_ordered<kBytes>(w, p); }
-  // Elements [0, valid) (0 <= valid <= VEC), the rest zero. Built with
-  // shifts, not through a T array, so the words stay in registers.
-  __device__ __forceinline__ void load_partial(const T* p, int valid) {
+  // Elements [0, valid) (0 <= valid <= VEC), the rest zero.
+  __device__ __forceinline__ void load_partial(const T* p, int valid) { load_range(p, 0, valid); }
+  // Elements [lo, hi) (0 <= lo, hi <= VEC), the rest zero: only those are
+  // read (a row that starts inside the vector that holds its first element,
+  // streaming kernels). Built with shifts, not through a T array, so the
+  // words stay in registers.
+  __device__ __forceinline__ void load_range(const T* p, int lo, int hi) {
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
-      for (int i = 0; i < kWords; ++i) w[i] = i < valid ? __ldg(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
+      for (int i = 0; i < kWords; ++i)
+        w[i] = i >= lo && i < hi ? __ldg(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
     } else {
       const unsigned short* q = reinterpret_cast<const unsigned short*>(p);
 #pragma unroll
       for (int i = 0; i < kWords; ++i) {
-        const uint32_t lo = 2 * i < valid ? uint32_t(__ldg(q + 2 * i)) : 0u;
-        const uint32_t hi = 2 * i + 1 < valid ? uint32_t(__ldg(q + 2 * i + 1)) : 0u;
-        w[i] = lo | (hi << 16);
+        const uint32_t e0 = 2 * i >= lo && 2 * i < hi ? uint32_t(__ldg(q + 2 * i)) : 0u;
+        const uint32_t e1 = 2 * i + 1 >= lo && 2 * i + 1 < hi ? uint32_t(__ldg(q + 2 * i + 1)) : 0u;
+        w[i] = e0 | (e1 << 16);
       }
     }
   }
@@ -368,17 +373,19 @@ struct RawVec {
     for (int i = 0; i < kWords; ++i) w[i] = 0u;
   }
   __device__ __forceinline__ void store(T* p) const { stg_cs<kBytes>(p, w); }
-  __device__ __forceinline__ void store_partial(T* p, int valid) const {
+  __device__ __forceinline__ void store_partial(T* p, int valid) const { store_range(p, 0, valid); }
+  // Elements [lo, hi) only (load_range's counterpart).
+  __device__ __forceinline__ void store_range(T* p, int lo, int hi) const {
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
       for (int i = 0; i < kWords; ++i)
-        if (i < valid) __stcs(reinterpret_cast<unsigned int*>(p) + i, w[i]);
+        if (i >= lo && i < hi) __stcs(reinterpret_cast<unsigned int*>(p) + i, w[i]);
     } else {
       unsigned short* q = reinterpret_cast<unsigned short*>(p);
 #pragma unroll
       for (int i = 0; i < kWords; ++i) {
-        if (2 * i < valid) __stcs(q + 2 * i, static_cast<unsigned short>(w[i] & 0xffffu));
-        if (2 * i + 1 < valid) __stcs(q + 2 * i + 1, static_cast<unsigned short>(w[i] >> 16));
+        if (2 * i >= lo && 2 * i < hi) __stcs(q + 2 * i, static_cast<unsigned short>(w[i] & 0xffffu));
+        if (2 * i + 1 >= lo && 2 * i + 1 < hi) __stcs(q + 2 * i + 1, static_cast<unsigned short>(w[i] >> 16));
       }
     }
   }

@@ -93,16 +93,16 @@ constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; 
 // of y a thread staged, 8 of dy in registers.
 constexpr int kSoftmaxBwdWideVpt = 8;
 
-// Folds VEC elements x[], the first n of them valid, into the per-thread
+// Folds VEC elements x[], those in [lo, n) valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
 // kernels; the register kernel takes the thread's max first and needs no
 // rescaling.
 template <int VEC>
-__device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int n, float& m, float& s) {
+__device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int lo, int n, float& m, float& s) {
   float vm = -INFINITY;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j < n) vm = fmaxf(vm, x[j]);
+    if (j >= lo && j < n) vm = fmaxf(vm, x[j]);
   const float nm = fmaxf(m, vm);
   // Rescale the running sum; while the max is -inf the sum is 0 (or NaN
   // after a NaN), kept as such by the multiplication by 0.
@@ -110,7 +110,7 @@ __device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int n, float
   const float base = nm == -INFINITY ? 0.0f : nm;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j < n) s += core::fast_exp2((x[j] - base) * kLog2e);
+    if (j >= lo && j < n) s += core::fast_exp2((x[j] - base) * kLog2e);
   m = nm;
 }
 
@@ -554,19 +554,52 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
 
 // ---------------------------------------------------------------------------
 // Streaming kernels: one CTA per row (grid-stride over rows), two passes.
-// kVecIO: whole vectors are loaded and stored 16 bytes at a time (aligned
-// rows); otherwise element by element.
+// kVecIO: every operand's rows start at the same offset inside a 16-byte
+// vector (row_shift; the host checks it: detail::same_vector_offsets), so a
+// row is read and written as the 16-byte vectors that cover it, from the
+// one that holds its first element -- whole vectors 16 bytes at a time, the
+// first and the last element by element over the row's part of them. A row
+// whose pitch is not a whole number of vectors (bf16 N = 50257) keeps its
+// vectors so. Otherwise element by element.
 
+// Elements [lo, hi) of the vector at p (aligned when kVecIO).
+template <typename T, int VEC, bool kVecIO>
+__device__ __forceinline__ void stream_load(core::RawVec<T, VEC>& v, const T* p, int lo, int hi) {
+  if (kVecIO && lo == 0 && hi == VEC) v.load(p);
+  else v.load_range(p, lo, hi);
+}
+template <typename T, int VEC, bool kVecIO>
+__device__ __forceinline__ void stream_store(const core::RawVec<T, VEC>& v, T* p, int lo, int hi) {
+  if (kVecIO && lo == 0 && hi == VEC) v.store(p);
+  else v.store_range(p, lo, hi);
+}
+
+// Elements [0, n) (the cross-entropy kernels' aligned rows).
 template <typename T, int VEC, bool kVecIO>
 __device__ __forceinline__ void stream_load(core::RawVec<T, VEC>& v, const T* p, int n) {
-  if (kVecIO && n == VEC) v.load(p);
-  else v.load_partial(p, n);
+  stream_load<T, VEC, kVecIO>(v, p, 0, n);
 }
 template <typename T, int VEC, bool kVecIO>
 __device__ __forceinline__ void stream_store(const core::RawVec<T, VEC>& v, T* p, int n) {
-  if (kVecIO && n == VEC) v.store(p);
-  else v.store_partial(p, n);
+  stream_store<T, VEC, kVecIO>(v, p, 0, n);
 }
+
+// The elements before a row's first in the 16-byte vector that holds it
+// (kVecIO; else 0): the row's vectors start that far before it.
+template <typename T, bool kVecIO>
+__device__ __forceinline__ int row_shift(const T* row) {
+  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
+}
+
+// The row's part [lo, hi) of the vector at column c (c < 0 for the first
+// vector of a shifted row).
+struct StreamLanes {
+  int lo, hi;
+  template <int VEC>
+  static __device__ __forceinline__ StreamLanes at(int c, int cols) {
+    return {c < 0 ? -c : 0, cols - c < VEC ? cols - c : VEC};
+  }
+};
 
 template <typename T, bool kVecIO>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kernel(const SoftmaxParams p) {
@@ -576,30 +609,31 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_stream_kerne
   const int cols = int(p.cols), step = int(blockDim.x) * VEC;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
+    const int first = int(threadIdx.x) * VEC - row_shift<T, kVecIO>(xrow);
     float m = -INFINITY, s = 0.0f;
-    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
-      const int n = cols - c < VEC ? cols - c : VEC;
+    for (int c = first; c < cols; c += step) {
+      const StreamLanes l = StreamLanes::at<VEC>(c, cols);
       RawVec<T, VEC> v;
-      stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+      stream_load<T, VEC, kVecIO>(v, xrow + c, l.lo, l.hi);
       float f[VEC];
       v.widen(f);
-      fold_max_sum(f, n, m, s);
+      fold_max_sum(f, l.lo, l.hi, m, s);
     }
     RowReducer<MaxSumOp> red(smem, int(blockDim.x), 1);
     // Consecutive rows alternate the scratch (one reducer per row: parity by row).
     red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
     const SoftmaxRow r(red.reduce(MaxSum{m, s}));
     T* orow = static_cast<T*>(p.out) + row * p.out_stride;
-    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
-      const int n = cols - c < VEC ? cols - c : VEC;
+    for (int c = first; c < cols; c += step) {
+      const StreamLanes l = StreamLanes::at<VEC>(c, cols);
       RawVec<T, VEC> v;
-      stream_load<T, VEC, kVecIO>(v, xrow + c, n);
+      stream_load<T, VEC, kVecIO>(v, xrow + c, l.lo, l.hi);
       float f[VEC];
       v.widen(f);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) f[j] = r.out(f[j], p.log);
       v.narrow(f);
-      stream_store<T, VEC, kVecIO>(v, orow + c, n);
+      stream_store<T, VEC, kVecIO>(v, orow + c, l.lo, l.hi);
     }
   }
 }
@@ -613,12 +647,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride;
     const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride;
+    const int first = int(threadIdx.x) * VEC - row_shift<T, kVecIO>(yrow);
     float acc = 0.0f;
-    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
-      const int n = cols - c < VEC ? cols - c : VEC;
+    // (Lanes outside the row load as 0: they add nothing to the dot.)
+    for (int c = first; c < cols; c += step) {
+      const StreamLanes l = StreamLanes::at<VEC>(c, cols);
       RawVec<T, VEC> yv, dyv;
-      stream_load<T, VEC, kVecIO>(yv, yrow + c, n);
-      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, n);
+      stream_load<T, VEC, kVecIO>(yv, yrow + c, l.lo, l.hi);
+      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, l.lo, l.hi);
       float y[VEC], dy[VEC];
       yv.widen(y);
       dyv.widen(dy);
@@ -629,18 +665,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
     red.parity = int(((row - blockIdx.x) / gridDim.x) & 1);
     const float dot = red.reduce(acc);
     T* dxrow = static_cast<T*>(p.out) + row * p.out_stride;
-    for (int c = int(threadIdx.x) * VEC; c < cols; c += step) {
-      const int n = cols - c < VEC ? cols - c : VEC;
+    for (int c = first; c < cols; c += step) {
+      const StreamLanes l = StreamLanes::at<VEC>(c, cols);
       RawVec<T, VEC> yv, dyv;
-      stream_load<T, VEC, kVecIO>(yv, yrow + c, n);
-      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, n);
+      stream_load<T, VEC, kVecIO>(yv, yrow + c, l.lo, l.hi);
+      stream_load<T, VEC, kVecIO>(dyv, dyrow + c, l.lo, l.hi);
       float y[VEC], dy[VEC];
       yv.widen(y);
       dyv.widen(dy);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) y[j] = p.log ? dy[j] - __expf(y[j]) * dot : y[j] * (dy[j] - dot);
       yv.narrow(y);
-      stream_store<T, VEC, kVecIO>(yv, dxrow + c, n);
+      stream_store<T, VEC, kVecIO>(yv, dxrow + c, l.lo, l.hi);
     }
   }
 }
@@ -907,7 +943,8 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
                                   ")"};
 }
 
-// Streaming: one CTA of `threads` per row, `grid` CTAs.
+// Streaming: one CTA of `threads` per row, `grid` CTAs; vec_io: in shifted
+// 16-byte vectors (the operands share each row's offset in a vector).
 template <DType kX>
 Status launch_softmax_stream(const SoftmaxParams& p, int threads, int64_t grid, bool vec_io, bool backward,
                              int device, cudaStream_t stream) {

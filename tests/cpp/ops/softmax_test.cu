@@ -55,6 +55,7 @@ struct SmCase {
   double shift = 0.0;   // added to every x (large-magnitude stability)
   bool special = false; // rows of +inf / -inf / NaN mixed in
   bool huge = false;    // rows of huge finite values (fill_huge_rows)
+  int64_t out_offset = 0;  // the outputs (out, dx; so y) start this much further than x, dy
 };
 
 std::vector<SmCase> cases() {
@@ -85,10 +86,24 @@ std::vector<SmCase> cases() {
   // padded row, special values across a cluster.
   add({"N65541_f16_padded", 7, 65541, kF16, false, 0, 3});
   add({"N131072_bf16_special", 8, 131072, kBF16, false, 0, 0, 0.0, true});
-  // Streaming: misaligned rows or strides.
+  // Streaming: misaligned rows or strides. Where every operand's rows start
+  // at the same offset in a 16-byte vector, in shifted 16-byte vectors:
+  // pitches that are not whole vectors (contiguous odd N) put rows at every
+  // offset (bf16 4100: 0 and 8 bytes; fp32 1001: 0, 4, 8, 12; 16-bit
+  // 32001 / 50257: all eight), a misaligned base shifts them all. Outputs
+  // at other offsets than the inputs' (out_shifted): element by element.
   add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
+  add({"N4100_bf16_M37_odd_pitch", 37, 4100, kBF16});
+  add({"N1001_f32_odd_pitch", 13, 1001, kF32});
+  add({"N7_bf16_M40_odd_pitch", 40, 7, kBF16});
+  add({"N32001_bf16_odd_pitch_shift1e4", 9, 32001, kBF16, false, 0, 0, 1e4});
+  add({"N50257_f16_odd_pitch", 9, 50257, kF16});
+  add({"N50257_bf16_special_odd_pitch", 8, 50257, kBF16, false, 0, 0, 0.0, true});
+  add({"N128257_f32_misaligned_odd_pitch", 3, 128257, kF32, false, 1});
+  add({"N4097_bf16_out_shifted", 11, 4097, kBF16, false, 0, 0, 0.0, false, false, 1});
+  add({"N1000_f32_aligned_out_shifted", 13, 1000, kF32, false, 0, 0, 0.0, false, false, 3});
   // Beyond the register tiles (a partial last vector in the first). fp32 N =
   // 256K: forward staged in 16 CTAs, backward in the wide geometry by
   // default (SoftmaxGpuRegister: a 16-CTA register cluster both ways;
@@ -297,7 +312,8 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
     for (float& v : x) v = float(round_to(c.dtype, v));
   }
 
-  GuardedTensor tx(layout), ty(layout), tdy(layout), tdx(layout);
+  const Layout out_layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset + c.out_offset};
+  GuardedTensor tx(layout), ty(out_layout), tdy(layout), tdx(out_layout);
   ASSERT_TRUE(tx.ok() && ty.ok() && tdy.ok() && tdx.ok()) << "cudaMalloc failed";
   QUACK_ASSERT_CUDA(tx.upload(x));
 
