@@ -44,17 +44,24 @@ struct Plan {
   bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch
 };
 
-// The grid forward's configuration, where it serves the row.
+// The grid forward's configuration, where it serves the row (whole-vector
+// rows only).
 bool grid_path(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, const RowTuning& tune, NormGridConfig* g) {
   return choose_softmax_fwd_grid_config(rows, cols, es, lim, tune, g) &&
          check_softmax_fwd_grid_config(*g, rows, cols, es, lim) == nullptr;
 }
 
-Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const DeviceLimits& lim) {
+// shifted: rows that start anywhere inside a 16-byte vector (every
+// operand at the same offset: the register kernels' kShift), planned for
+// the N + VEC - 1 columns from the vector that holds the first element;
+// they take the register and staged kernels alone (no grid, no chunking:
+// else the streaming kernel).
+Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, const DeviceLimits& lim) {
   const RowTuning tune = current_row_tuning();
   const int dtype_bit = es == 4 ? 2 : 1;  // the staging knobs' bit for this dtype
+  if (shifted) cols += 16 / es - 1;
   Plan plan;
-  if (!backward) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
+  if (!backward && !shifted) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
   plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   RegRowProblem prob;
   prob.rows = rows;
@@ -106,7 +113,7 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   plan.reg = fits && (plan.reg_cfg.staged ||
                       (row_bytes < chunk_min && (backward || cols < tune.chunk_min_cols) &&
                        (backward || !tune.chunk_clustered_fwd || plan.reg_cfg.cluster == 1)));
-  if (!plan.reg) {
+  if (!plan.reg && !shifted) {
     ChunkRowProblem cp;
     cp.rows = rows;
     cp.cols = cols;
@@ -118,14 +125,15 @@ Plan plan_aligned(int64_t rows, int64_t cols, int es, bool backward, const Devic
   return plan;
 }
 
-// The launch, shared by both directions: aligned rows by plan_aligned,
-// misaligned rows (or strides) by the streaming kernel -- in 16-byte
-// vectors where every operand's rows start at the same offset in one
-// (shift_io: detail::same_vector_offsets), else element by element.
-// workspace (forward only; nullptr: none): the grid kernel's,
-// workspace_bytes of it.
-Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool shift_io, bool backward,
-              cudaStream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
+// The launch, shared by both directions (p.b: dy, backward): rows of whole
+// 16-byte vectors by plan_rows; rows whose operands all start at the same
+// offset inside a vector (detail::same_vector_offsets: an odd pitch, a
+// misaligned base) by plan_rows too, shifted, where its register or staged
+// kernels hold them, else by the streaming kernel in shifted vectors;
+// other rows element by element. workspace (forward only; nullptr: none):
+// the grid kernel's, workspace_bytes of it.
+Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaStream_t stream,
+              void* workspace = nullptr, size_t workspace_bytes = 0) {
   if (base.rows == 0) return Status::success();
   int device = -1;
   DeviceLimits lim;
@@ -133,9 +141,15 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool shi
   if (!st.ok()) return st;
   ops::SoftmaxParams p = base;
   const int es = dtype_size(dtype);
+  const int vec = 16 / es;
+  const bool vec_io = detail::vec_ok(p.a, dtype, p.a_stride, vec) && detail::vec_ok(p.out, dtype, p.out_stride, vec) &&
+                      (!backward || detail::vec_ok(p.b, dtype, p.b_stride, vec));
+  const bool shift_io = detail::same_vector_offsets(p.a, p.a_stride, p.out, p.out_stride, es) &&
+                        (!backward || detail::same_vector_offsets(p.a, p.a_stride, p.b, p.b_stride, es));
 
-  if (vec_io) {
-    const Plan plan = plan_aligned(p.rows, p.cols, es, backward, lim);
+  if (vec_io || shift_io) {
+    const bool shifted = !vec_io;
+    const Plan plan = plan_rows(p.rows, p.cols, es, backward, shifted, lim);
     if (plan.grid && workspace != nullptr) {
       const NormGridConfig& g = plan.gcfg;
       if (workspace_bytes < g.exchange_bytes)
@@ -156,18 +170,20 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool shi
       p.cluster = cfg.cluster;
       p.row_blocks = cfg.row_blocks;
       return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
-        return ops::launch_softmax_reg<decltype(dt)::value>(p, cfg, backward, device, stream);
+        return ops::launch_softmax_reg<decltype(dt)::value>(p, cfg, backward, shifted, device, stream);
       });
     }
-    const ChunkRowConfig& cfg = plan.chunk_cfg;
-    p.team = cfg.threads;
-    p.cluster = cfg.cluster;
-    p.row_blocks = p.rows;
-    p.chunk_vecs = cfg.chunk_vecs;
-    p.stage_vecs = cfg.stage_vecs;
-    return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
-      return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, device, stream);
-    });
+    if (!shifted) {
+      const ChunkRowConfig& cfg = plan.chunk_cfg;
+      p.team = cfg.threads;
+      p.cluster = cfg.cluster;
+      p.row_blocks = p.rows;
+      p.chunk_vecs = cfg.chunk_vecs;
+      p.stage_vecs = cfg.stage_vecs;
+      return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
+        return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, device, stream);
+      });
+    }
   }
 
   // Streaming: one CTA per row, about 4 vectors a thread in flight per pass,
@@ -186,10 +202,12 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool vec_io, bool shi
 }  // namespace
 
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward,
-                                     const DeviceLimits& lim, bool workspace) {
-  const Plan plan = plan_aligned(rows, cols, dtype_size(dtype), backward, lim);
+                                     const DeviceLimits& lim, bool workspace, bool shifted) {
+  const Plan plan = plan_rows(rows, cols, dtype_size(dtype), backward, shifted, lim);
   char buf[128];
-  if (plan.grid && workspace) {
+  if (shifted && !plan.reg) {
+    std::snprintf(buf, sizeof buf, "stream, shifted vectors");
+  } else if (plan.grid && workspace) {
     const NormGridConfig& g = plan.gcfg;
     std::snprintf(buf, sizeof buf, "grid  ranks %3d groups %2d rows %d stages %d lag %d tile %lld smem %6zu grid %lld",
                   g.ranks, g.groups, g.rows, g.stages, g.lag, (long long)g.tile_vecs, g.smem_bytes, (long long)g.grid);
@@ -270,9 +288,7 @@ Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
   p.out = a.out.ptr;
   p.out_stride = a.out.row_stride;
   p.log = a.log;
-  const bool shift_io = detail::same_vector_offsets(a.x.ptr, a.x.row_stride, a.out.ptr, a.out.row_stride,
-                                                    dtype_size(a.x.dtype));
-  return launch(p, a.x.dtype, fwd_vec_io(a), shift_io, false, stream, a.workspace, a.workspace_bytes);
+  return launch(p, a.x.dtype, false, stream, a.workspace, a.workspace_bytes);
 }
 
 Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
@@ -288,14 +304,7 @@ Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
   p.out = a.dx.ptr;
   p.out_stride = a.dx.row_stride;
   p.log = a.log;
-  const int vec = 16 / dtype_size(a.y.dtype);
-  const bool vec_io = detail::vec_ok(a.y.ptr, a.y.dtype, a.y.row_stride, vec) &&
-                      detail::vec_ok(a.dy.ptr, a.dy.dtype, a.dy.row_stride, vec) &&
-                      detail::vec_ok(a.dx.ptr, a.dx.dtype, a.dx.row_stride, vec);
-  const int es = dtype_size(a.y.dtype);
-  const bool shift_io = detail::same_vector_offsets(a.y.ptr, a.y.row_stride, a.dy.ptr, a.dy.row_stride, es) &&
-                        detail::same_vector_offsets(a.y.ptr, a.y.row_stride, a.dx.ptr, a.dx.row_stride, es);
-  return launch(p, a.y.dtype, vec_io, shift_io, true, stream);
+  return launch(p, a.y.dtype, true, stream);
 }
 
 }  // namespace quack

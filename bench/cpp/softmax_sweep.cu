@@ -123,12 +123,11 @@ int main(int argc, char** argv) {
     const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
     const double fwd_pct = 100.0 * (2.0 * M * N * es / fwd_ms / 1e6) / copy_gbs;
     const double bwd_pct = 100.0 * (3.0 * M * N * es / bwd_ms / 1e6) / copy_gbs;
-    // (Contiguous rows that are not whole 16-byte vectors stream, in
-    // vectors shifted to each row's start: softmax_plan_description
-    // describes aligned rows.)
-    const bool whole = (N * es) % 16 == 0;
-    const std::string fplan = whole ? quack::softmax_plan_description(M, N, dt, false, lim) : "stream, shifted vectors";
-    const std::string bplan = whole ? quack::softmax_plan_description(M, N, dt, true, lim) : "stream, shifted vectors";
+    // (Contiguous rows that are not whole 16-byte vectors are shifted rows:
+    // read from the vector that holds each row's first element.)
+    const bool shifted = (N * es) % 16 != 0;
+    const std::string fplan = quack::softmax_plan_description(M, N, dt, false, lim, true, shifted);
+    const std::string bplan = quack::softmax_plan_description(M, N, dt, true, lim, true, shifted);
     std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
                 fplan.c_str(), fwd_ms * 1e3, fwd_pct, bplan.c_str(), bwd_ms * 1e3, bwd_pct, err);
     if (ws != nullptr) CK(cudaFree(ws));

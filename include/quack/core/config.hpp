@@ -580,9 +580,13 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
 // and their records (src/softmax.cu). workspace: the forward has the
 // workspace softmax_fwd_workspace_bytes asks for (as the Python front
-// passes), so "grid" where the grid kernel serves the row.
+// passes), so "grid" where the grid kernel serves the row. shifted:
+// operands whose rows start inside a 16-byte vector, all at the same
+// offset (contiguous rows whose pitch is not whole vectors: bf16 N =
+// 50257), which take the register and staged kernels from the vector
+// holding each row's first element, else "stream, shifted vectors".
 std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bool backward, const DeviceLimits& lim,
-                                     bool workspace = true);
+                                     bool workspace = true, bool shifted = false);
 // The kernel and configuration rmsnorm_fwd (layernorm: layernorm_fwd) takes
 // for these arguments on a device with these limits, in words: "stage",
 // "reg" (register-resident) or "general" (the general staged kernel),

@@ -5,6 +5,14 @@
 // cluster rank r starts at column ((r * VPT + i) * team + t) * VEC, so a warp
 // touches consecutive 16-byte pieces.
 //
+// A shifted row (shift(): its first element inside a 16-byte vector, as
+// where the row pitch is not a whole number of vectors) is walked from the
+// vector that holds that element: the row pointer passed to the loads and
+// stores is s elements before the row (s = the element's offset in its
+// vector), the row covers cols + s columns, and the first s of them --
+// the head of vector 0 of the thread at column 0 -- are neither read nor
+// written.
+//
 // Used by the softmax kernels; the RMSNorm register kernel predates it and
 // spells the same geometry out inline.
 #pragma once
@@ -28,6 +36,7 @@ struct RowGeom {
   int col_step;  // columns between a thread's consecutive vectors
   int col0;      // this thread's first column
   bool whole;    // every vector of this thread lies inside the row
+  int head;      // elements before the row at the front of this thread's vector 0 (shift(); else 0)
 
   // Values are made opaque to the optimiser: in a persistent row loop it would
   // otherwise keep every row-invariant address and predicate live across
@@ -44,6 +53,7 @@ struct RowGeom {
     g.cols = int(cols_param);
     g.col_step = team * VEC;
     g.col0 = (g.crank * VPT * team + g.t) * VEC;
+    g.head = 0;
     g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
     return g;
   }
@@ -64,29 +74,49 @@ struct RowGeom {
     g.cols = int(cols_param);
     g.col_step = g.team * VEC;
     g.col0 = (((crank * VPT) << lg) + g.t) * VEC;
+    g.head = 0;
     g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
     return g;
   }
+  // The row shifted by s elements (0 <= s < VEC; see the top): the caller
+  // passes its row pointers s elements early. The thread holding column 0
+  // is not whole when s > 0 (its vector 0 is masked by head).
+  __device__ __forceinline__ void shift(int s) {
+    cols += s;
+    head = col0 == 0 ? s : 0;
+    whole = head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols;
+  }
   __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
+  // Elements of vector i before the row: head for vector 0, else 0.
+  __device__ __forceinline__ int lo(int i) const { return i == 0 ? head : 0; }
   // Elements of vector i inside the row: VEC, fewer for the row's last
   // partial vector, 0 past the end.
   __device__ __forceinline__ int valid(int i) const {
     const int c = col(i);
     return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
   }
-  // Loads vector i of `row` (zeros past the row's end).
+  // Loads vector i of `row` (zeros outside the row: past its end, and in
+  // a shifted row before its start -- its head is loaded with the vector,
+  // 16 bytes that lie in the allocation with the row's first element, and
+  // zeroed).
   template <typename T>
   __device__ __forceinline__ void load(RawVec<T, VEC>& v, const T* row, int i) const {
-    const int n = valid(i);
-    if (n == VEC) v.load(row + col(i));
-    else if (n > 0) v.load_partial(row + col(i), n);
-    else v.zero();
+    const int n = valid(i), l = lo(i);
+    if (n == VEC) {
+      v.load(row + col(i));
+      if (l > 0) v.fill_head(l, 0u);
+    } else if (n > l) {
+      v.load_range(row + col(i), l, n);
+    } else {
+      v.zero();
+    }
   }
+  // Stores the row's elements of vector i.
   template <typename T>
   __device__ __forceinline__ void store(const RawVec<T, VEC>& v, T* row, int i) const {
-    const int n = valid(i);
-    if (n == VEC) v.store(row + col(i));
-    else if (n > 0) v.store_partial(row + col(i), n);
+    const int n = valid(i), l = lo(i);
+    if (n == VEC && l == 0) v.store(row + col(i));
+    else if (n > l) v.store_range(row + col(i), l, n);
   }
   // Loads this thread's vectors kFirst .. kFirst + N - 1 of `row` into
   // v[0 .. N): where every vector lies inside the row (whole), straight
@@ -111,8 +141,10 @@ struct RowGeom {
   // Issues cp.async of this thread's first kCount vectors of `row` into
   // their slots (slot()), unrolled by kUnroll.
   // kWhole (every vector inside the row): 16-byte copies from the row
-  // pointer formed once; otherwise zero fill past the row's end (the
-  // caller fills what its padding needs). The caller commits and waits.
+  // pointer formed once; otherwise zeros outside the row (past its end by
+  // zero fill; a shifted row's head vector is loaded by the thread, its
+  // head zeroed, and stored) -- the caller fills what its padding needs.
+  // The caller commits and waits.
   template <bool kWhole, int kUnroll, int kCount = VPT, typename T>
   __device__ __forceinline__ void stage_async(uint32_t slot0, const T* row) const {
     static_assert(kCount >= 1 && kCount <= VPT, "stage_async: vectors beyond the tile");
@@ -124,7 +156,14 @@ struct RowGeom {
         cp_async16(dst, r0 + i * col_step);
       } else {
         const int n = valid(i);
-        cp_async_zfill<16>(dst, row + (n > 0 ? col(i) : 0), n * int(sizeof(T)));
+        if (lo(i) > 0) {
+          RawVec<T, VEC> v;
+          load(v, row, i);
+          sts_f4(dst, make_float4(__uint_as_float(v.w[0]), __uint_as_float(v.w[1]), __uint_as_float(v.w[2]),
+                                   __uint_as_float(v.w[3])));
+        } else {
+          cp_async_zfill<16>(dst, row + (n > 0 ? col(i) : 0), n * int(sizeof(T)));
+        }
       }
     }
   }

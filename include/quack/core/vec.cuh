@@ -368,6 +368,20 @@ struct RawVec {
       }
     }
   }
+  // Elements [0, lo) set to `bits` (fill_tail's counterpart at the front:
+  // a shifted row's first vector, core::RowGeom::head).
+  __device__ __forceinline__ void fill_head(int lo, uint32_t bits) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) w[i] = i < lo ? bits : w[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        if (2 * i < lo) w[i] = (w[i] & 0xffff0000u) | bits;
+        if (2 * i + 1 < lo) w[i] = (w[i] & 0x0000ffffu) | (bits << 16);
+      }
+    }
+  }
   __device__ __forceinline__ void zero() {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) w[i] = 0u;

@@ -235,6 +235,28 @@ constexpr uint32_t neg_inf_bits() {
   return sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00u : 0xff80u;
 }
 
+// The elements before a row's first in the 16-byte vector that holds it
+// (kVecIO; else 0): the row's vectors start that far before it.
+template <typename T, bool kVecIO>
+__device__ __forceinline__ int row_shift(const T* row) {
+  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
+}
+
+// A shifted row's geometry (the register kernels' kShift): g shifted by
+// the row's row_shift, which is returned. The row pointer is made opaque so
+// that a second call (after the row's reduction) recomputes the shift
+// rather than holding it and the geometry in registers across it: held,
+// the 16-bit clustered backward, the wide backward and the split forward
+// spilled 16-24 bytes (ptxas -v, CUDA 13.0).
+template <typename T, int VEC, int VPT>
+__device__ __forceinline__ int shift_row(core::RowGeom<VEC, VPT>& g, const void* base, int64_t row, int64_t stride) {
+  const T* r = static_cast<const T*>(base) + row * stride;
+  asm volatile("" : "+l"(r));
+  const int sh = row_shift<T, true>(r);
+  g.shift(sh);
+  return sh;
+}
+
 // ---------------------------------------------------------------------------
 // Register-resident forward. kCluster: one row per cluster of p.cluster CTAs,
 // persistent grid (see rmsnorm_fwd_reg_kernel for why). kStaged (clustered
@@ -248,7 +270,10 @@ constexpr uint32_t neg_inf_bits() {
 // copied to shared memory (512-thread CTAs at 12 + 4 vectors: 96 KB of x
 // staged and 32 KB in registers a CTA, two CTAs an SM, 16 of them a 2 MB
 // row -- 16-bit 1M, fp32 512K).
-template <typename T, int VPT, bool kCluster, bool kStaged = false, int kRegVecs = 0>
+// kShift: rows whose first element may lie inside a 16-byte vector (x and
+// out at the same offset in one, row by row: row_shift), walked from that
+// vector (core::RowGeom::shift; the plan sized for N + VEC - 1 columns).
+template <typename T, int VPT, bool kCluster, bool kStaged = false, int kRegVecs = 0, bool kShift = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -266,9 +291,13 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
   red.start(smem);
 
   auto do_rows = [&](int64_t blk) {
-    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
+    // kShift: the row's elements before it in its first 16-byte vector,
+    // where its pointers start (0 otherwise, folded away).
+    int sh = 0;
+    if constexpr (kShift) sh = shift_row<T>(g, p.a, row, p.a_stride);
     RawVec<T, VEC> xv[kStaged ? (kRegVecs > 0 ? kRegVecs : 1) : VPT] = {};
     const uint32_t slot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
     // Staged threads whose vectors all lie in the row (g.whole: every thread
@@ -295,7 +324,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         RawVec<T, VEC> v;
         lds<16>(g.slot(slot0, i), v.w);
         if constexpr (!decltype(whole_c)::value) {
-          if (!g.whole) v.fill_tail(g.valid(i), neg_inf_bits<T>());
+          if (!g.whole) {
+            v.fill_tail(g.valid(i), neg_inf_bits<T>());
+            if constexpr (kShift) v.fill_head(g.lo(i), neg_inf_bits<T>());
+          }
         }
         return v;
       } else {
@@ -318,7 +350,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     };
     float m = -INFINITY, s = 0.0f;
     if (active) {
-      const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride;
+      const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride - sh;
       if constexpr (kStaged) {
         by_whole([&](auto wc) { g.template stage_async<decltype(wc)::value, kUnroll, kSmemVecs>(slot0, xrow); });
         cp_async_commit();
@@ -336,6 +368,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         if (!g.whole) {
 #pragma unroll
           for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+          if constexpr (kShift) xv[0].fill_head(g.head, neg_inf_bits<T>());
         }
       }
       // The thread's max first (the elements are on chip), then one
@@ -375,7 +408,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
     }
     const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
     if (!active) return;
-    T* orow = static_cast<T*>(p.out) + row * p.out_stride;
+    if constexpr (kShift && kRegVecs > 0) {  // (the geometry afresh: shift_row)
+      g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+      sh = shift_row<T>(g, p.a, row, p.a_stride);
+    }
+    T* orow = static_cast<T*>(p.out) + row * p.out_stride - sh;
     // The output pass, one instantiation per form of the output (log, near,
     // plain: no run-time choice inside the loop); whole threads store
     // through the row pointer formed once, vector i at i * col_step.
@@ -422,7 +459,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
 // registers while y's copies are in flight (the wide geometry: 512-thread
 // CTAs at 8 vectors, 64 KB of y and 32 registers of dy a thread, two CTAs
 // an SM, 16 of them a 1 MB row -- fp32 256K, 16-bit 512K).
-template <typename T, int VPT, bool kCluster, bool kStaged = false, bool kDyRegs = false>
+// kShift: shifted rows, as the forward's (y, dy and dx at one offset).
+template <typename T, int VPT, bool kCluster, bool kStaged = false, bool kDyRegs = false, bool kShift = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -437,16 +475,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
   red.start(smem);
 
   auto do_rows = [&](int64_t blk) {
-    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
+    int sh = 0;
+    if constexpr (kShift) sh = shift_row<T>(g, p.a, row, p.a_stride);
     RawVec<T, VEC> yv[kStaged ? 1 : VPT], dyv[kDySmem ? 1 : VPT];
     const uint32_t yslot0 = smem_addr(smem) + kSoftmaxScratchBytes + uint32_t(g.t) * 16;
     const uint32_t dyslot0 = yslot0 + uint32_t(VPT * g.team) * 16;
     float acc = 0.0f;
     if (active) {
-      const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride;
-      const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride;
+      const T* yrow = static_cast<const T*>(p.a) + row * p.a_stride - sh;
+      const T* dyrow = static_cast<const T*>(p.b) + row * p.b_stride - sh;
       if constexpr (kStaged) {
         // Whole threads (all vectors inside the row) copy without zero
         // fill or counts; the others fill past the row's end with zeros.
@@ -509,7 +549,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_reg_kernel(c
     }
     const float dot = red.reduce(acc, g.team, p.cluster, g.crank);
     if (!active) return;
-    T* dxrow = static_cast<T*>(p.out) + row * p.out_stride;
+    if constexpr (kShift) {  // (the geometry afresh: shift_row)
+      g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+      sh = shift_row<T>(g, p.a, row, p.a_stride);
+    }
+    T* dxrow = static_cast<T*>(p.out) + row * p.out_stride - sh;
     // The output pass. Staged rows: one instantiation per form (log or not:
     // no choice inside the loop), and threads whose vectors all lie in the
     // row store straight through the row pointer formed once (the staged
@@ -582,13 +626,6 @@ __device__ __forceinline__ void stream_load(core::RawVec<T, VEC>& v, const T* p,
 template <typename T, int VEC, bool kVecIO>
 __device__ __forceinline__ void stream_store(const core::RawVec<T, VEC>& v, T* p, int n) {
   stream_store<T, VEC, kVecIO>(v, p, 0, n);
-}
-
-// The elements before a row's first in the 16-byte vector that holds it
-// (kVecIO; else 0): the row's vectors start that far before it.
-template <typename T, bool kVecIO>
-__device__ __forceinline__ int row_shift(const T* row) {
-  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
 }
 
 // The row's part [lo, hi) of the vector at column c (c < 0 for the first
@@ -893,47 +930,47 @@ Status launch_softmax_kernel(const SoftmaxParams& p, const core::LaunchShape& sh
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <= the
 // direction's max; clustered rows at the clustered tile, staged forward rows
 // at the staged one).
-template <DType kX>
-Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool backward, int device,
-                          cudaStream_t stream) {
+template <DType kX, bool kShift>
+Status launch_softmax_reg_as(const SoftmaxParams& p, const RegRowConfig& cfg, bool backward, int device,
+                             cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape = core::launch_shape(cfg);
   if (!backward) {
     if (cfg.staged && cfg.staged_smem_vpt < cfg.vpt) {  // x split between shared memory and registers
       if (cfg.vpt == kSoftmaxFwdSplitVpt && cfg.staged_smem_vpt == kSoftmaxFwdSplitVpt - kSoftmaxFwdSplitRegs)
-        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, kSoftmaxFwdSplitVpt, true, true, kSoftmaxFwdSplitRegs>>(
+        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, kSoftmaxFwdSplitVpt, true, true, kSoftmaxFwdSplitRegs, kShift>>(
             p, shape, device, stream);
     } else if (cfg.staged) {
-      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
-      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, true, true, 0, kShift>>(p, shape, device, stream);
+      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 16, true, true, 0, kShift>>(p, shape, device, stream);
     } else if (cfg.cluster > 1) {
       if (cfg.vpt == softmax_fwd_cluster_vpt())
-        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true>>(p, shape, device,
+        return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true, false, 0, kShift>>(p, shape, device,
                                                                                                   stream);
     } else {
       switch (cfg.vpt) {
-        case 1: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 1, false>>(p, shape, device, stream);
-        case 2: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 2, false>>(p, shape, device, stream);
-        case 4: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 4, false>>(p, shape, device, stream);
-        case 8: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, false>>(p, shape, device, stream);
+        case 1: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 1, false, false, 0, kShift>>(p, shape, device, stream);
+        case 2: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 2, false, false, 0, kShift>>(p, shape, device, stream);
+        case 4: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 4, false, false, 0, kShift>>(p, shape, device, stream);
+        case 8: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 8, false, false, 0, kShift>>(p, shape, device, stream);
       }
     }
   } else {
     if (cfg.staged && cfg.staged_smem_vpt == cfg.vpt) {  // y staged, dy in registers (the wide geometry)
       if (cfg.vpt == kSoftmaxBwdWideVpt)
-        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, kSoftmaxBwdWideVpt, true, true, true>>(p, shape, device,
+        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, kSoftmaxBwdWideVpt, true, true, true, kShift>>(p, shape, device,
                                                                                                        stream);
     } else if (cfg.staged) {
-      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true>>(p, shape, device, stream);
-      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 16, true, true>>(p, shape, device, stream);
+      if (cfg.vpt == 8) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 8, true, true, false, kShift>>(p, shape, device, stream);
+      if (cfg.vpt == 16) return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 16, true, true, false, kShift>>(p, shape, device, stream);
     } else if (cfg.cluster > 1) {
       if (cfg.vpt == softmax_bwd_max_vpt())
-        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, softmax_bwd_max_vpt(), true>>(p, shape, device, stream);
+        return launch_softmax_kernel<softmax_bwd_reg_kernel<T, softmax_bwd_max_vpt(), true, false, false, kShift>>(p, shape, device, stream);
     } else {
       switch (cfg.vpt) {
-        case 1: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 1, false>>(p, shape, device, stream);
-        case 2: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 2, false>>(p, shape, device, stream);
-        case 4: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 4, false>>(p, shape, device, stream);
+        case 1: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 1, false, false, false, kShift>>(p, shape, device, stream);
+        case 2: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 2, false, false, false, kShift>>(p, shape, device, stream);
+        case 4: return launch_softmax_kernel<softmax_bwd_reg_kernel<T, 4, false, false, false, kShift>>(p, shape, device, stream);
       }
     }
   }
@@ -941,6 +978,15 @@ Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool 
                                   " vectors per thread (cluster " + std::to_string(cfg.cluster) +
                                   (cfg.staged ? (cfg.staged_smem_vpt < (backward ? 2 : 1) * cfg.vpt ? ", staged in part" : ", staged") : "") +
                                   ")"};
+}
+
+// shift: rows walked from the 16-byte vector that holds their first
+// element (the kernels' kShift; cfg planned for N + VEC - 1 columns).
+template <DType kX>
+Status launch_softmax_reg(const SoftmaxParams& p, const RegRowConfig& cfg, bool backward, bool shift, int device,
+                          cudaStream_t stream) {
+  if (shift) return launch_softmax_reg_as<kX, true>(p, cfg, backward, device, stream);
+  return launch_softmax_reg_as<kX, false>(p, cfg, backward, device, stream);
 }
 
 // Streaming: one CTA of `threads` per row, `grid` CTAs; vec_io: in shifted
@@ -975,7 +1021,7 @@ Status launch_softmax_chunk(const SoftmaxParams& p, const ChunkRowConfig& cfg, b
 #define QUACK_SOFTMAX_INSTANTIATION(EXTERN, DT)                                                              \
   EXTERN template Status launch_softmax_chunk<DT>(const SoftmaxParams&, const ChunkRowConfig&, bool, int,    \
                                                   cudaStream_t);                                             \
-  EXTERN template Status launch_softmax_reg<DT>(const SoftmaxParams&, const RegRowConfig&, bool, int,        \
+  EXTERN template Status launch_softmax_reg<DT>(const SoftmaxParams&, const RegRowConfig&, bool, bool, int,  \
                                                 cudaStream_t);                                               \
   EXTERN template Status launch_softmax_stream<DT>(const SoftmaxParams&, int, int64_t, bool, bool, int,      \
                                                    cudaStream_t);

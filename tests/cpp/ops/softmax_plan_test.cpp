@@ -525,5 +525,39 @@ TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {
   EXPECT_TRUE(plan(300, 70000, kBF16, false).staged) << "defaults restored";
 }
 
+// Shifted rows (each row's first element inside a 16-byte vector, every
+// operand at the same offset: odd pitches, a misaligned base) are read from
+// the vector that holds that element, so they cover up to N + VEC - 1
+// columns: they take the register or staged kernel the aligned rows of
+// N + VEC - 1 columns take without a workspace (the grid kernel reads
+// whole vectors), and where those would be chunked, the streaming kernel
+// in shifted vectors. The vocabularies users meet are register-held or
+// staged both ways.
+TEST(SoftmaxPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
+  for (DType dt : {kF32, kF16, kBF16}) {
+    const int64_t vec = 16 / dtype_size(dt);
+    for (bool backward : {false, true}) {
+      for (int64_t n : {int64_t(1), int64_t(3), int64_t(7), int64_t(100), int64_t(1001), int64_t(4100),
+                        int64_t(8191), int64_t(32001), int64_t(50257), int64_t(65541), int64_t(128257),
+                        int64_t(262143), int64_t(300001), int64_t(700001), int64_t(1048577), int64_t(2000001)}) {
+        const std::string got = softmax_plan_description(4096, n, dt, backward, DeviceLimits{}, true, true);
+        const std::string aligned = softmax_plan_description(4096, n + vec - 1, dt, backward, DeviceLimits{}, false);
+        if (aligned.rfind("reg", 0) == 0 || aligned.rfind("stage", 0) == 0)
+          EXPECT_EQ(got, aligned) << "N = " << n << (backward ? " backward" : " forward");
+        else
+          EXPECT_EQ(got, "stream, shifted vectors") << "N = " << n << (backward ? " backward" : " forward") << ": "
+                                                    << aligned;
+      }
+    }
+  }
+  for (DType dt : {kF32, kBF16})
+    for (bool backward : {false, true})
+      for (int64_t n : {int64_t(4100), int64_t(32001), int64_t(50257), int64_t(128257)}) {
+        const std::string got = softmax_plan_description(4096, n, dt, backward, DeviceLimits{}, true, true);
+        EXPECT_TRUE(got.rfind("reg", 0) == 0 || got.rfind("stage", 0) == 0)
+            << "N = " << n << (backward ? " backward: " : " forward: ") << got;
+      }
+}
+
 }  // namespace
 }  // namespace quack

@@ -86,12 +86,15 @@ std::vector<SmCase> cases() {
   // padded row, special values across a cluster.
   add({"N65541_f16_padded", 7, 65541, kF16, false, 0, 3});
   add({"N131072_bf16_special", 8, 131072, kBF16, false, 0, 0, 0.0, true});
-  // Streaming: misaligned rows or strides. Where every operand's rows start
-  // at the same offset in a 16-byte vector, in shifted 16-byte vectors:
-  // pitches that are not whole vectors (contiguous odd N) put rows at every
-  // offset (bf16 4100: 0 and 8 bytes; fp32 1001: 0, 4, 8, 12; 16-bit
-  // 32001 / 50257: all eight), a misaligned base shifts them all. Outputs
-  // at other offsets than the inputs' (out_shifted): element by element.
+  // Shifted rows: every operand's rows start at the same offset in a
+  // 16-byte vector, not always 0 -- pitches that are not whole vectors
+  // (contiguous odd N; N = 1, 3, 7 above too) put rows at every offset
+  // (bf16 4100: 0 and 8 bytes; fp32 1001: 0, 4, 8, 12; 16-bit 32001 /
+  // 50257: all eight), a misaligned base shifts them all. The register and
+  // staged kernels take them from the vector that holds each row's first
+  // element (kShift; sub-warp teams, one CTA, staged clusters), rows
+  // beyond them the streaming kernel in shifted vectors. Outputs at other
+  // offsets than the inputs' (out_shifted): streaming, element by element.
   add({"N200_bf16_misaligned", 37, 200, kBF16, false, 1});
   add({"N4097_f16_misaligned_padded", 11, 4097, kF16, false, 1, 3});
   add({"N512_f32_padded", 13, 512, kF32, false, 0, 4});
@@ -124,6 +127,9 @@ std::vector<SmCase> cases() {
   add({"N1048576_f32_wide", 2, 1048576, kF32});
   add({"N300001_f32_chunked", 2, 300001, kF32});
   add({"N1048576_bf16_chunked", 2, 1048576, kBF16});
+  // Shifted rows in the wide geometry (3, 4 and 5 elements before each
+  // row in its first vector) both ways.
+  add({"N700001_bf16_misaligned_odd_pitch_wide", 3, 700001, kBF16, false, 3});
   // 131 grid ranks of 8192 columns (SoftmaxGpuGrid): lanes 0-2 of phase B's
   // combine take a fifth rank (1 to 128 ranks take at most four); special
   // rows, a partial last rank and vector.
@@ -176,6 +182,21 @@ void fill_huge_rows(std::vector<float>& x, int64_t rows, int64_t n, std::mt19937
 }
 
 void PrintTo(const SmCase& c, std::ostream* os) { *os << c.name; }
+
+// Elements a 16-byte vector holds.
+int64_t vec_elems(DType t) { return t == kF32 ? 4 : 8; }
+// The case's rows start inside a vector (a misaligned base or a pitch that
+// is not whole vectors), every operand's at the same offset (out_offset
+// whole vectors): shifted rows, planned for N + VEC - 1 columns.
+bool shifted(const SmCase& c) {
+  const int64_t v = vec_elems(c.dtype);
+  return c.out_offset % v == 0 && (c.offset % v != 0 || (c.cols + c.pad) % v != 0);
+}
+// The plan the case's call takes (workspace as softmax_plan_description's
+// default).
+std::string plan_of(const SmCase& c, bool backward) {
+  return softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{}, true, shifted(c));
+}
 
 // Float64 forward reference with torch's special-value rules.
 std::vector<double> reference_fwd(const std::vector<float>& x, int64_t rows, int64_t cols, bool log) {
@@ -475,10 +496,8 @@ class SoftmaxGpuRegister : public testing::TestWithParam<SmCase> {
 TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
   const SmCase c = as_run(GetParam());
-  EXPECT_NE(softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{}).find("reg"), std::string::npos)
-      << "the forward is not register-held under this tuning";
-  EXPECT_NE(softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{}).find("reg"), std::string::npos)
-      << "the backward is not register-held under this tuning";
+  EXPECT_NE(plan_of(c, false).find("reg"), std::string::npos) << "the forward is not register-held under this tuning";
+  EXPECT_NE(plan_of(c, true).find("reg"), std::string::npos) << "the backward is not register-held under this tuning";
   run_case(c);
 }
 
@@ -492,8 +511,11 @@ INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(cl
 // 8, the default, and 16): fp32 and 16-bit
 // rows, partial last vectors, special values, clusters of 2 to 16 CTAs
 // with idle threads in the last.
-// Rows the staged kernels may take: aligned, 16-byte vectors in every row.
-bool stageable(const SmCase& c) { return c.offset == 0 && (c.cols + c.pad) % (c.dtype == kF32 ? 4 : 8) == 0; }
+// Rows the staged kernels may take: 16-byte vectors in every row, or shifted
+// rows.
+bool stageable(const SmCase& c) {
+  return (c.offset % vec_elems(c.dtype) == 0 && (c.cols + c.pad) % vec_elems(c.dtype) == 0) || shifted(c);
+}
 
 std::vector<SmCase> staged_cases() {
   std::vector<SmCase> v;
@@ -523,10 +545,10 @@ TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
     t.softmax_staged_bwd = 3;
     t.softmax_staged_bwd_vpt = vpt;
     set_row_tuning(&t);
-    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, false, DeviceLimits{});
+    const std::string plan = plan_of(c, false);
     EXPECT_EQ(plan.rfind("stage", 0), 0u) << "the forward is not staged under this tuning: " << plan;
     EXPECT_NE(plan.find("vpt " + std::to_string(vpt)), std::string::npos) << plan;
-    const std::string bplan = softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{});
+    const std::string bplan = plan_of(c, true);
     EXPECT_EQ(bplan.rfind("stage", 0), 0u) << "the backward is not staged under this tuning: " << bplan;
     EXPECT_NE(bplan.find("vpt " + std::to_string(vpt)), std::string::npos) << bplan;
     run_case(c);
@@ -546,7 +568,11 @@ INSTANTIATE_TEST_SUITE_P(StagedCases, SoftmaxGpuStaged, testing::ValuesIn(staged
 // cluster sizes and layouts). Off by default until measured
 // (RowTuning::softmax_staged_fwd_wide / _bwd_wide).
 constexpr int kWideBwdVecs = 8, kWideFwdVecs = 16;
-int64_t row_vectors(const SmCase& c) { return (c.cols + (c.dtype == kF32 ? 3 : 7)) / (c.dtype == kF32 ? 4 : 8); }
+// The vectors the plan covers (shifted rows: N + VEC - 1 columns).
+int64_t row_vectors(const SmCase& c) {
+  const int64_t v = vec_elems(c.dtype), cols = c.cols + (shifted(c) ? v - 1 : 0);
+  return (cols + v - 1) / v;
+}
 bool wide_bwd_row(const SmCase& c) {
   const int64_t v = row_vectors(c);
   return v > 16 * 256 * kWideBwdVecs && v <= 16 * 1024 * kWideBwdVecs;
@@ -584,7 +610,7 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
       const int vpt = backward ? kWideBwdVecs : kWideFwdVecs;
       int64_t threads = wide;
       while ((row_vectors(c) + threads * vpt - 1) / (threads * vpt) > 16) threads *= 2;
-      const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
+      const std::string plan = plan_of(c, backward);
       EXPECT_EQ(plan.rfind("stage", 0), 0u) << "not staged under this tuning: " << plan;
       char thr[16];
       std::snprintf(thr, sizeof thr, "thr %4d", int(threads));  // (the plan's field)
@@ -618,7 +644,7 @@ RowTuning balanced_staged_tuning() {
 }
 bool trimmed_plan(const SmCase& c, bool backward) {
   test::StagedPlan sp;
-  return test::parse_staged_plan(softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{}), &sp) &&
+  return test::parse_staged_plan(plan_of(c, backward), &sp) &&
          (sp.threads & (sp.threads - 1)) != 0;
 }
 std::vector<SmCase> balanced_cases() {
@@ -639,7 +665,7 @@ TEST_P(SoftmaxGpuBalancedStaged, ForwardAndBackwardMatchFloat64) {
   const RowTuning t = balanced_staged_tuning();
   set_row_tuning(&t);
   for (bool backward : {false, true}) {
-    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, backward, DeviceLimits{});
+    const std::string plan = plan_of(c, backward);
     test::StagedPlan sp;
     if (!test::parse_staged_plan(plan, &sp)) continue;
     EXPECT_EQ(sp.threads, test::balanced_threads(row_vectors(c), sp.cluster, sp.vpt))
@@ -659,7 +685,7 @@ INSTANTIATE_TEST_SUITE_P(BalancedStagedCases, SoftmaxGpuBalancedStaged, testing:
 // -inf, whole tiles of -inf) and huge ones (natural units), large shifts;
 // rows two a step (16-bit and fp32) and one a step, the collect's loads
 // early and late, at lag 2 and 1.
-bool grid_row(const SmCase& c) { return stageable(c) && c.cols >= 65536 && (c.cols + 8191) / 8192 <= 132; }
+bool grid_row(const SmCase& c) { return stageable(c) && !shifted(c) && c.cols >= 65536 && (c.cols + 8191) / 8192 <= 132; }
 std::vector<SmCase> grid_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases())
