@@ -207,6 +207,12 @@ RowTuning default_row_tuning() {
   // knob, norm_staged_balance, is on for fp32 x only.
   t.reg_staged_balance = 1;
   t.norm_staged_balance = 2;
+  // Off until measured: the forty-third session built and host-tested the
+  // shifted register and staged softmax kernels (kShift) with no device to
+  // run them; the GPU suites run them with the bit set (SoftmaxGpuShifted,
+  // and the staged suites' shifted cases). The streaming kernel's shifted
+  // rows ran 47-68% of copy (ddf784e; docs/KERNELS.md).
+  t.shifted_rows = 0;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

@@ -55,12 +55,13 @@ bool grid_path(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, cons
 // operand at the same offset: the register kernels' kShift), planned for
 // the N + VEC - 1 columns from the vector that holds the first element;
 // they take the register and staged kernels alone (no grid, no chunking:
-// else the streaming kernel).
+// else the streaming kernel), where RowTuning::shifted_rows allows.
 Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, const DeviceLimits& lim) {
   const RowTuning tune = current_row_tuning();
   const int dtype_bit = es == 4 ? 2 : 1;  // the staging knobs' bit for this dtype
-  if (shifted) cols += 16 / es - 1;
   Plan plan;
+  if (shifted && !(tune.shifted_rows & 1)) return plan;
+  if (shifted) cols += 16 / es - 1;
   if (!backward && !shifted) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
   plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   RegRowProblem prob;

@@ -136,6 +136,13 @@ struct RowTuning {
   // x (RegRowProblem::staged_balance carries a family's own choice).
   int reg_staged_balance;
   int norm_staged_balance;
+  // Shifted rows -- each row's first element inside a 16-byte vector, every
+  // operand at the same offset (contiguous rows whose pitch is not whole
+  // vectors: bf16 N = 50257, fp32 N = 1001; a misaligned base) -- read by
+  // the register and staged kernels from the vector that holds that
+  // element (planned for N + VEC - 1 columns), instead of the streaming
+  // kernel in shifted vectors. Bit 0: softmax (forward and backward).
+  int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
   // every peer's write into its shared memory).

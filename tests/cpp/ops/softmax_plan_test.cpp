@@ -528,12 +528,21 @@ TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {
 // Shifted rows (each row's first element inside a 16-byte vector, every
 // operand at the same offset: odd pitches, a misaligned base) are read from
 // the vector that holds that element, so they cover up to N + VEC - 1
-// columns: they take the register or staged kernel the aligned rows of
-// N + VEC - 1 columns take without a workspace (the grid kernel reads
-// whole vectors), and where those would be chunked, the streaming kernel
-// in shifted vectors. The vocabularies users meet are register-held or
-// staged both ways.
+// columns: where RowTuning::shifted_rows allows (bit 0), they take the
+// register or staged kernel the aligned rows of N + VEC - 1 columns take
+// without a workspace (the grid kernel reads whole vectors), and where
+// those would be chunked, the streaming kernel in shifted vectors. The
+// vocabularies users meet are register-held or staged both ways. Off by
+// default (unmeasured): the streaming kernel.
 TEST(SoftmaxPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
+  for (DType dt : {kF32, kBF16})
+    for (bool backward : {false, true})
+      for (int64_t n : {int64_t(7), int64_t(4100), int64_t(50257)})
+        EXPECT_EQ(softmax_plan_description(4096, n, dt, backward, DeviceLimits{}, true, true), "stream, shifted vectors")
+            << "the default: N = " << n;
+  RowTuning t = default_row_tuning();
+  t.shifted_rows = 1;
+  set_row_tuning(&t);
   for (DType dt : {kF32, kF16, kBF16}) {
     const int64_t vec = 16 / dtype_size(dt);
     for (bool backward : {false, true}) {
@@ -557,6 +566,7 @@ TEST(SoftmaxPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
         EXPECT_TRUE(got.rfind("reg", 0) == 0 || got.rfind("stage", 0) == 0)
             << "N = " << n << (backward ? " backward: " : " forward: ") << got;
       }
+  set_row_tuning(nullptr);
 }
 
 }  // namespace

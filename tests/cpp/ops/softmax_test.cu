@@ -488,6 +488,7 @@ class SoftmaxGpuRegister : public testing::TestWithParam<SmCase> {
     t.chunk_clustered_fwd = 0;
     t.softmax_staged_fwd = 0;
     t.softmax_staged_bwd = 0;
+    t.shifted_rows = 1;  // (shifted rows too: N50257_f16_odd_pitch)
     set_row_tuning(&t);
   }
   void TearDown() override { set_row_tuning(nullptr); }
@@ -502,6 +503,44 @@ TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RegisterCases, SoftmaxGpuRegister, testing::ValuesIn(clustered_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The shifted cases (shifted(): odd pitches, misaligned bases; N = 1 to
+// 700001, special and huge rows) with RowTuning::shifted_rows on: the
+// register kernels (sub-warp teams, several rows a CTA at different
+// offsets, one CTA) and the staged ones (clusters of 2 to 16, the wide
+// geometry) from the vector that holds each row's first element, every
+// offset of it. (The default takes them to the streaming kernel:
+// SoftmaxGpu.)
+std::vector<SmCase> shifted_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (shifted(c)) v.push_back(c);
+  return v;
+}
+
+class SoftmaxGpuShifted : public testing::TestWithParam<SmCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.shifted_rows = 1;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(SoftmaxGpuShifted, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  const SmCase c = as_run(GetParam());
+  for (bool backward : {false, true}) {
+    const std::string plan = plan_of(c, backward);
+    EXPECT_TRUE(plan.rfind("reg", 0) == 0 || plan.rfind("stage", 0) == 0)
+        << (backward ? "backward " : "forward ") << "not register-held or staged: " << plan;
+  }
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(ShiftedCases, SoftmaxGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The aligned cases whose forward rows are staged when every dtype may
@@ -544,6 +583,7 @@ TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
     t.softmax_staged_vpt = vpt;
     t.softmax_staged_bwd = 3;
     t.softmax_staged_bwd_vpt = vpt;
+    t.shifted_rows = 1;  // (the shifted cases staged too)
     set_row_tuning(&t);
     const std::string plan = plan_of(c, false);
     EXPECT_EQ(plan.rfind("stage", 0), 0u) << "the forward is not staged under this tuning: " << plan;
@@ -604,6 +644,7 @@ TEST_P(SoftmaxGpuWideStaged, ForwardAndBackwardMatchFloat64) {
     t.softmax_staged_bwd_wide = wide;
     t.softmax_fwd_grid = 0;  // (fp32 rows past 512K would take the grid)
     t.reg_staged_balance = 0;  // (the power-of-two CTAs; SoftmaxGpuBalancedStaged fits them)
+    t.shifted_rows = 1;        // (the shifted cases staged too)
     set_row_tuning(&t);
     for (bool backward : {false, true}) {
       if (!(backward ? wide_bwd_row(c) : wide_fwd_row(c))) continue;
@@ -640,6 +681,7 @@ RowTuning balanced_staged_tuning() {
   t.softmax_staged_bwd_wide = 512;
   t.softmax_fwd_grid = 0;  // (fp32 rows past 512K would take the grid)
   t.reg_staged_balance = 1;
+  t.shifted_rows = 1;  // (the shifted cases staged too)
   return t;
 }
 bool trimmed_plan(const SmCase& c, bool backward) {
