@@ -299,6 +299,15 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
   return plan;
 }
 
+// Shifted rows (every row's first logit inside a 16-byte vector, logits
+// and dlogits at the same offset: odd V, a misaligned base): the register
+// tiles of V + VEC - 1 columns (ce_reg_kernel's kShift), unstaged, where
+// RowTuning::shifted_rows allows (bit 1); else none (the streaming kernel).
+Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide) {
+  if (!(current_row_tuning().shifted_rows & 2)) return Plan{};
+  return plan_rows(rows, cols + 16 / es - 1, es, lim, wide);
+}
+
 Status cuda_check(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorString(e)};
@@ -308,10 +317,18 @@ Status cuda_check(const char* what) {
 }  // namespace
 
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide, bool general) {
+                                          bool wide, bool general, bool shifted) {
   const RowTuning tune = current_row_tuning();
   if (general) wide = false;
   const int es = dtype_size(dtype);
+  if (shifted) {
+    const Plan plan = shifted_plan(rows, cols, es, lim, wide);
+    if (!plan.reg) return "stream";
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", plan.cfg.team, plan.cfg.threads,
+                  plan.cfg.cluster, plan.cfg.vpt);
+    return buf;
+  }
   // A gradient: staged and fused where a cluster holds the row, else (plain
   // options, long rows) two passes.
   const Plan fused = wide ? Plan{} : plan_rows(rows, cols, es, lim, false, true);
@@ -581,7 +598,14 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     if (p.lse == nullptr) p.lse = reinterpret_cast<float*>(base + ws.lse_offset);
     p.lse_src = p.lse;
   }
-  const Plan plan = row_grad && vec_io ? staged_plan : vec_io ? plan_rows(a.rows, a.cols, es, lim, wide) : Plan{};
+  // Rows at one offset in a vector, not all 0 (logits and dlogits alike):
+  // shifted register rows where the tuning allows.
+  const bool shifted = !vec_io && detail::same_vector_offsets(a.logits.ptr, a.logits.row_stride, a.dlogits.ptr,
+                                                              a.dlogits.row_stride, es);
+  const Plan plan = shifted          ? shifted_plan(a.rows, a.cols, es, lim, wide)
+                    : row_grad && vec_io ? staged_plan
+                    : vec_io         ? plan_rows(a.rows, a.cols, es, lim, wide)
+                                     : Plan{};
   auto launch_rows = [&]() -> Status {
     if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune)) {
       const int64_t grid = std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps,
@@ -600,7 +624,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-        return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, row_grad, device, stream);
+        return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, row_grad, shifted, device, stream);
       });
     }
     p.team = row_threads;

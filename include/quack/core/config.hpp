@@ -141,7 +141,9 @@ struct RowTuning {
   // vectors: bf16 N = 50257, fp32 N = 1001; a misaligned base) -- read by
   // the register and staged kernels from the vector that holds that
   // element (planned for N + VEC - 1 columns), instead of the streaming
-  // kernel in shifted vectors. Bit 0: softmax (forward and backward).
+  // kernel in shifted vectors. Bit 0: softmax (forward and backward); bit
+  // 1: cross-entropy (its register kernels, any options, forward or fused
+  // gradient; else the element-wise streaming kernel).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
@@ -610,8 +612,12 @@ size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& args, bool layernorm, cons
 // plain forward (no gradient, softcap or class-weighted smoothing), else the
 // plain options' gradient ("2-pass: <the forward's kernel>" from
 // ce_grad_split_min_cols classes); general: a softcap or class-weighted
-// smoothing, forward or gradient (one fused pass; wide ignored).
+// smoothing, forward or gradient (one fused pass; wide ignored). shifted:
+// logits (and dlogits) whose rows start inside a 16-byte vector, all at the
+// same offset (odd V): the register kernels from the vector holding each
+// row's first logit ("reg ...") where RowTuning::shifted_rows allows, else
+// "stream".
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide = false, bool general = false);
+                                          bool wide = false, bool general = false, bool shifted = false);
 
 }  // namespace quack

@@ -245,10 +245,12 @@ __device__ __forceinline__ float ce_target_logit(const CEParams& p, const CERow&
 // options always compiled in, predicated per element, the bf16 forward issued
 // ~40 instructions per element and ran at 28% of DRAM bandwidth, SM 74% busy).
 
-// dx of VEC elements at columns c0.. (n valid) from their logits f[] (x', with
-// a softcap applied).
+// dx of VEC elements at columns c0.. (those in [lo, n) valid: a shifted
+// row's first vector starts before the row, c0 < 0) from their logits f[]
+// (x', with a softcap applied). Class weights are read for valid lanes only.
 template <bool kGeneral, int VEC>
-__device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int c0, int n, float (&f)[VEC]) {
+__device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int c0, int lo, int n,
+                                        float (&f)[VEC]) {
   if (k.zero) {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) f[j] = 0.0f;
@@ -262,7 +264,7 @@ __device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int 
     float g;
     if constexpr (kGeneral) {
       float wc = 1.0f;
-      if (p.wsmooth && j < n) wc = __ldg(p.cwc + c0 + j);
+      if (p.wsmooth && j >= lo && j < n) wc = __ldg(p.cwc + c0 + j);
       g = fmaf(k.A, pc, -k.b * wc);
     } else {
       g = fmaf(k.A, pc, -k.b);
@@ -276,6 +278,10 @@ __device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int 
     }
     f[j] = g;
   }
+}
+template <bool kGeneral, int VEC>
+__device__ __forceinline__ void ce_grad(const CEParams& p, const CECoef& k, int c0, int n, float (&f)[VEC]) {
+  ce_grad<kGeneral>(p, k, c0, 0, n, f);
 }
 
 // Widens a vector and (kGeneral) applies the softcap.
@@ -300,14 +306,14 @@ __device__ __forceinline__ float ce_exp_from(float f, float b) {
   return core::fast_exp2(fmaf(f, kLog2e, -b));
 }
 
-// Adds VEC logits (kMasked: the first n) into the thread's (s, d) against
-// the max `base`.
+// Adds VEC logits at columns c0.. (kMasked: those in [lo, n), as ce_grad)
+// into the thread's (s, d) against the max `base`.
 template <bool kGeneral, bool kMasked, int VEC>
-__device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f)[VEC], int c0, int n,
+__device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f)[VEC], int c0, int lo, int n,
                                               float base, float& s, float& d) {
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    if (!kMasked || j < n) {
+    if (!kMasked || (j >= lo && j < n)) {
       // (Not ce_exp_from: with it the 16-bit register forward of 8 vectors
       // a thread spilled 12 bytes, ptxas -v.)
       s += core::fast_exp2((f[j] - base) * kLog2e);
@@ -315,6 +321,11 @@ __device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f
       else d += f[j];
     }
   }
+}
+template <bool kGeneral, bool kMasked, int VEC>
+__device__ __forceinline__ void ce_accumulate(const CEParams& p, const float (&f)[VEC], int c0, int n,
+                                              float base, float& s, float& d) {
+  ce_accumulate<kGeneral, kMasked>(p, f, c0, 0, n, base, s, d);
 }
 
 // x'_t into `xt` when the target's column lies in this vector (k = its index
@@ -330,7 +341,12 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
 
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
-template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral>
+// kShift: rows whose first logit may lie inside a 16-byte vector (x and dx
+// at the same offset in one, row by row), walked from that vector as the
+// softmax register kernels' (core::RowGeom::shift; the plan sized for
+// V + VEC - 1 columns); the per-element helpers take the vectors' real
+// columns (g.col(i) - sh) and their valid lanes [g.lo(i), g.valid(i)).
+template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -340,14 +356,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
 
   auto do_rows = [&](int64_t blk) {
-    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
     const bool writer = active && g.t == 0 && g.crank == 0;
+    int sh = 0;  // kShift: the row's elements before it in its first vector
+    if constexpr (kShift) sh = shift_row<T>(g, p.x, row, p.x_stride);
     RawVec<T, VEC> xv[VPT];
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
     if (active) {
-      const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+      const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride - sh;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) g.load(xv[i], xrow, i);
       // Every thread loads the target (a broadcast, in flight with the row);
@@ -358,6 +376,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
+        if constexpr (kShift) xv[0].fill_head(g.head, neg_inf_bits<T>());
       }
       // The max of the raw logits (softcap is monotonic), then one
       // exponential per element against it.
@@ -374,17 +393,18 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
-          ce_pick_target(f, tcol - g.col(i), st.x);
-          ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
+          ce_pick_target(f, tcol - (g.col(i) - sh), st.x);
+          ce_accumulate<kGeneral, false>(p, f, g.col(i) - sh, VEC, base, st.s, st.d);
         }
       } else {
-        // The thread holding the row's end: padding excluded element by element.
+        // The thread holding the row's end (or, shifted, its start): padding
+        // excluded element by element.
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
-          ce_pick_target(f, tcol - g.col(i), st.x);
-          ce_accumulate<kGeneral, true>(p, f, g.col(i), g.valid(i), base, st.s, st.d);
+          ce_pick_target(f, tcol - (g.col(i) - sh), st.x);
+          ce_accumulate<kGeneral, true>(p, f, g.col(i) - sh, g.lo(i), g.valid(i), base, st.s, st.d);
         }
       }
       st.m = m;
@@ -397,14 +417,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     if (writer) ce_write_row(p, r, st, st.x, row);
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
-      T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+      T* orow = static_cast<T*>(p.dx) + row * p.dx_stride - sh;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         const int n = g.valid(i);
         if (n == 0) continue;
         float f[VEC];
         ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
-        ce_grad<kGeneral>(p, k, g.col(i), n, f);
+        ce_grad<kGeneral>(p, k, g.col(i) - sh, g.lo(i), n, f);
         RawVec<T, VEC> o;
         o.narrow(f);
         g.store(o, orow, i);
@@ -1162,23 +1182,51 @@ Status launch_ce_kernel(const core::LaunchShape& shape, int device, cudaStream_t
   return core::launch_row_kernel(kKernel, cache, device, shape, stream, std::forward<Args>(args)...);
 }
 
-template <typename T, int VPT, bool kCluster>
+template <typename T, int VPT, bool kCluster, bool kShift>
 Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, bool grad, int device,
                           cudaStream_t stream) {
   if (p.softcap != 0.0f || p.wsmooth) {
-    if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, true>>(shape, device, stream, p);
-    return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, true>>(shape, device, stream, p);
+    if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, true, kShift>>(shape, device, stream, p);
+    return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, true, kShift>>(shape, device, stream, p);
   }
-  if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, false>>(shape, device, stream, p);
-  return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, false>>(shape, device, stream, p);
+  if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, false, kShift>>(shape, device, stream, p);
+  return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, false, kShift>>(shape, device, stream, p);
+}
+
+// The register tiles of shifted rows (kShift; no staging).
+template <typename T>
+Status launch_ce_reg_shifted(const CEParams& p, const RegRowConfig& cfg, const core::LaunchShape& shape, bool grad,
+                             int device, cudaStream_t stream) {
+  if (cfg.staged) {
+    // (none: staged shifted rows are not built)
+  } else if (cfg.cluster > 1) {
+    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true, true>(p, shape, grad, device, stream);
+  } else {
+    switch (cfg.vpt) {
+      case 1: return launch_ce_reg_tile<T, 1, false, true>(p, shape, grad, device, stream);
+      case 2: return launch_ce_reg_tile<T, 2, false, true>(p, shape, grad, device, stream);
+      case 4: return launch_ce_reg_tile<T, 4, false, true>(p, shape, grad, device, stream);
+      case 8:
+        if (!grad && p.softcap == 0.0f && !p.wsmooth)
+          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false, true>>(shape, device, stream, p);
+        break;
+    }
+  }
+  return {Code::kUnsupported, "cross_entropy: no register-resident kernel of shifted rows with " +
+                                  std::to_string(cfg.vpt) + " vectors per thread (cluster " +
+                                  std::to_string(cfg.cluster) + (cfg.staged ? ", staged" : "") + ")"};
 }
 
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <=
-// ce_max_vpt(wide); clustered rows at ce_cluster_vpt()).
+// ce_max_vpt(wide); clustered rows at ce_cluster_vpt()). shift: rows read
+// from the vector that holds their first logit (ce_reg_kernel's kShift;
+// cfg planned for V + VEC - 1 columns, unstaged).
 template <DType kX>
-Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int device, cudaStream_t stream) {
+Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool shift, int device,
+                     cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   core::LaunchShape shape = core::launch_shape(cfg);
+  if (shift) return launch_ce_reg_shifted<T>(p, cfg, shape, grad, device, stream);
   if (cfg.staged) {
     if (grad) {
       // ce_staged_kernel's grid (RowTuning::ce_staged_clusters): -1 one
@@ -1198,12 +1246,12 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, int 
       if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{});
     }
   } else if (cfg.cluster > 1) {
-    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true>(p, shape, grad, device, stream);
+    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true, false>(p, shape, grad, device, stream);
   } else {
     switch (cfg.vpt) {
-      case 1: return launch_ce_reg_tile<T, 1, false>(p, shape, grad, device, stream);
-      case 2: return launch_ce_reg_tile<T, 2, false>(p, shape, grad, device, stream);
-      case 4: return launch_ce_reg_tile<T, 4, false>(p, shape, grad, device, stream);
+      case 1: return launch_ce_reg_tile<T, 1, false, false>(p, shape, grad, device, stream);
+      case 2: return launch_ce_reg_tile<T, 2, false, false>(p, shape, grad, device, stream);
+      case 4: return launch_ce_reg_tile<T, 4, false, false>(p, shape, grad, device, stream);
       case 8:
         if (!grad && p.softcap == 0.0f && !p.wsmooth)
           return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false>>(shape, device, stream, p);
@@ -1267,7 +1315,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
 }
 
 #define QUACK_CE_INSTANTIATION(EXTERN, DT)                                                                      \
-  EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, int, cudaStream_t);      \
+  EXTERN template Status launch_ce_reg<DT>(const CEParams&, const RegRowConfig&, bool, bool, int, cudaStream_t); \
   EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, bool, int,            \
                                               cudaStream_t);                                                    \
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \

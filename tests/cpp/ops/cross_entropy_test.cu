@@ -519,6 +519,21 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 7, 128256, kSum).i32_().smooth(0.1f).zl(1e-4f).mis(0, 3));
   v.push_back(C(kBF16, 3, 262144, kNone).w().smooth(0.1f).g(0.75f).mis(1, 0));
   v.push_back(C(kF32, 7, 32000, kNone).inplace().mis(1, 2));
+  // Shifted rows: odd V with logits and dlogits contiguous (consecutive
+  // rows at other offsets in their first vector), or a misaligned base
+  // they share: element-wise streaming by default, the register kernels
+  // from the vector holding each row's first logit (kShift) under
+  // RowTuning::shifted_rows (CrossEntropyGpuShifted, which also takes the
+  // other cases whose logits and dlogits share their offsets: V = 1, 2, 7,
+  // 100, in place or forward only).
+  v.push_back(C(kBF16, 37, 50257, kMean));  // GPT-2's vocabulary, torch's defaults
+  v.push_back(C(kF32, 7, 32001, kNone).w().smooth(0.1f).g(0.75f));  // weights by column
+  v.push_back(C(kBF16, 7, 128257, kSum).softcap(30.0f).zl(1e-4f));
+  v.push_back(C(kBF16, 7, 50257, kMean).smooth(0.1f).nograd());  // the plain forward
+  v.push_back(C(kF16, 289, 4097, kMean).smooth(0.1f).zl(1e-4f).inplace());
+  v.push_back(C(kBF16, 5, 1001, kNone).w().mis(3, 0).dx_mis(3, 0));
+  v.push_back(C(kF32, 10, 1001, kNone).big());
+  v.push_back(C(kBF16, 7, 50257, kMean).g(0.75f).badt());
   // Streaming, vectorised: beyond the register tiles.
   v.push_back(C(kF32, 2, 300000, kMean).smooth(0.1f).zl(1e-4f));
   v.push_back(C(kBF16, 2, 600000, kSum).w().softcap(30.0f));
@@ -692,11 +707,20 @@ bool case_misaligned(const CeCase& c) {
          (!c.in_place && c.want_grad && (c.dx_offset % vec != 0 || ((c.cols + c.dx_pad) * es) % 16 != 0));
 }
 
-// The plan of an aligned case under the current tuning.
+// A misaligned case whose logits and dlogits (when written, not in place)
+// start every row at the same offset in a 16-byte vector: shifted rows.
+bool case_shifted(const CeCase& c) {
+  const int64_t vec = 16 / dtype_size(c.dtype);
+  if (!case_misaligned(c)) return false;
+  if (!c.want_grad || c.in_place) return true;
+  return (c.dx_offset - c.offset) % vec == 0 && (c.dx_pad - c.pad) % vec == 0;
+}
+
+// The plan of an aligned or shifted case under the current tuning.
 std::string case_plan(const CeCase& c) {
   const bool general = c.cap != 0.0f || (c.weight && c.eps != 0.0f);
   return cross_entropy_plan_description(test::case_rows(c.rows, c.cols), c.cols, c.dtype, DeviceLimits{}, !c.want_grad,
-                                        general);
+                                        general, case_shifted(c));
 }
 
 void run_case(const CeCase& case_) {
@@ -704,7 +728,8 @@ void run_case(const CeCase& case_) {
   c.rows = test::case_rows(c.rows, c.cols);
   const std::string name = c.name();
   const bool misaligned = case_misaligned(c);
-  SCOPED_TRACE("plan (current tuning): " + (misaligned ? std::string("stream, element-wise") : case_plan(case_)));
+  SCOPED_TRACE("plan (current tuning): " +
+               (misaligned && !case_shifted(c) ? std::string("stream, element-wise") : case_plan(case_)));
   std::mt19937 gen(seed_of(name));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -944,6 +969,38 @@ TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The shifted cases (case_shifted) with RowTuning::shifted_rows' cross-entropy
+// bit: the register kernels (kShift; sub-warp teams with rows at every
+// offset, one CTA, clusters of 2 to 8; the plain forward's 8-vector tile,
+// the general options, class weights by column, in place, huge logits, bad
+// targets) from the vector holding each row's first logit.
+std::vector<CeCase> shifted_cases() {
+  std::vector<CeCase> v;
+  for (const CeCase& c : cases())
+    if (case_shifted(c)) v.push_back(c);
+  return v;
+}
+
+class CrossEntropyGpuShifted : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.shifted_rows = 2;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuShifted, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  const std::string plan = case_plan(GetParam());
+  EXPECT_EQ(plan.rfind("reg", 0), 0u) << "not the register kernels: " << plan;
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(ShiftedCases, CrossEntropyGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The tuning that sends every plain aligned forward of rows of 1 KB or more

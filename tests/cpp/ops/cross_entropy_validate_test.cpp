@@ -828,6 +828,51 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // 8-vector tile for 16-bit rows of 4K-16K, as the softmax forward (shorter
 // rows may keep 4 for a 32-thread team: 1000 classes do); the
 // fused gradient keeps 4 (8 spills there).
+// Shifted rows (odd V: each row's first logit inside a 16-byte vector,
+// logits and dlogits at the same offset) take the register tiles of V +
+// VEC - 1 columns -- never staged, bulk or two-pass: those read whole
+// vectors -- where RowTuning::shifted_rows' bit 1 allows; off by default
+// (unmeasured): the element-wise streaming kernel.
+TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
+  const DeviceLimits lim;
+  struct Mode {
+    bool wide, general;
+  };
+  const Mode modes[] = {{true, false}, {false, false}, {false, true}};
+  const int64_t vocabs[] = {1, 7, 1001, 4097, 32001, 50257, 128257, 151937};
+  for (DType dt : {DType::kBFloat16, DType::kFloat32})
+    for (const Mode m : modes)
+      for (int64_t v : vocabs)
+        EXPECT_EQ(cross_entropy_plan_description(4096, v, dt, lim, m.wide, m.general, true), "stream")
+            << "the default, V = " << v;
+  RowTuning t = default_row_tuning();
+  t.shifted_rows = 2;
+  set_row_tuning(&t);
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+    const int64_t vec = 16 / dtype_size(dt);
+    for (const Mode m : modes) {
+      for (int64_t v : vocabs) {
+        const std::string s = cross_entropy_plan_description(4096, v, dt, lim, m.wide, m.general, true);
+        SCOPED_TRACE("V = " + std::to_string(v) + (m.wide ? " forward" : m.general ? " general" : " gradient") +
+                     ": " + s);
+        int team = 0, threads = 0, cluster = 0, vpt = 0;
+        ASSERT_EQ(std::sscanf(s.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
+        EXPECT_LE(vpt, m.wide ? 8 : 4);
+        // The tiles cover the row from the vector before its first logit.
+        EXPECT_GE(int64_t(cluster) * team * vpt * vec, v + vec - 1);
+        if (cluster > 1) {
+          EXPECT_EQ(vpt, 4);
+        }
+      }
+    }
+    // Past 16 register CTAs: the streaming kernel.
+    EXPECT_EQ(cross_entropy_plan_description(4096, 16 * 1024 * 4 * vec + 1, dt, lim, false, false, true), "stream");
+  }
+}
+
 TEST(CrossEntropyPlan, PlainForwardTakesTheWideTile) {
   const DeviceLimits lim;
   RowTuning t = default_row_tuning();
