@@ -47,11 +47,7 @@ int schedulable_cluster(int dev, size_t smem) {
       cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess) {
     for (int cluster = 16; cluster >= 2; cluster /= 2) {
       cudaLaunchConfig_t lc = {};
-      cudaLaunchAttribute attr;
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = unsigned(cluster);
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
+      cudaLaunchAttribute attr = core::cluster_dim_attr(cluster);
       lc.gridDim = dim3(unsigned(cluster), 1, 1);
       lc.blockDim = dim3(128, 1, 1);
       lc.dynamicSmemBytes = smem;

@@ -35,6 +35,17 @@ inline Status launch_device(DeviceLimits* out, int* device) {
   return Status::success();
 }
 
+// The launch attribute of a 1-D cluster of `cluster` CTAs (launch_row_kernel,
+// device_limits' probe, the tests' cluster launches).
+inline cudaLaunchAttribute cluster_dim_attr(int cluster) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // Per-kernel, per-device attribute cache: bit d set once device d's
 // attributes for this kernel were raised.
 // A type as a value: the launchers pick a kernel's weight type at run time
@@ -111,13 +122,7 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
   lc.stream = stream;
   cudaLaunchAttribute attr[2];
   lc.attrs = attr;
-  if (shape.cluster > 1) {
-    attr[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attr[lc.numAttrs].val.clusterDim.x = unsigned(shape.cluster);
-    attr[lc.numAttrs].val.clusterDim.y = 1;
-    attr[lc.numAttrs].val.clusterDim.z = 1;
-    ++lc.numAttrs;
-  }
+  if (shape.cluster > 1) attr[lc.numAttrs++] = cluster_dim_attr(shape.cluster);
   if (shape.cooperative) {
     if (shape.cluster > 1 || shape.not_resident == nullptr)
       return {Code::kUnsupported, "cooperative launch: clusters are not supported and not_resident is required"};

@@ -93,16 +93,16 @@ constexpr bool softmax_bwd_staged_tile(int vpt) { return vpt == 8 || vpt == 16; 
 // of y a thread staged, 8 of dy in registers.
 constexpr int kSoftmaxBwdWideVpt = 8;
 
-// Folds VEC elements x[], those in [lo, n) valid, into the per-thread
+// Folds VEC elements x[], those in [lo, hi) valid, into the per-thread
 // online-softmax partial (m, s) (core::MaxSum: natural units). Streaming
 // kernels; the register kernel takes the thread's max first and needs no
 // rescaling.
 template <int VEC>
-__device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int lo, int n, float& m, float& s) {
+__device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int lo, int hi, float& m, float& s) {
   float vm = -INFINITY;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j >= lo && j < n) vm = fmaxf(vm, x[j]);
+    if (j >= lo && j < hi) vm = fmaxf(vm, x[j]);
   const float nm = fmaxf(m, vm);
   // Rescale the running sum; while the max is -inf the sum is 0 (or NaN
   // after a NaN), kept as such by the multiplication by 0.
@@ -110,7 +110,7 @@ __device__ __forceinline__ void fold_max_sum(const float (&x)[VEC], int lo, int 
   const float base = nm == -INFINITY ? 0.0f : nm;
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
-    if (j >= lo && j < n) s += core::fast_exp2((x[j] - base) * kLog2e);
+    if (j >= lo && j < hi) s += core::fast_exp2((x[j] - base) * kLog2e);
   m = nm;
 }
 
@@ -245,9 +245,10 @@ __device__ __forceinline__ int row_shift(const T* row) {
 // A shifted row's geometry (the register kernels' kShift): g shifted by
 // the row's row_shift, which is returned. The row pointer is made opaque so
 // that a second call (after the row's reduction) recomputes the shift
-// rather than holding it and the geometry in registers across it: held,
-// the 16-bit clustered backward, the wide backward and the split forward
-// spilled 16-24 bytes (ptxas -v, CUDA 13.0).
+// rather than holding it and the geometry in registers across it. The
+// backward and the split forward do (held, the 16-bit wide backward and
+// split forward spilled 16-24 bytes; ptxas -v, CUDA 13.0); the other
+// forwards hold it (recomputed, the 16-bit staged 8-vector one spilled 4).
 template <typename T, int VEC, int VPT>
 __device__ __forceinline__ int shift_row(core::RowGeom<VEC, VPT>& g, const void* base, int64_t row, int64_t stride) {
   const T* r = static_cast<const T*>(base) + row * stride;

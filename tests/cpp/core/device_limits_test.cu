@@ -44,11 +44,7 @@ bool cluster_runs(int cluster, size_t smem) {
   if (cudaMalloc(&d, sizeof(int) * 16) != cudaSuccess) return false;
   cudaMemset(d, 0, sizeof(int) * 16);
   cudaLaunchConfig_t lc = {};
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
+  cudaLaunchAttribute attr = core::cluster_dim_attr(cluster);
   lc.gridDim = dim3(unsigned(cluster), 1, 1);
   lc.blockDim = dim3(128, 1, 1);
   lc.dynamicSmemBytes = smem;
