@@ -155,10 +155,14 @@ int main(int argc, char** argv) {
     const float fused_ms = timer.median_ms([&] { (void)quack::cross_entropy(g, nullptr); }, 20);
     const double fwd_pct = 100.0 * (1.0 * M * V * es / fwd_ms / 1e6) / copy_gbs;
     const double fused_pct = 100.0 * (2.0 * M * V * es / fused_ms / 1e6) / copy_gbs;
+    // (Contiguous rows that are not whole 16-byte vectors are shifted rows:
+    // the register kernels where RowTuning::shifted_rows allows, else the
+    // element-wise stream.)
+    const bool shifted = (V * es) % 16 != 0;
     std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-48s | %9.1f %5.1f%% | %.1e | %.1e / %.1e\n", (long long)V,
-                (long long)M, quack::cross_entropy_plan_description(M, V, dt, lim, true).c_str(), fwd_ms * 1e3,
-                fwd_pct, quack::cross_entropy_plan_description(M, V, dt, lim, false).c_str(), fused_ms * 1e3,
-                fused_pct, fwd_err.loss, err.loss, err.grad);
+                (long long)M, quack::cross_entropy_plan_description(M, V, dt, lim, true, false, shifted).c_str(),
+                fwd_ms * 1e3, fwd_pct, quack::cross_entropy_plan_description(M, V, dt, lim, false, false, shifted).c_str(),
+                fused_ms * 1e3, fused_pct, fwd_err.loss, err.loss, err.grad);
   }
   CK(cudaGetLastError());
   return 0;
