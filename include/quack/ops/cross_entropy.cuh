@@ -1193,74 +1193,67 @@ Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, boo
   return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, false, kShift>>(shape, device, stream, p);
 }
 
-// The register tiles of shifted rows (kShift; no staging).
-template <typename T>
-Status launch_ce_reg_shifted(const CEParams& p, const RegRowConfig& cfg, const core::LaunchShape& shape, bool grad,
-                             int device, cudaStream_t stream) {
-  if (cfg.staged) {
-    // (none: staged shifted rows are not built)
-  } else if (cfg.cluster > 1) {
-    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true, true>(p, shape, grad, device, stream);
+// No register-resident kernel for cfg: the error, in words.
+inline Status ce_reg_unsupported(const RegRowConfig& cfg, bool grad, bool shift) {
+  return {Code::kUnsupported, std::string("cross_entropy: no register-resident kernel") +
+                                  (shift ? " of shifted rows" : "") + " with " + std::to_string(cfg.vpt) +
+                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) +
+                                  (cfg.staged ? (grad ? ", staged" : ", staged without a gradient") : "") + ")"};
+}
+
+// The unstaged register tiles (kShift: shifted rows).
+template <typename T, bool kShift>
+Status launch_ce_reg_tiles(const CEParams& p, const RegRowConfig& cfg, const core::LaunchShape& shape, bool grad,
+                           int device, cudaStream_t stream) {
+  if (cfg.cluster > 1) {
+    if (cfg.vpt == ce_cluster_vpt())
+      return launch_ce_reg_tile<T, ce_cluster_vpt(), true, kShift>(p, shape, grad, device, stream);
   } else {
     switch (cfg.vpt) {
-      case 1: return launch_ce_reg_tile<T, 1, false, true>(p, shape, grad, device, stream);
-      case 2: return launch_ce_reg_tile<T, 2, false, true>(p, shape, grad, device, stream);
-      case 4: return launch_ce_reg_tile<T, 4, false, true>(p, shape, grad, device, stream);
+      case 1: return launch_ce_reg_tile<T, 1, false, kShift>(p, shape, grad, device, stream);
+      case 2: return launch_ce_reg_tile<T, 2, false, kShift>(p, shape, grad, device, stream);
+      case 4: return launch_ce_reg_tile<T, 4, false, kShift>(p, shape, grad, device, stream);
       case 8:
         if (!grad && p.softcap == 0.0f && !p.wsmooth)
-          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false, true>>(shape, device, stream, p);
+          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false, kShift>>(shape, device, stream, p);
         break;
     }
   }
-  return {Code::kUnsupported, "cross_entropy: no register-resident kernel of shifted rows with " +
-                                  std::to_string(cfg.vpt) + " vectors per thread (cluster " +
-                                  std::to_string(cfg.cluster) + (cfg.staged ? ", staged" : "") + ")"};
+  return ce_reg_unsupported(cfg, grad, kShift);
 }
 
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <=
 // ce_max_vpt(wide); clustered rows at ce_cluster_vpt()). shift: rows read
 // from the vector that holds their first logit (ce_reg_kernel's kShift;
-// cfg planned for V + VEC - 1 columns, unstaged).
+// cfg planned for V + VEC - 1 columns, unstaged: no staged kernel of
+// shifted rows is built).
 template <DType kX>
 Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool shift, int device,
                      cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   core::LaunchShape shape = core::launch_shape(cfg);
-  if (shift) return launch_ce_reg_shifted<T>(p, cfg, shape, grad, device, stream);
-  if (cfg.staged) {
-    if (grad) {
-      // ce_staged_kernel's grid (RowTuning::ce_staged_clusters): -1 one
-      // cluster a row (the default), 0 as many as are resident (each walks
-      // rows), n > 0 at most n.
-      const int cap = current_row_tuning().ce_staged_clusters;
-      shape.persistent = cap >= 0;
-      if (cap > 0) shape.grid = std::min<int64_t>(shape.grid, int64_t(cap) * cfg.cluster);
-      const bool general = p.softcap != 0.0f || p.wsmooth, sum = p.smoothing != 0.0f;
-      auto tile = [&](auto vpt) -> Status {
-        constexpr int VPT = decltype(vpt)::value;
-        if (general) return launch_ce_kernel<ce_staged_kernel<T, VPT, true, true>>(shape, device, stream, p);
-        if (sum) return launch_ce_kernel<ce_staged_kernel<T, VPT, false, true>>(shape, device, stream, p);
-        return launch_ce_kernel<ce_staged_kernel<T, VPT, false, false>>(shape, device, stream, p);
-      };
-      if (cfg.vpt == 8) return tile(std::integral_constant<int, 8>{});
-      if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{});
-    }
-  } else if (cfg.cluster > 1) {
-    if (cfg.vpt == ce_cluster_vpt()) return launch_ce_reg_tile<T, ce_cluster_vpt(), true, false>(p, shape, grad, device, stream);
-  } else {
-    switch (cfg.vpt) {
-      case 1: return launch_ce_reg_tile<T, 1, false, false>(p, shape, grad, device, stream);
-      case 2: return launch_ce_reg_tile<T, 2, false, false>(p, shape, grad, device, stream);
-      case 4: return launch_ce_reg_tile<T, 4, false, false>(p, shape, grad, device, stream);
-      case 8:
-        if (!grad && p.softcap == 0.0f && !p.wsmooth)
-          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false>>(shape, device, stream, p);
-        break;
-    }
+  if (!cfg.staged) {
+    if (shift) return launch_ce_reg_tiles<T, true>(p, cfg, shape, grad, device, stream);
+    return launch_ce_reg_tiles<T, false>(p, cfg, shape, grad, device, stream);
   }
-  return {Code::kUnsupported, "cross_entropy: no register-resident kernel with " + std::to_string(cfg.vpt) +
-                                  " vectors per thread (cluster " + std::to_string(cfg.cluster) +
-                                  (cfg.staged ? (grad ? ", staged" : ", staged without a gradient") : "") + ")"};
+  if (grad && !shift) {
+    // ce_staged_kernel's grid (RowTuning::ce_staged_clusters): -1 one
+    // cluster a row (the default), 0 as many as are resident (each walks
+    // rows), n > 0 at most n.
+    const int cap = current_row_tuning().ce_staged_clusters;
+    shape.persistent = cap >= 0;
+    if (cap > 0) shape.grid = std::min<int64_t>(shape.grid, int64_t(cap) * cfg.cluster);
+    const bool general = p.softcap != 0.0f || p.wsmooth, sum = p.smoothing != 0.0f;
+    auto tile = [&](auto vpt) -> Status {
+      constexpr int VPT = decltype(vpt)::value;
+      if (general) return launch_ce_kernel<ce_staged_kernel<T, VPT, true, true>>(shape, device, stream, p);
+      if (sum) return launch_ce_kernel<ce_staged_kernel<T, VPT, false, true>>(shape, device, stream, p);
+      return launch_ce_kernel<ce_staged_kernel<T, VPT, false, false>>(shape, device, stream, p);
+    };
+    if (cfg.vpt == 8) return tile(std::integral_constant<int, 8>{});
+    if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{});
+  }
+  return ce_reg_unsupported(cfg, grad, shift);
 }
 
 // Streaming: one CTA of `threads` per row, `grid` CTAs; from_lse: the
