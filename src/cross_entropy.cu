@@ -300,12 +300,14 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
 }
 
 // Shifted rows (every row's first logit inside a 16-byte vector, logits
-// and dlogits at the same offset: odd V, a misaligned base): the register
-// tiles of V + VEC - 1 columns (ce_reg_kernel's kShift), unstaged, where
-// RowTuning::shifted_rows allows (bit 1); else none (the streaming kernel).
-Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide) {
+// and dlogits at the same offset: odd V, a misaligned base): the plan of
+// V + VEC - 1 columns, the register tiles (ce_reg_kernel's kShift) or, for
+// a fused gradient (staged), ce_staged_kernel's kShift -- never the bulk
+// or two-pass kernels (whole vectors) -- where RowTuning::shifted_rows
+// allows (bit 1); else none (the streaming kernel).
+Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide, bool staged) {
   if (!(current_row_tuning().shifted_rows & 2)) return Plan{};
-  return plan_rows(rows, cols + 16 / es - 1, es, lim, wide);
+  return plan_rows(rows, cols + 16 / es - 1, es, lim, wide, staged);
 }
 
 Status cuda_check(const char* what) {
@@ -322,11 +324,11 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   if (general) wide = false;
   const int es = dtype_size(dtype);
   if (shifted) {
-    const Plan plan = shifted_plan(rows, cols, es, lim, wide);
+    const Plan plan = shifted_plan(rows, cols, es, lim, wide, !wide);
     if (!plan.reg) return "stream";
     char buf[128];
-    std::snprintf(buf, sizeof buf, "reg   team %4d thr %4d cl %2d vpt %d", plan.cfg.team, plan.cfg.threads,
-                  plan.cfg.cluster, plan.cfg.vpt);
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", plan.cfg.staged ? "stage" : "reg  ",
+                  plan.cfg.team, plan.cfg.threads, plan.cfg.cluster, plan.cfg.vpt);
     return buf;
   }
   // A gradient: staged and fused where a cluster holds the row, else (plain
@@ -602,7 +604,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   // shifted register rows where the tuning allows.
   const bool shifted = !vec_io && detail::same_vector_offsets(a.logits.ptr, a.logits.row_stride, a.dlogits.ptr,
                                                               a.dlogits.row_stride, es);
-  const Plan plan = shifted          ? shifted_plan(a.rows, a.cols, es, lim, wide)
+  const Plan plan = shifted          ? shifted_plan(a.rows, a.cols, es, lim, wide, row_grad)
                     : row_grad && vec_io ? staged_plan
                     : vec_io         ? plan_rows(a.rows, a.cols, es, lim, wide)
                                      : Plan{};

@@ -458,7 +458,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 // once): the passes walk that prefix with no per-vector tests, then at most
 // one partial vector (kSum: the sum of logits, for label smoothing's loss),
 // loaded into registers a row ahead with the target.
-template <typename T, int VPT, bool kGeneral, bool kSum>
+// kShift: rows whose first logit may lie inside a 16-byte vector (x and dx
+// at the same offset in one, row by row), walked from that vector
+// (core::RowGeom::shift, per row: the geometry, the whole prefix and the
+// partial vector change with the row's offset). The thread at column 0
+// keeps its vector 0 apart (`first` = 1): it is loaded by the thread
+// ([head, VEC), zeros before) and stored to its slot, and the passes take
+// its lanes [head, VEC) after the whole prefix, as the partial vector's.
+// Each row is staged when its turn comes (no refill a row ahead).
+template <typename T, int VPT, bool kGeneral, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral))
     ce_staged_kernel(const CEParams p) {
   using namespace core;
@@ -471,13 +479,25 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   RowReduce<MaxSumDotMaxFirstOp, true> red;
   red.start(smem);
   const float k2 = kGeneral && p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
-  const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
+  auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
   const int64_t row_step = int64_t(gridDim.x / unsigned(p.cluster));
   // Whole vectors of this thread: i < nw; vector nw holds `part` elements
-  // (0 < part < VEC) when the row ends inside it.
-  const int rest = g.cols - g.col0;
-  const int nw = g.whole ? VPT : (rest < VEC ? 0 : min(VPT, (rest - VEC) / g.col_step + 1));
-  const int part = nw < VPT ? max(0, min(VEC - 1, g.cols - g.col(nw))) : 0;
+  // (0 < part < VEC) when the row ends inside it. kShift: the row's offset
+  // sh; vectors [first, nw) are whole (first = 1 at the head, vector 0 of
+  // the thread at column 0, whose lanes [head, VEC) are the row's); the
+  // partial vector's lanes are [plo, part) (plo = head where the head
+  // vector is the partial one: a row shorter than a vector).
+  int sh = 0, nw = 0, part = 0, first = 0, plo = 0;
+  auto geometry = [&]() {
+    const int rest = g.cols - g.col0;
+    nw = g.whole ? VPT : (rest < VEC ? 0 : min(VPT, (rest - VEC) / g.col_step + 1));
+    part = nw < VPT ? max(0, min(VEC - 1, g.cols - g.col(nw))) : 0;
+    if constexpr (kShift) {
+      first = g.head > 0 && nw > 0 ? 1 : 0;
+      plo = nw == 0 ? g.head : 0;
+    }
+  };
+  geometry();
   const uint32_t slot0 = smem_addr(smem) + kCEScratchBytes + uint32_t(g.t) * 16;
   auto x_at = [&](int i) {
     V v;
@@ -501,46 +521,77 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
   float gr = g_all;
   auto fetch = [&](int64_t r) {
     if (part > 0) {
-      tail.load_partial(static_cast<const T*>(p.x) + r * p.x_stride + g.col(nw), part);
+      tail.load_range(static_cast<const T*>(p.x) + r * p.x_stride - sh + g.col(nw), plo, part);
       tail.fill_tail(part, neg_inf_bits<T>());
+      if constexpr (kShift) tail.fill_head(plo, neg_inf_bits<T>());
     }
     t = CERow::target_of(p, r);
     if (p.dloss_per_row) gr = ce_dloss(p, r);
   };
-  int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
-  if (row < p.rows) {
-    const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+  // Row r's whole vectors to their slots (kShift: the head vector by the
+  // thread, after the copies are issued), then its partial vector and
+  // target (fetch).
+  auto stage_row = [&](int64_t r) {
+    const T* xrow = static_cast<const T*>(p.x) + r * p.x_stride - sh;
 #pragma unroll kUnroll
-    for (int i = 0; i < nw; ++i) stage(xrow, i);
+    for (int i = first; i < nw; ++i) stage(xrow, i);
     cp_async_commit();
-    fetch(row);
-  }
+    if constexpr (kShift) {
+      if (first) {
+        V v;
+        v.load_range(xrow, g.head, VEC);
+        sts_f4(g.slot(slot0, 0), make_float4(__uint_as_float(v.w[0]), __uint_as_float(v.w[1]),
+                                             __uint_as_float(v.w[2]), __uint_as_float(v.w[3])));
+      }
+    }
+    fetch(r);
+  };
+  int64_t row = int64_t(blockIdx.x / unsigned(p.cluster));
+  if (!kShift && row < p.rows) stage_row(row);
   // (Every CTA of a cluster takes the same rows: the reductions match.)
   for (; row < p.rows; row += row_step) {
     const int64_t next = row + row_step;
-    const bool more = next < p.rows;
+    const bool more = !kShift && next < p.rows;
+    if constexpr (kShift) {
+      g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, true);
+      sh = shift_row<T>(g, p.x, row, p.x_stride);
+      geometry();
+      stage_row(row);
+    }
     cp_async_wait_all();
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
-    float m = max_of_first<T, VEC, kUnroll>(nw, x_at);
+    float m = max_of_first<T, VEC, kUnroll>(nw - first, [&](int i) { return x_at(i + first); });
     if (part > 0) m = fmaxf(m, max_of_first<T, VEC, 1>(1, [&](int) { return tail; }));
+    // The head vector's lanes [head, VEC) (its slot holds zeros before
+    // them; read again where used, not held: held through the sums, the
+    // 16-bit general 16-vector kernel spilled 8 bytes, ptxas -v).
+    if constexpr (kShift) {
+      if (first) {
+        V hv = x_at(0);
+        hv.fill_head(g.head, neg_inf_bits<T>());
+        m = fmaxf(m, max_of_first<T, VEC, 1>(1, [&](int) { return hv; }));
+      }
+    }
     if (kGeneral && p.softcap != 0.0f && m != -INFINITY) m = softcap_of(m, p.softcap, k2);
     const float base = m == -INFINITY ? 0.0f : m;
     const int64_t tl = t - p.class_offset;
     const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
+    // The target's column from the vector before the row (kShift).
+    const int tcs = tcol >= 0 ? tcol + sh : -1;
     if (kGeneral || !log2_units_ok(m)) {
       // The general options, and |m| >= 2^24 (a cold path): natural units.
 #pragma unroll kUnroll
-      for (int i = 0; i < nw; ++i) {
+      for (int i = first; i < nw; ++i) {
         float f[VEC];
         ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
-        ce_accumulate<kGeneral, false>(p, f, g.col(i), VEC, base, st.s, st.d);
+        ce_accumulate<kGeneral, false>(p, f, g.col(i) - sh, VEC, base, st.s, st.d);
       }
     } else {
       // exp(f - m) as one FFMA and the MUFU.EX2 (ce_exp_from), the sum back
       // in natural units once.
       const float b = log2_base(m);
 #pragma unroll kUnroll
-      for (int i = 0; i < nw; ++i) {
+      for (int i = first; i < nw; ++i) {
         float f[VEC];
         x_at(i).widen(f);
 #pragma unroll
@@ -552,10 +603,11 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       st.s = from_log2_units(st.s, m, b);
     }
     // x'_t from the whole vector that holds the target's column, if this
-    // thread's (one test a thread, not one a vector).
+    // thread's (one test a thread, not one a vector; the head vector's
+    // lanes from head on are the row's).
     {
-      const int off = tcol - g.col0;
-      if (tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC) {
+      const int off = tcs - g.col0;
+      if (tcs >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC) {
         float f[VEC];
         ce_widen<kGeneral>(x_at(off / g.col_step), f, p.softcap, k2);
         ce_pick_target(f, off % g.col_step, st.x);
@@ -564,8 +616,15 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     if (part > 0) {
       float f[VEC];
       ce_widen<kGeneral>(tail, f, p.softcap, k2);
-      ce_pick_target(f, tcol - g.col(nw), st.x);
-      ce_accumulate<kGeneral, true>(p, f, g.col(nw), part, base, st.s, st.d);
+      ce_pick_target(f, tcs - g.col(nw), st.x);
+      ce_accumulate<kGeneral, true>(p, f, g.col(nw) - sh, plo, part, base, st.s, st.d);
+    }
+    if constexpr (kShift) {
+      if (first) {
+        float f[VEC];
+        ce_widen<kGeneral>(x_at(0), f, p.softcap, k2);
+        ce_accumulate<kGeneral, true>(p, f, -sh, g.head, VEC, base, st.s, st.d);
+      }
     }
     st.m = m;
     // st.x is now x'_t in every thread (one thread's value plus zeros).
@@ -573,15 +632,27 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
     const CERow r = CERow::of(p, t);
     if (g.t == 0 && g.crank == 0) ce_write_row(p, r, st, st.x, row, &tot);
     const CECoef k(p, r, ce_lse(st), gr, tot);
-    T* orow = static_cast<T*>(p.dx) + row * p.dx_stride;
+    T* orow = static_cast<T*>(p.dx) + row * p.dx_stride - sh;
     // The partial vector first: its registers then take the next row's.
     if (part > 0) {
       float f[VEC];
       ce_widen<kGeneral>(tail, f, p.softcap, k2);
-      ce_grad<kGeneral>(p, k, g.col(nw), part, f);
+      ce_grad<kGeneral>(p, k, g.col(nw) - sh, plo, part, f);
       V o;
       o.narrow(f);
-      o.store_partial(orow + g.col(nw), part);
+      o.store_range(orow + g.col(nw), plo, part);
+    }
+    // The head vector's lanes [head, VEC) (before the target's own store
+    // below, which may rewrite one of them).
+    if constexpr (kShift) {
+      if (first) {
+        float f[VEC];
+        ce_widen<kGeneral>(x_at(0), f, p.softcap, k2);
+        ce_grad<kGeneral>(p, k, -sh, g.head, VEC, f);
+        V o;
+        o.narrow(f);
+        o.store_range(orow, g.head, VEC);
+      }
     }
     const T* nrow = static_cast<const T*>(p.x) + (more ? next : row) * p.x_stride;
     if (more) fetch(next);
@@ -591,10 +662,10 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       // (An ignored row's gradient is exactly 0: ce_grad. |lse| >= 2^24, a
       // cold path: natural units.)
 #pragma unroll kUnroll
-      for (int i = 0; i < nw; ++i) {
+      for (int i = first; i < nw; ++i) {
         float f[VEC];
         ce_widen<kGeneral>(x_at(i), f, p.softcap, k2);
-        ce_grad<kGeneral>(p, k, g.col(i), VEC, f);
+        ce_grad<kGeneral>(p, k, g.col(i) - sh, VEC, f);
         V o;
         o.narrow(f);
         o.store(orow + g.col(i));
@@ -609,7 +680,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       const float lse_log2 = log2_base(k.lse);
       const float A = from_log2_units(k.A, k.lse, lse_log2);
 #pragma unroll kUnroll
-      for (int i = 0; i < nw; ++i) {
+      for (int i = first; i < nw; ++i) {
         float f[VEC];
         x_at(i).widen(f);
 #pragma unroll
@@ -622,9 +693,9 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       // The target's column in a whole vector of this thread: i * col_step
       // = tcol - col0 - jt, 0 <= jt < VEC, i < nw. Its logit is st.x (its
       // slot holds the next row by now; in place, dx has overwritten x).
-      const int off = k.tcol - g.col0;
+      const int off = k.tcol + sh - g.col0;
       if (k.tcol >= 0 && off >= 0 && off / g.col_step < nw && off % g.col_step < VEC)
-        orow[k.tcol] = from_float<T>(fmaf(A, ce_exp_from(st.x, lse_log2), -k.b) - k.a);
+        orow[k.tcol + sh] = from_float<T>(fmaf(A, ce_exp_from(st.x, lse_log2), -k.b) - k.a);
     }
     cp_async_commit();
   }
@@ -1225,8 +1296,8 @@ Status launch_ce_reg_tiles(const CEParams& p, const RegRowConfig& cfg, const cor
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <=
 // ce_max_vpt(wide); clustered rows at ce_cluster_vpt()). shift: rows read
 // from the vector that holds their first logit (ce_reg_kernel's kShift;
-// cfg planned for V + VEC - 1 columns, unstaged: no staged kernel of
-// shifted rows is built).
+// cfg planned for V + VEC - 1 columns; ce_staged_kernel's kShift where
+// staged).
 template <DType kX>
 Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool shift, int device,
                      cudaStream_t stream) {
@@ -1236,7 +1307,7 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool
     if (shift) return launch_ce_reg_tiles<T, true>(p, cfg, shape, grad, device, stream);
     return launch_ce_reg_tiles<T, false>(p, cfg, shape, grad, device, stream);
   }
-  if (grad && !shift) {
+  if (grad) {
     // ce_staged_kernel's grid (RowTuning::ce_staged_clusters): -1 one
     // cluster a row (the default), 0 as many as are resident (each walks
     // rows), n > 0 at most n.
@@ -1244,14 +1315,19 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool
     shape.persistent = cap >= 0;
     if (cap > 0) shape.grid = std::min<int64_t>(shape.grid, int64_t(cap) * cfg.cluster);
     const bool general = p.softcap != 0.0f || p.wsmooth, sum = p.smoothing != 0.0f;
-    auto tile = [&](auto vpt) -> Status {
+    auto tile = [&](auto vpt, auto shift_c) -> Status {
       constexpr int VPT = decltype(vpt)::value;
-      if (general) return launch_ce_kernel<ce_staged_kernel<T, VPT, true, true>>(shape, device, stream, p);
-      if (sum) return launch_ce_kernel<ce_staged_kernel<T, VPT, false, true>>(shape, device, stream, p);
-      return launch_ce_kernel<ce_staged_kernel<T, VPT, false, false>>(shape, device, stream, p);
+      constexpr bool kShift = decltype(shift_c)::value;
+      if (general) return launch_ce_kernel<ce_staged_kernel<T, VPT, true, true, kShift>>(shape, device, stream, p);
+      if (sum) return launch_ce_kernel<ce_staged_kernel<T, VPT, false, true, kShift>>(shape, device, stream, p);
+      return launch_ce_kernel<ce_staged_kernel<T, VPT, false, false, kShift>>(shape, device, stream, p);
     };
-    if (cfg.vpt == 8) return tile(std::integral_constant<int, 8>{});
-    if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{});
+    auto tiles = [&](auto shift_c) -> Status {
+      if (cfg.vpt == 8) return tile(std::integral_constant<int, 8>{}, shift_c);
+      if (cfg.vpt == 16) return tile(std::integral_constant<int, 16>{}, shift_c);
+      return ce_reg_unsupported(cfg, grad, shift);
+    };
+    return shift ? tiles(std::true_type{}) : tiles(std::false_type{});
   }
   return ce_reg_unsupported(cfg, grad, shift);
 }

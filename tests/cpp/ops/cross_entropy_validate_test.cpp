@@ -829,9 +829,10 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // rows may keep 4 for a 32-thread team: 1000 classes do); the
 // fused gradient keeps 4 (8 spills there).
 // Shifted rows (odd V: each row's first logit inside a 16-byte vector,
-// logits and dlogits at the same offset) take the register tiles of V +
-// VEC - 1 columns -- never staged, bulk or two-pass: those read whole
-// vectors -- where RowTuning::shifted_rows' bit 1 allows; off by default
+// logits and dlogits at the same offset) take the plan of V + VEC - 1
+// columns -- the register tiles, or the staged fused gradient where it
+// stages those; never the bulk or two-pass kernels (whole vectors) --
+// where RowTuning::shifted_rows' bit 1 allows; off by default
 // (unmeasured): the element-wise streaming kernel.
 TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
   const DeviceLimits lim;
@@ -859,12 +860,18 @@ TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
         SCOPED_TRACE("V = " + std::to_string(v) + (m.wide ? " forward" : m.general ? " general" : " gradient") +
                      ": " + s);
         int team = 0, threads = 0, cluster = 0, vpt = 0;
-        ASSERT_EQ(std::sscanf(s.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
-        EXPECT_LE(vpt, m.wide ? 8 : 4);
+        ASSERT_EQ(std::sscanf(s.c_str(), "%*s team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
         // The tiles cover the row from the vector before its first logit.
         EXPECT_GE(int64_t(cluster) * team * vpt * vec, v + vec - 1);
-        if (cluster > 1) {
-          EXPECT_EQ(vpt, 4);
+        if (s.rfind("stage", 0) == 0) {
+          // The staged fused gradient, as aligned rows of V + VEC - 1.
+          EXPECT_FALSE(m.wide);
+          EXPECT_EQ(s, cross_entropy_plan_description(4096, v + vec - 1, dt, lim, false, m.general));
+        } else {
+          EXPECT_LE(vpt, m.wide ? 8 : 4);
+          if (cluster > 1) {
+            EXPECT_EQ(vpt, 4);
+          }
         }
       }
     }
