@@ -309,6 +309,12 @@ Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, b
   if (!(current_row_tuning().shifted_rows & 2)) return Plan{};
   return plan_rows(rows, cols + 16 / es - 1, es, lim, wide, staged);
 }
+// A plain forward (wide) of shifted rows that ce_fwd_stream_kernel's kShift
+// takes: from ce_fwd_stream_min_bytes, as aligned rows (the bulk kernel,
+// which copies whole vectors, serves none).
+bool shifted_fwd_stream(int64_t cols, int es, bool wide, const RowTuning& tune) {
+  return wide && (tune.shifted_rows & 2) && cols * es >= tune.ce_fwd_stream_min_bytes;
+}
 
 Status cuda_check(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -324,6 +330,7 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   if (general) wide = false;
   const int es = dtype_size(dtype);
   if (shifted) {
+    if (shifted_fwd_stream(cols, es, wide, tune)) return "fwd-stream";
     const Plan plan = shifted_plan(rows, cols, es, lim, wide, !wide);
     if (!plan.reg) return "stream";
     char buf[128];
@@ -619,6 +626,11 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
     if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_fwd_stream<decltype(dt)::value>(p, stream_grid, false, device, stream);
+      });
+    }
+    if (shifted && shifted_fwd_stream(a.cols, es, wide, tune)) {
+      return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
+        return ops::launch_ce_fwd_stream_shifted<decltype(dt)::value>(p, stream_grid, device, stream);
       });
     }
     if (plan.reg) {

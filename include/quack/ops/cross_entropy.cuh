@@ -767,24 +767,44 @@ inline bool ce_sums_logits(const CEParams& p) { return p.stats != nullptr || p.s
 // folds each batch into its online (max, sum of exp, sum) with one rescale per
 // batch; the CTA reduces the row while the SM's other CTAs keep loading.
 // Whole vectors in the loop; the row's partial last vector (N % VEC) by
-// thread 0.
+// thread 0. kShift: rows whose first logit may lie inside a 16-byte vector
+// (row_shift): the whole vectors from the first 16-byte boundary in the
+// row, the elements before it (the head: the rest of the vector that holds
+// the first) by thread 0 as the partial last vector's.
 constexpr int kCEFwdStreamThreads = 256;
 constexpr int kCEFwdStreamU = 8;
 
-template <typename T, bool kSum>
+template <typename T, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(const CEParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int U = kCEFwdStreamU;
   using V = RawVec<T, VEC>;
   __shared__ __align__(16) unsigned char smem[RowReducer<MaxSumDotOp>::scratch_bytes()];
-  const int64_t nfull = p.cols / VEC;
-  const int tail = int(p.cols - nfull * VEC);
+  int64_t nfull = p.cols / VEC;
+  int tail = int(p.cols - nfull * VEC);
+  // kShift: row r's offset in its first vector (sh) and the head's
+  // elements (hsz), from its pointer made opaque: computed where used, not
+  // held through the row's loads (held, the 16-bit kernels spilled 8-20
+  // bytes at 64 registers, ptxas -v).
+  [[maybe_unused]] auto head_of = [&](int64_t r, int& sh, int& hsz) {
+    const T* r0 = static_cast<const T*>(p.x) + r * p.x_stride;
+    asm volatile("" : "+l"(r0));
+    sh = row_shift<T, true>(r0);
+    hsz = sh == 0 ? 0 : int(min(int64_t(VEC - sh), p.cols));
+  };
   int rowi = 0;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x, ++rowi) {
     int tid = int(threadIdx.x), nthr = int(blockDim.x);
     asm volatile("" : "+r"(tid), "+r"(nthr));
     const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;
+    // kShift: the whole vectors from the row's first 16-byte boundary.
+    if constexpr (kShift) {
+      int sh, hsz;
+      head_of(row, sh, hsz);
+      nfull = (p.cols - hsz) / VEC;
+      xrow += hsz;  // (16-byte aligned now)
+    }
     const bool writer = threadIdx.x == 0;
     // The writer's target first: its logit's load then overlaps the row's.
     CERow r{};
@@ -810,18 +830,28 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
     float xt = 0.0f;
     if (writer) {
       xt = ce_target_logit<T>(p, r, row, 0.0f);
-      if (tail > 0) {
+      // Lanes [lo, hi) of the vector at vp (-inf elsewhere) into (m, s, d).
+      auto fold_part = [&](const T* vp, int lo, int hi) {
         V v[1];
-        const T* tp = xrow + nfull * VEC;
-        asm volatile("" : "+l"(tp));
-        v[0].load_partial(tp, tail);
-        v[0].fill_tail(tail, neg_inf_bits<T>());
+        asm volatile("" : "+l"(vp));
+        v[0].load_range(vp, lo, hi);
+        v[0].fill_tail(hi, neg_inf_bits<T>());
+        if constexpr (kShift) v[0].fill_head(lo, neg_inf_bits<T>());
         float f[VEC];
         v[0].widen(f);
         const float nm = fmaxf(m, max_of(v));
         s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-        ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
+        ce_accumulate<false, true>(p, f, 0, lo, hi, nm == -INFINITY ? 0.0f : nm, s, d);
         m = nm;
+      };
+      if constexpr (kShift) {
+        int sh, hsz;
+        head_of(row, sh, hsz);
+        tail = int(p.cols - hsz - nfull * VEC);
+        if (tail > 0) fold_part(xrow + nfull * VEC, 0, tail);
+        if (hsz > 0) fold_part(xrow - hsz - sh, sh, sh + hsz);
+      } else {
+        if (tail > 0) fold_part(xrow + nfull * VEC, 0, tail);
       }
     }
     RowReducer<MaxSumDotOp> red(smem, nthr, 1);
@@ -1362,6 +1392,16 @@ Status launch_ce_fwd_stream(const CEParams& p, int64_t grid, bool grad, int devi
   return launch_ce_kernel<ce_fwd_stream_kernel<T, false>>(shape, device, stream, p);
 }
 
+// The plain forward's streaming kernel for shifted rows (kShift): `grid`
+// persistent CTAs.
+template <DType kX>
+Status launch_ce_fwd_stream_shifted(const CEParams& p, int64_t grid, int device, cudaStream_t stream) {
+  using T = typename core::TypeOf<kX>::type;
+  const core::LaunchShape shape{grid, kCEFwdStreamThreads, 0, 1, false};
+  if (ce_sums_logits(p)) return launch_ce_kernel<ce_fwd_stream_kernel<T, true, true>>(shape, device, stream, p);
+  return launch_ce_kernel<ce_fwd_stream_kernel<T, false, true>>(shape, device, stream, p);
+}
+
 // The plain forward's bulk-copy kernel: `grid` CTAs (persistent, two an SM
 // at most), the ring for rows of `row_bytes` whole vectors.
 template <DType kX>
@@ -1388,6 +1428,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
   EXTERN template Status launch_ce_stream<DT>(const CEParams&, int, int64_t, bool, bool, bool, int,            \
                                               cudaStream_t);                                                    \
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
+  EXTERN template Status launch_ce_fwd_stream_shifted<DT>(const CEParams&, int64_t, int, cudaStream_t);         \
   EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, int, cudaStream_t);                   \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
                                              int64_t, int, cudaStream_t);

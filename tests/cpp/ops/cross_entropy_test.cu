@@ -534,6 +534,8 @@ std::vector<CeCase> cases() {
   v.push_back(C(kBF16, 5, 1001, kNone).w().mis(3, 0).dx_mis(3, 0));
   v.push_back(C(kF32, 10, 1001, kNone).big());
   v.push_back(C(kBF16, 7, 50257, kMean).g(0.75f).badt());
+  v.push_back(C(kF16, 5, 128257, kNone).badt().nograd());  // the plain streaming forward, no sum
+  v.push_back(C(kF32, 10, 65537, kNone).big().nograd());   // ... in natural units (ce_fold_finish)
   // Streaming, vectorised: beyond the register tiles.
   v.push_back(C(kF32, 2, 300000, kMean).smooth(0.1f).zl(1e-4f));
   v.push_back(C(kBF16, 2, 600000, kSum).w().softcap(30.0f));
@@ -974,8 +976,9 @@ INSTANTIATE_TEST_SUITE_P(StreamCases, CrossEntropyGpuStreaming, testing::ValuesI
 // The shifted cases (case_shifted) with RowTuning::shifted_rows' cross-entropy
 // bit: the register kernels (kShift; sub-warp teams with rows at every
 // offset, one CTA; the plain forward's 8-vector tile, the general options,
-// class weights by column, in place, huge logits, bad targets) and the
-// staged gradient (ce_staged_kernel's kShift: 50257, 32001, 128257) from
+// class weights by column, in place, huge logits, bad targets), the
+// staged gradient (ce_staged_kernel's kShift: 50257, 32001, 128257) and
+// the plain streaming forward (ce_fwd_stream_kernel's kShift: 50257) from
 // the vector holding each row's first logit. (CrossEntropyGpuStaged and
 // BalancedStaged stage shifted rows from short ones, walking rows.)
 std::vector<CeCase> shifted_cases() {
@@ -998,7 +1001,8 @@ class CrossEntropyGpuShifted : public testing::TestWithParam<CeCase> {
 TEST_P(CrossEntropyGpuShifted, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
   const std::string plan = case_plan(GetParam());
-  EXPECT_TRUE(plan.rfind("reg", 0) == 0 || plan.rfind("stage", 0) == 0) << "not the register kernels: " << plan;
+  EXPECT_TRUE(plan.rfind("reg", 0) == 0 || plan.rfind("stage", 0) == 0 || plan == "fwd-stream")
+      << "not the register, staged or streaming-forward kernels: " << plan;
   run_case(GetParam());
 }
 

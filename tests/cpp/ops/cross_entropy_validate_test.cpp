@@ -831,9 +831,10 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // Shifted rows (odd V: each row's first logit inside a 16-byte vector,
 // logits and dlogits at the same offset) take the plan of V + VEC - 1
 // columns -- the register tiles, or the staged fused gradient where it
-// stages those; never the bulk or two-pass kernels (whole vectors) --
-// where RowTuning::shifted_rows' bit 1 allows; off by default
-// (unmeasured): the element-wise streaming kernel.
+// stages those; never the bulk or two-pass kernels (whole vectors) -- and
+// plain forwards of ce_fwd_stream_min_bytes or more the streaming forward
+// (kShift: the head apart), where RowTuning::shifted_rows' bit 1 allows;
+// off by default (unmeasured): the element-wise streaming kernel.
 TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
   const DeviceLimits lim;
   struct Mode {
@@ -859,6 +860,10 @@ TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
         const std::string s = cross_entropy_plan_description(4096, v, dt, lim, m.wide, m.general, true);
         SCOPED_TRACE("V = " + std::to_string(v) + (m.wide ? " forward" : m.general ? " general" : " gradient") +
                      ": " + s);
+        if (m.wide && v * dtype_size(dt) >= t.ce_fwd_stream_min_bytes) {
+          EXPECT_EQ(s, "fwd-stream");
+          continue;
+        }
         int team = 0, threads = 0, cluster = 0, vpt = 0;
         ASSERT_EQ(std::sscanf(s.c_str(), "%*s team %d thr %d cl %d vpt %d", &team, &threads, &cluster, &vpt), 4);
         // The tiles cover the row from the vector before its first logit.
