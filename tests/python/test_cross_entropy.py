@@ -210,8 +210,10 @@ def test_forward_and_grad(dtype, v, reduction, oi):
 
 @gpu
 @pytest.mark.parametrize("dtype", [F32, BF16])
-@pytest.mark.parametrize("v", [50304, 65536, 128256, 151936, 262144])
+@pytest.mark.parametrize("v", [50257, 50304, 65536, 128256, 128257, 151936, 262144])
 def test_large_vocab(dtype, v):
+    # (Odd V: contiguous rows at every offset in their first 16-byte vector,
+    # logits and gradient alike -- shifted rows.)
     x, t = make(6, v, dtype)
     o = opts_for({"label_smoothing": 0.1, "z_loss": 1e-4}, v)
     xr = x.detach().clone().requires_grad_(True)
