@@ -81,17 +81,34 @@ struct RowGeom {
   // The row shifted by s elements (0 <= s < VEC; see the top): the caller
   // passes its row pointers s elements early. The thread holding column 0
   // is not whole when s > 0 (its vector 0 is masked by head).
-  __device__ __forceinline__ void shift(int s) {
+  __host__ __device__ __forceinline__ void shift(int s) {
     cols += s;
     head = col0 == 0 ? s : 0;
     whole = head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols;
   }
-  __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
+  // Thread t of a team of `team` in cluster rank crank, rows of `cols`
+  // (make's layout without the thread's registers: host tests of the
+  // geometry; the kernels use make / make_pow2).
+  __host__ __device__ static RowGeom at(int team, int t, int crank, int cols) {
+    RowGeom g;
+    g.team = team;
+    g.t = t;
+    g.team_id = 0;
+    g.teams = 1;
+    g.crank = crank;
+    g.cols = cols;
+    g.col_step = team * VEC;
+    g.col0 = (crank * VPT * team + t) * VEC;
+    g.head = 0;
+    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    return g;
+  }
+  __host__ __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
   // Elements of vector i before the row: head for vector 0, else 0.
-  __device__ __forceinline__ int lo(int i) const { return i == 0 ? head : 0; }
+  __host__ __device__ __forceinline__ int lo(int i) const { return i == 0 ? head : 0; }
   // Elements of vector i inside the row: VEC, fewer for the row's last
   // partial vector, 0 past the end.
-  __device__ __forceinline__ int valid(int i) const {
+  __host__ __device__ __forceinline__ int valid(int i) const {
     const int c = col(i);
     return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
   }

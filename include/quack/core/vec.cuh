@@ -18,6 +18,14 @@
 
 #include "quack/quack.hpp"
 
+// `#pragma unroll` for the device compilation of __host__ __device__ code
+// (the host compiler warns on the pragma).
+#if defined(__CUDA_ARCH__)
+#define QUACK_DEVICE_UNROLL _Pragma("unroll")
+#else
+#define QUACK_DEVICE_UNROLL
+#endif
+
 namespace quack {
 namespace core {
 
@@ -356,12 +364,12 @@ struct RawVec {
   }
   // Elements [valid, VEC) set to the bit pattern `bits` (T's width), e.g.
   // -inf so that padding drops out of a max and of a sum of exponentials.
-  __device__ __forceinline__ void fill_tail(int valid, uint32_t bits) {
+  __host__ __device__ __forceinline__ void fill_tail(int valid, uint32_t bits) {
     if constexpr (sizeof(T) == 4) {
-#pragma unroll
+QUACK_DEVICE_UNROLL
       for (int i = 0; i < kWords; ++i) w[i] = i < valid ? w[i] : bits;
     } else {
-#pragma unroll
+QUACK_DEVICE_UNROLL
       for (int i = 0; i < kWords; ++i) {
         if (2 * i >= valid) w[i] = (w[i] & 0xffff0000u) | bits;
         if (2 * i + 1 >= valid) w[i] = (w[i] & 0x0000ffffu) | (bits << 16);
@@ -370,12 +378,12 @@ struct RawVec {
   }
   // Elements [0, lo) set to `bits` (fill_tail's counterpart at the front:
   // a shifted row's first vector, core::RowGeom::head).
-  __device__ __forceinline__ void fill_head(int lo, uint32_t bits) {
+  __host__ __device__ __forceinline__ void fill_head(int lo, uint32_t bits) {
     if constexpr (sizeof(T) == 4) {
-#pragma unroll
+QUACK_DEVICE_UNROLL
       for (int i = 0; i < kWords; ++i) w[i] = i < lo ? bits : w[i];
     } else {
-#pragma unroll
+QUACK_DEVICE_UNROLL
       for (int i = 0; i < kWords; ++i) {
         if (2 * i < lo) w[i] = (w[i] & 0xffff0000u) | bits;
         if (2 * i + 1 < lo) w[i] = (w[i] & 0x0000ffffu) | (bits << 16);

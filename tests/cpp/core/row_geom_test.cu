@@ -1,0 +1,138 @@
+// core::RowGeom's layout and its shifted rows, and RawVec's padding fills:
+// host code only (RowGeom::at builds a thread's geometry as make does), so
+// these run wherever the GPU suite is built, CI included.
+//
+// Shifted rows (RowGeom::shift): a row whose first element sits s elements
+// into its 16-byte vector is walked from that vector. Whatever s, the
+// threads' valid lanes [lo(i), valid(i)) must cover the row's N elements
+// exactly once, no lane outside them, the head only at column 0; and the
+// tiles the plans size for N + VEC - 1 columns must hold every shift.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quack/core/row_tile.cuh"
+
+namespace quack {
+namespace {
+
+// Walks every thread of a row of n elements shifted by s, in `cluster`
+// CTAs of `team` threads at VPT vectors of VEC: counts each element's
+// covering lanes, and checks the per-thread rules.
+template <int VEC, int VPT>
+void check_cover(int team, int cluster, int n, int s) {
+  SCOPED_TRACE("VEC " + std::to_string(VEC) + " VPT " + std::to_string(VPT) + " team " + std::to_string(team) +
+               " cluster " + std::to_string(cluster) + " N " + std::to_string(n) + " shift " + std::to_string(s));
+  std::vector<int> seen(size_t(n), 0);
+  int outside = 0, bad_head = 0, bad_whole = 0;
+  for (int crank = 0; crank < cluster; ++crank) {
+    for (int t = 0; t < team; ++t) {
+      auto g = core::RowGeom<VEC, VPT>::at(team, t, crank, n);
+      g.shift(s);
+      if (g.head != 0 && !(crank == 0 && t == 0)) ++bad_head;
+      if (g.head != ((crank == 0 && t == 0) ? s : 0)) ++bad_head;
+      for (int i = 0; i < VPT; ++i) {
+        const int lo = g.lo(i), hi = g.valid(i);
+        if (g.whole && (lo != 0 || hi != VEC)) ++bad_whole;
+        if (lo < 0 || hi > VEC) ++outside;
+        for (int j = lo; j < hi; ++j) {
+          const int c = g.col(i) + j - s;  // the element's column in the row
+          if (c < 0 || c >= n) ++outside;
+          else ++seen[size_t(c)];
+        }
+      }
+    }
+  }
+  int missed = 0, twice = 0;
+  for (int v : seen) {
+    missed += v == 0;
+    twice += v > 1;
+  }
+  EXPECT_EQ(missed, 0) << "elements no lane holds";
+  EXPECT_EQ(twice, 0) << "elements two lanes hold";
+  EXPECT_EQ(outside, 0) << "valid lanes outside the row";
+  EXPECT_EQ(bad_head, 0) << "a head away from column 0";
+  EXPECT_EQ(bad_whole, 0) << "a whole thread with a masked lane";
+}
+
+// Tiles sized as the plans size them for shifted rows: the fewest CTAs
+// (up to 16) whose tiles hold N + VEC - 1 columns.
+template <int VEC, int VPT>
+void check_planned(int team, int n) {
+  const int64_t tile = int64_t(team) * VPT * VEC;
+  const int cluster = int((n + VEC - 1 + tile - 1) / tile);
+  if (cluster > 16) return;
+  for (int s = 0; s < VEC; ++s) check_cover<VEC, VPT>(team, cluster, n, s);
+}
+
+TEST(RowGeomShift, EveryShiftCoversTheRowOnce) {
+  std::mt19937 gen(43);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int team = 1 << std::uniform_int_distribution<int>(0, 10)(gen);
+    const int n = std::uniform_int_distribution<int>(1, 20000)(gen);
+    check_planned<8, 1>(team, n);
+    check_planned<8, 4>(team, n);
+    check_planned<8, 16>(team, n);
+    check_planned<4, 2>(team, n);
+    check_planned<4, 8>(team, n);
+    check_planned<4, 16>(team, n);
+    if (testing::Test::HasFailure()) return;
+  }
+  // Rows shorter than a vector (the head vector is the row's last), a
+  // balanced CTA of whole warps, a cluster whose last CTA holds a lane.
+  for (int s = 0; s < 8; ++s) {
+    for (int n = 1; n + s <= 8; ++n) check_cover<8, 1>(1, 1, n, s);
+    check_cover<8, 16>(224, 2, 50257, s);
+    check_cover<8, 4>(1024, 2, 50257, s);
+  }
+  for (int s = 0; s < 4; ++s) check_cover<4, 16>(256, 8, 128257, s);
+}
+
+// The tiles a plan sizes for aligned rows alone can miss a shifted row's
+// last elements: the N + VEC - 1 rule is needed (N = 16 bf16 in one
+// thread of two vectors holds every aligned row, not one shifted by 1).
+TEST(RowGeomShift, AlignedSizingMissesShiftedRows) {
+  auto g = core::RowGeom<8, 2>::at(1, 0, 0, 16);
+  g.shift(1);
+  EXPECT_EQ(g.lo(0), 1);
+  EXPECT_EQ(g.valid(0), 8);
+  EXPECT_EQ(g.valid(1), 8);  // columns 8..15 of 17: the row's 16th element is past the tile
+  EXPECT_FALSE(g.whole);
+}
+
+// RawVec's fills: fill_head(lo) sets elements [0, lo), fill_tail(valid)
+// elements [valid, VEC), each to the pattern and nothing else.
+template <typename T, int VEC>
+void check_fills(uint32_t bits) {
+  using V = core::RawVec<T, VEC>;
+  constexpr int kBits = 8 * int(sizeof(T));
+  const uint32_t mask = kBits == 32 ? 0xffffffffu : (1u << kBits) - 1u;
+  auto elem = [&](const V& v, int k) {
+    const int per = 32 / kBits;
+    return (v.w[k / per] >> (kBits * (k % per))) & mask;
+  };
+  for (int n = 0; n <= VEC; ++n) {
+    V h, t;
+    for (int k = 0; k < V::kWords; ++k) h.w[k] = t.w[k] = 0x12345678u + 0x01010101u * uint32_t(k);
+    const V orig = h;
+    h.fill_head(n, bits);
+    t.fill_tail(n, bits);
+    for (int k = 0; k < VEC; ++k) {
+      EXPECT_EQ(elem(h, k), k < n ? (bits & mask) : elem(orig, k)) << "fill_head(" << n << ") element " << k;
+      EXPECT_EQ(elem(t, k), k >= n ? (bits & mask) : elem(orig, k)) << "fill_tail(" << n << ") element " << k;
+    }
+  }
+}
+
+TEST(RawVecFill, HeadAndTailSetExactlyTheirElements) {
+  check_fills<float, 4>(0xff800000u);
+  check_fills<__nv_bfloat16, 8>(0xff80u);
+  check_fills<__half, 8>(0xfc00u);
+  check_fills<__nv_bfloat16, 8>(0u);
+}
+
+}  // namespace
+}  // namespace quack
