@@ -16,6 +16,13 @@
 #              $CASES_JOBS (default 8) gtest shards at once: the float64
 #              references are CPU-bound (the 43 grid cases ran 215 s in one
 #              process, 2026-12-01); cases.log is the shards' logs in turn
+#   shifted    the forty-third session's shifted rows (RowTuning::shifted_rows,
+#              built with no device, off by default): `cases` of their
+#              suites, memcheck and initcheck over *Shifted* (at most 90 s of
+#              starts), then the softmax and cross-entropy sweeps (bf16,
+#              fp32) at odd N beside their aligned neighbours, the defaults
+#              (the streams) and shifted_rows=3 side by side; each variable
+#              below may be set to override
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER)
 #              through scripts/sanitize_cases.sh: the biggest cases first,
 #              $SANITIZE_SHARDS processes at once, each killed after
@@ -174,6 +181,14 @@ for part in $parts; do
       awk '/^\[==========\] [0-9]+ tests? from .* ran/ {r += $2} /^\[  PASSED  \] [0-9]+/ {p += $4}
            /^\[  SKIPPED \] [0-9]+/ {s += $4} /^\[  FAILED  \] [0-9]+ tests?,/ {f += $4}
            END {printf "cases: %d ran, %d passed, %d skipped, %d failed\n", r, p, s, f}' "$out/cases.log" ;;
+    shifted)
+      n_odd="4096 4100 32000 32001 50264 50257 128256 128257"
+      CASES_FILTER=${CASES_FILTER:-'*Shifted*:*Softmax*Staged*:*SoftmaxGpuRegister*:*CrossEntropyGpuStaged*:*CrossEntropyGpuBalanced*:RowGeom*:RawVec*'} \
+        SANITIZE_FILTER=${SANITIZE_FILTER:-'*Shifted*'} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150} \
+        SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} SWEEP_OPS=${SWEEP_OPS:-softmax cross_entropy} \
+        SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=3} \
+        SOFTMAX_NS=${SOFTMAX_NS:-$n_odd} CE_NS=${CE_NS:-$n_odd} \
+        bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     sanitize|initcheck|synccheck)
       # memcheck (sanitize), initcheck or synccheck over the C++ GPU cases
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
@@ -395,10 +410,17 @@ PROBES
 done
 # The device tool brings back a bounded number of files (8 in the twelfth
 # session: synccheck's logs were left behind): past 8, the logs travel as
-# one logs.tgz beside gpu.txt and the summaries.
+# one logs.tgz beside gpu.txt and the summaries (logs2.tgz, ... where a
+# part that runs this script again, `shifted`, packed its own first).
 if [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  arc=logs.tgz
+  k=1
+  while [ -e "$out/$arc" ]; do
+    k=$((k + 1))
+    arc=logs$k.tgz
+  done
   (cd "$out" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.status' -o -name '*.json' -o -name '*.md' \) \
       ! -name '*summary.md' -printf '%f\n' > .packed \
-    && tar czf logs.tgz -T .packed && xargs rm -f < .packed && rm -f .packed)
+    && tar czf "$arc" -T .packed && xargs rm -f < .packed && rm -f .packed)
 fi
 exit $status
