@@ -680,10 +680,13 @@ Status cross_entropy_scale_grad(const CrossEntropyGradScaleArgs& a, cudaStream_t
   DeviceLimits lim;
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
   const bool vec_io = detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, 16 / dtype_size(a.dlogits.dtype));
+  // Rows that are not whole vectors: in shifted vectors where the tuning
+  // allows (RowTuning::shifted_rows bit 1), else element by element.
+  const bool shift = !vec_io && (current_row_tuning().shifted_rows & 2) != 0;
   const int64_t grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 8);
   return detail::by_dtype(a.dlogits.dtype, "dlogits", [&](auto dt) {
     return ops::launch_ce_scale<decltype(dt)::value>(a.rows, a.cols, a.dlogits.ptr, a.dlogits.row_stride, a.dloss,
-                                                     a.per_row, vec_io, grid, device, stream);
+                                                     a.per_row, vec_io, shift, grid, device, stream);
   });
 }
 

@@ -143,8 +143,8 @@ struct RowTuning {
   // element (planned for N + VEC - 1 columns), instead of the streaming
   // kernel in shifted vectors. Bit 0: softmax (forward and backward); bit
   // 1: cross-entropy (its register kernels, any options, forward or fused
-  // gradient, its staged fused gradient and its plain streaming forward;
-  // else the element-wise streaming kernel).
+  // gradient, its staged fused gradient, its plain streaming forward and
+  // cross_entropy_scale_grad; else the element-wise kernels).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for

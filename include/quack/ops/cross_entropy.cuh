@@ -1245,11 +1245,16 @@ struct CEScalarParams {
 // dx *= g (g[row], or g[0] for every row), skipping rows whose factor is
 // exactly 1: a gradient written for a unit upstream factor costs nothing more
 // when the factor is 1, read on the device. One CTA per row (grid-stride).
-template <typename T, bool kVecIO>
+// kShift (dx's rows not whole vectors: odd V): each row in the 16-byte
+// vectors that cover it, from the one holding its first element (one
+// operand: its rows always share their own offsets), the first and the
+// last vector over the row's lanes only (softmax's streaming rows).
+template <typename T, bool kVecIO, bool kShift = false>
 __global__ void __launch_bounds__(256) ce_scale_kernel(int64_t rows, int64_t cols, void* dx, int64_t stride,
                                                        const float* g, bool per_row) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
+  constexpr bool kVec = kVecIO || kShift;  // whole vectors 16 bytes at a time
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float f = __ldg(g + (per_row ? row : 0));
     if (f == 1.0f) {
@@ -1257,19 +1262,21 @@ __global__ void __launch_bounds__(256) ce_scale_kernel(int64_t rows, int64_t col
       continue;
     }
     T* xr = static_cast<T*>(dx) + row * stride;
-    for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += int64_t(blockDim.x) * VEC) {
-      const int n = cols - c < VEC ? int(cols - c) : VEC;
+    const int sh = row_shift<T, kShift>(xr);
+    for (int64_t c = int64_t(threadIdx.x) * VEC - sh; c < cols; c += int64_t(blockDim.x) * VEC) {
+      int lo = 0, n = cols - c < VEC ? int(cols - c) : VEC;
+      if constexpr (kShift) lo = c < 0 ? int(-c) : 0;
       RawVec<T, VEC> v;
       // Plain (coherent) loads: dx may have been written by this stream's
       // previous kernel only, but .nc is reserved for data no kernel writes.
-      if (kVecIO && n == VEC) *reinterpret_cast<uint4*>(v.w) = *reinterpret_cast<const uint4*>(xr + c);
-      else v.load_partial(xr + c, n);
+      if (kVec && lo == 0 && n == VEC) *reinterpret_cast<uint4*>(v.w) = *reinterpret_cast<const uint4*>(xr + c);
+      else v.load_range(xr + c, lo, n);
       float e[VEC];
       v.widen(e);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) e[j] *= f;
       v.narrow(e);
-      stream_store<T, VEC, kVecIO>(v, xr + c, n);
+      stream_store<T, VEC, kVec>(v, xr + c, lo, n);
     }
   }
 }
@@ -1414,12 +1421,15 @@ Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, int device, cudaStrea
   return launch_ce_kernel<ce_fwd_bulk_kernel<T, false>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
 }
 
+// vec_io: aligned rows; shift: rows in shifted vectors (kShift).
 template <DType kX>
 Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, const float* g, bool per_row,
-                       bool vec_io, int64_t grid, int device, cudaStream_t stream) {
+                       bool vec_io, bool shift, int64_t grid, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{grid, 256, 0, 1, false};
   if (vec_io) return launch_ce_kernel<ce_scale_kernel<T, true>>(shape, device, stream, rows, cols, dx, stride, g, per_row);
+  if (shift)
+    return launch_ce_kernel<ce_scale_kernel<T, false, true>>(shape, device, stream, rows, cols, dx, stride, g, per_row);
   return launch_ce_kernel<ce_scale_kernel<T, false>>(shape, device, stream, rows, cols, dx, stride, g, per_row);
 }
 
@@ -1430,7 +1440,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
   EXTERN template Status launch_ce_fwd_stream_shifted<DT>(const CEParams&, int64_t, int, cudaStream_t);         \
   EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, int, cudaStream_t);                   \
-  EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool,        \
+  EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool, bool,  \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU
 QUACK_CE_INSTANTIATION(extern, DType::kFloat32)

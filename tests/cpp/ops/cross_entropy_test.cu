@@ -1603,9 +1603,7 @@ cudaError_t raw_bytes(const GuardedTensor& t, std::vector<unsigned char>* out) {
   return cudaMemcpy(out->data(), t.ptr(), n, cudaMemcpyDeviceToHost);
 }
 
-TEST_P(CrossEntropyScaleGrad, ScalesExactlyAndSkipsUnitFactors) {
-  QUACK_REQUIRE_SM90();
-  const ScaleSetup s = GetParam();
+void run_scale_case(const ScaleSetup& s) {
   const Layout l{s.dtype, s.rows, s.cols, s.cols + s.pad, s.offset};
   const int es = dtype_size(s.dtype);
   std::mt19937 gen(uint32_t(s.rows * 31 + s.cols + int(s.dtype)));
@@ -1694,17 +1692,54 @@ TEST_P(CrossEntropyScaleGrad, ScalesExactlyAndSkipsUnitFactors) {
   }
 }
 
+TEST_P(CrossEntropyScaleGrad, ScalesExactlyAndSkipsUnitFactors) {
+  QUACK_REQUIRE_SM90();
+  run_scale_case(GetParam());
+}
+
+std::string scale_name(const testing::TestParamInfo<ScaleSetup>& i) {
+  const ScaleSetup& s = i.param;
+  return std::string(s.dtype == kF32 ? "f32" : s.dtype == kF16 ? "f16" : "bf16") + "_M" + std::to_string(s.rows) +
+         "_V" + std::to_string(s.cols) + (s.offset ? "_off" + std::to_string(s.offset) : std::string()) +
+         (s.pad ? "_pad" + std::to_string(s.pad) : std::string());
+}
+
+// (Rows that are not whole vectors -- odd pitches, misaligned starts -- go
+// element by element by default; CrossEntropyScaleGradShifted takes them
+// in shifted vectors.)
 INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyScaleGrad,
                          testing::Values(ScaleSetup{kF32, 7, 1000, 0, 0}, ScaleSetup{kBF16, 289, 4096, 0, 8},
                                          ScaleSetup{kF16, 13, 50304, 0, 0}, ScaleSetup{kBF16, 7, 1001, 1, 0},
-                                         ScaleSetup{kF32, 5, 3, 0, 1}, ScaleSetup{kF16, 3, 262144, 1, 3}),
-                         [](const testing::TestParamInfo<ScaleSetup>& i) {
-                           const ScaleSetup& s = i.param;
-                           return std::string(s.dtype == kF32 ? "f32" : s.dtype == kF16 ? "f16" : "bf16") + "_M" +
-                                  std::to_string(s.rows) + "_V" + std::to_string(s.cols) +
-                                  (s.offset ? "_off" + std::to_string(s.offset) : std::string()) +
-                                  (s.pad ? "_pad" + std::to_string(s.pad) : std::string());
-                         });
+                                         ScaleSetup{kF32, 5, 3, 0, 1}, ScaleSetup{kF16, 3, 262144, 1, 3},
+                                         ScaleSetup{kBF16, 37, 50257, 0, 0}, ScaleSetup{kF32, 9, 32001, 3, 0},
+                                         ScaleSetup{kBF16, 40, 7, 0, 0}),
+                         scale_name);
+
+// The same shapes with RowTuning::shifted_rows' cross-entropy bit: rows
+// that are not whole vectors (every offset in the first vector: bf16 1001
+// from a misaligned start, 50257 and 7 contiguous, fp32 32001 from offset
+// 3) in shifted vectors, the first and last over the row's lanes only;
+// aligned rows as before.
+class CrossEntropyScaleGradShifted : public testing::TestWithParam<ScaleSetup> {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    t.shifted_rows = 2;
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyScaleGradShifted, ScalesExactlyAndSkipsUnitFactors) {
+  QUACK_REQUIRE_SM90();
+  run_scale_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(ShiftedShapes, CrossEntropyScaleGradShifted,
+                         testing::Values(ScaleSetup{kBF16, 7, 1001, 1, 0}, ScaleSetup{kF16, 3, 262144, 1, 3},
+                                         ScaleSetup{kBF16, 37, 50257, 0, 0}, ScaleSetup{kF32, 9, 32001, 3, 0},
+                                         ScaleSetup{kBF16, 40, 7, 0, 0}, ScaleSetup{kF32, 7, 1000, 0, 0}),
+                         scale_name);
 
 }  // namespace
 }  // namespace quack
