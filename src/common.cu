@@ -46,13 +46,8 @@ int schedulable_cluster(int dev, size_t smem) {
   if (cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
       cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess) {
     for (int cluster = 16; cluster >= 2; cluster /= 2) {
-      cudaLaunchConfig_t lc = {};
-      cudaLaunchAttribute attr = core::cluster_dim_attr(cluster);
-      lc.gridDim = dim3(unsigned(cluster), 1, 1);
-      lc.blockDim = dim3(128, 1, 1);
-      lc.dynamicSmemBytes = smem;
-      lc.attrs = &attr;
-      lc.numAttrs = 1;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t lc = core::one_cluster_config(cluster, 128, smem, &attr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &lc) == cudaSuccess && clusters >= 1) {
         best = cluster;

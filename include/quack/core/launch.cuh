@@ -45,6 +45,19 @@ inline cudaLaunchAttribute cluster_dim_attr(int cluster) {
   attr.val.clusterDim.z = 1;
   return attr;
 }
+// A launch of one cluster of `cluster` CTAs of `threads`, `smem` bytes of
+// dynamic shared memory each; *attr (which must outlive the launch) holds
+// its cluster attribute (device_limits' probe and its test's launch).
+inline cudaLaunchConfig_t one_cluster_config(int cluster, int threads, size_t smem, cudaLaunchAttribute* attr) {
+  *attr = cluster_dim_attr(cluster);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(cluster), 1, 1);
+  lc.blockDim = dim3(unsigned(threads), 1, 1);
+  lc.dynamicSmemBytes = smem;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return lc;
+}
 
 // Per-kernel, per-device attribute cache: bit d set once device d's
 // attributes for this kernel were raised.

@@ -176,8 +176,7 @@ struct RowGeom {
         if (lo(i) > 0) {
           RawVec<T, VEC> v;
           load(v, row, i);
-          sts_f4(dst, make_float4(__uint_as_float(v.w[0]), __uint_as_float(v.w[1]), __uint_as_float(v.w[2]),
-                                   __uint_as_float(v.w[3])));
+          sts16(dst, v.w);
         } else {
           cp_async_zfill<16>(dst, row + (n > 0 ? col(i) : 0), n * int(sizeof(T)));
         }

@@ -264,6 +264,12 @@ __device__ __forceinline__ void sts_f4(uint32_t addr, float4 v) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
+// A 16-byte vector's words at a 16-byte-aligned shared address (lds<16>'s
+// counterpart: a RawVec's w).
+__device__ __forceinline__ void sts16(uint32_t addr, const uint32_t (&w)[4]) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
 
 
 // Asynchronously copies the first `bytes` (clamped to [0, kBytes]) of a

@@ -540,8 +540,7 @@ __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, in
       if (first) {
         V v;
         v.load_range(xrow, g.head, VEC);
-        sts_f4(g.slot(slot0, 0), make_float4(__uint_as_float(v.w[0]), __uint_as_float(v.w[1]),
-                                             __uint_as_float(v.w[2]), __uint_as_float(v.w[3])));
+        sts16(g.slot(slot0, 0), v.w);
       }
     }
     fetch(r);

@@ -43,13 +43,8 @@ bool cluster_runs(int cluster, size_t smem) {
   int* d = nullptr;
   if (cudaMalloc(&d, sizeof(int) * 16) != cudaSuccess) return false;
   cudaMemset(d, 0, sizeof(int) * 16);
-  cudaLaunchConfig_t lc = {};
-  cudaLaunchAttribute attr = core::cluster_dim_attr(cluster);
-  lc.gridDim = dim3(unsigned(cluster), 1, 1);
-  lc.blockDim = dim3(128, 1, 1);
-  lc.dynamicSmemBytes = smem;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t lc = core::one_cluster_config(cluster, 128, smem, &attr);
   bool ran = cudaLaunchKernelEx(&lc, cluster_size_kernel, d) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
   (void)cudaGetLastError();
   std::vector<int> got(16, 0);

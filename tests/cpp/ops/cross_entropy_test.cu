@@ -44,6 +44,7 @@
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
 #include "support/staged_plan.hpp"
+#include "support/tuned_suite.hpp"
 
 namespace quack {
 namespace {
@@ -955,15 +956,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CrossEntropyGpu, testing::ValuesIn(cases()),
 
 // The same cases with the register-resident kernels off: every row through
 // the streaming kernel (vectorised where aligned), one CTA a row.
-class CrossEntropyGpuStreaming : public testing::TestWithParam<CeCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.reg_enable = 0;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void register_kernels_off(RowTuning& t) { t.reg_enable = 0; }
+class CrossEntropyGpuStreaming : public test::TunedSuite<CeCase, register_kernels_off> {};
 
 TEST_P(CrossEntropyGpuStreaming, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
@@ -988,15 +982,8 @@ std::vector<CeCase> shifted_cases() {
   return v;
 }
 
-class CrossEntropyGpuShifted : public testing::TestWithParam<CeCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.shifted_rows = 2;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void ce_shifted_rows(RowTuning& t) { t.shifted_rows = 2; }
+class CrossEntropyGpuShifted : public test::TunedSuite<CeCase, ce_shifted_rows> {};
 
 TEST_P(CrossEntropyGpuShifted, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
@@ -1209,20 +1196,8 @@ INSTANTIATE_TEST_SUITE_P(BalancedStagedCases, CrossEntropyGpuBalancedStaged, tes
 // The cases the default tuning stages, with staging off: the register
 // clusters (general options) and the two-pass gradient (plain ones) they
 // took before and still take past a 16-CTA cluster's staging.
-RowTuning unstaged() {
-  RowTuning t = default_row_tuning();
-  t.ce_staged_grad = 0;
-  return t;
-}
-
-class CrossEntropyGpuUnstaged : public testing::TestWithParam<CeCase> {
- protected:
-  void SetUp() override {
-    const RowTuning t = unstaged();
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void unstaged(RowTuning& t) { t.ce_staged_grad = 0; }
+class CrossEntropyGpuUnstaged : public test::TunedSuite<CeCase, unstaged> {};
 
 TEST_P(CrossEntropyGpuUnstaged, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
@@ -1720,15 +1695,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyScaleGrad,
 // from a misaligned start, 50257 and 7 contiguous, fp32 32001 from offset
 // 3) in shifted vectors, the first and last over the row's lanes only;
 // aligned rows as before.
-class CrossEntropyScaleGradShifted : public testing::TestWithParam<ScaleSetup> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.shifted_rows = 2;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+class CrossEntropyScaleGradShifted : public test::TunedSuite<ScaleSetup, ce_shifted_rows> {};
 
 TEST_P(CrossEntropyScaleGradShifted, ScalesExactlyAndSkipsUnitFactors) {
   QUACK_REQUIRE_SM90();

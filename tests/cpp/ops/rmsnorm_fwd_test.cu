@@ -41,6 +41,7 @@
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
 #include "support/staged_plan.hpp"
+#include "support/tuned_suite.hpp"
 
 namespace quack {
 namespace {
@@ -428,15 +429,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
 
 // Installs a tuning for the duration of each test of a suite.
 template <void (*kTune)(RowTuning&)>
-class RMSNormFwdGpuTuned : public testing::TestWithParam<FwdCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    kTune(t);
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+using RMSNormFwdGpuTuned = test::TunedSuite<FwdCase, kTune>;
 
 // The same cases with the register-resident kernel switched off, so that the
 // staged kernel is checked on every layout too (by default it only serves

@@ -32,6 +32,7 @@
 #include "support/cuda_test.hpp"
 #include "support/guarded_tensor.hpp"
 #include "support/staged_plan.hpp"
+#include "support/tuned_suite.hpp"
 
 namespace quack {
 namespace {
@@ -443,21 +444,16 @@ INSTANTIATE_TEST_SUITE_P(Cases, SoftmaxGpu, testing::ValuesIn(cases()),
 // from N = 8K bf16), half staged in shared memory and half re-read from
 // global memory, by 128-thread CTAs: the chunked kernel on every shape,
 // with several loop trips, tails, and both halves of pass 2.
-class SoftmaxGpuChunked : public testing::TestWithParam<SmCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.chunk_min_bytes = 0;
-    t.chunk_min_bytes_bwd = 0;
-    t.softmax_staged_fwd = 0;  // (staged rows skip the chunking rules)
-    t.softmax_staged_bwd = 0;
-    t.chunk_cta_bytes = 16 << 10;
-    t.chunk_stage_bytes = 8 << 10;
-    t.chunk_threads = 128;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void small_chunks(RowTuning& t) {
+  t.chunk_min_bytes = 0;
+  t.chunk_min_bytes_bwd = 0;
+  t.softmax_staged_fwd = 0;  // (staged rows skip the chunking rules)
+  t.softmax_staged_bwd = 0;
+  t.chunk_cta_bytes = 16 << 10;
+  t.chunk_stage_bytes = 8 << 10;
+  t.chunk_threads = 128;
+}
+class SoftmaxGpuChunked : public test::TunedSuite<SmCase, small_chunks> {};
 
 TEST_P(SoftmaxGpuChunked, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
@@ -478,21 +474,16 @@ std::vector<SmCase> clustered_cases() {
   return v;
 }
 
-class SoftmaxGpuRegister : public testing::TestWithParam<SmCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.chunk_min_bytes = int64_t(1) << 40;
-    t.chunk_min_bytes_bwd = int64_t(1) << 40;
-    t.chunk_min_cols = int64_t(1) << 40;
-    t.chunk_clustered_fwd = 0;
-    t.softmax_staged_fwd = 0;
-    t.softmax_staged_bwd = 0;
-    t.shifted_rows = 1;  // (shifted rows too: N50257_f16_odd_pitch)
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void rows_in_registers(RowTuning& t) {
+  t.chunk_min_bytes = int64_t(1) << 40;
+  t.chunk_min_bytes_bwd = int64_t(1) << 40;
+  t.chunk_min_cols = int64_t(1) << 40;
+  t.chunk_clustered_fwd = 0;
+  t.softmax_staged_fwd = 0;
+  t.softmax_staged_bwd = 0;
+  t.shifted_rows = 1;  // (shifted rows too: N50257_f16_odd_pitch)
+}
+class SoftmaxGpuRegister : public test::TunedSuite<SmCase, rows_in_registers> {};
 
 TEST_P(SoftmaxGpuRegister, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
@@ -519,15 +510,8 @@ std::vector<SmCase> shifted_cases() {
   return v;
 }
 
-class SoftmaxGpuShifted : public testing::TestWithParam<SmCase> {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    t.shifted_rows = 1;
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+void softmax_shifted_rows(RowTuning& t) { t.shifted_rows = 1; }
+class SoftmaxGpuShifted : public test::TunedSuite<SmCase, softmax_shifted_rows> {};
 
 TEST_P(SoftmaxGpuShifted, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
