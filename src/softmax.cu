@@ -126,6 +126,26 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, 
   return plan;
 }
 
+// Every operand of the problem (p.b: dy, backward) allows 16-byte vectors.
+bool whole_vectors(const ops::SoftmaxParams& p, DType dtype, bool backward) {
+  const int vec = 16 / dtype_size(dtype);
+  return detail::vec_ok(p.a, dtype, p.a_stride, vec) && detail::vec_ok(p.out, dtype, p.out_stride, vec) &&
+         (!backward || detail::vec_ok(p.b, dtype, p.b_stride, vec));
+}
+
+// The forward's problem.
+ops::SoftmaxParams fwd_params(const SoftmaxFwdArgs& a) {
+  ops::SoftmaxParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.a = a.x.ptr;
+  p.a_stride = a.x.row_stride;
+  p.out = a.out.ptr;
+  p.out_stride = a.out.row_stride;
+  p.log = a.log;
+  return p;
+}
+
 // The launch, shared by both directions (p.b: dy, backward): rows of whole
 // 16-byte vectors by plan_rows; rows whose operands all start at the same
 // offset inside a vector (detail::same_vector_offsets: an odd pitch, a
@@ -142,9 +162,7 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaSt
   if (!st.ok()) return st;
   ops::SoftmaxParams p = base;
   const int es = dtype_size(dtype);
-  const int vec = 16 / es;
-  const bool vec_io = detail::vec_ok(p.a, dtype, p.a_stride, vec) && detail::vec_ok(p.out, dtype, p.out_stride, vec) &&
-                      (!backward || detail::vec_ok(p.b, dtype, p.b_stride, vec));
+  const bool vec_io = whole_vectors(p, dtype, backward);
   const bool shift_io = detail::same_vector_offsets(p.a, p.a_stride, p.out, p.out_stride, es) &&
                         (!backward || detail::same_vector_offsets(p.a, p.a_stride, p.b, p.b_stride, es));
 
@@ -254,22 +272,13 @@ Status can_implement(const SoftmaxBwdArgs& a) {
   return Status::success();
 }
 
-namespace {
-
-// Every operand allows 16-byte vectors of x.
-bool fwd_vec_io(const SoftmaxFwdArgs& a) {
-  const int vec = 16 / dtype_size(a.x.dtype);
-  return detail::vec_ok(a.x.ptr, a.x.dtype, a.x.row_stride, vec) &&
-         detail::vec_ok(a.out.ptr, a.out.dtype, a.out.row_stride, vec);
-}
-
-}  // namespace
-
 Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& a, size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes: null pointer");
   *bytes = 0;
   Status st = can_implement(a);
-  if (!st.ok() || a.rows == 0 || a.cols < kSoftmaxFwdWorkspaceMinCols || !fwd_vec_io(a)) return st;
+  if (!st.ok() || a.rows == 0 || a.cols < kSoftmaxFwdWorkspaceMinCols ||
+      !whole_vectors(fwd_params(a), a.x.dtype, false))
+    return st;
   int device = -1;
   DeviceLimits lim;
   if (!(st = core::launch_device(&lim, &device)).ok()) return st;
@@ -281,15 +290,7 @@ Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& a, size_t* bytes) {
 Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
   Status st = can_implement(a);
   if (!st.ok() || a.rows == 0) return st;
-  ops::SoftmaxParams p{};
-  p.rows = a.rows;
-  p.cols = a.cols;
-  p.a = a.x.ptr;
-  p.a_stride = a.x.row_stride;
-  p.out = a.out.ptr;
-  p.out_stride = a.out.row_stride;
-  p.log = a.log;
-  return launch(p, a.x.dtype, false, stream, a.workspace, a.workspace_bytes);
+  return launch(fwd_params(a), a.x.dtype, false, stream, a.workspace, a.workspace_bytes);
 }
 
 Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {

@@ -52,9 +52,12 @@ struct RowGeom {
     g.crank = clustered ? int(blockIdx.x % unsigned(cluster)) : 0;
     g.cols = int(cols_param);
     g.col_step = team * VEC;
+    // (first_col, spelled out: through the call, nvcc 13.0 schedules the
+    // aligned kernels differently -- ce_staged_kernel 3160 -> 3168
+    // instructions -- for the same arithmetic)
     g.col0 = (g.crank * VPT * team + g.t) * VEC;
     g.head = 0;
-    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    g.whole = g.ends_inside();
     return g;
   }
   // An unclustered row of a team of 2^team_log2 threads: the same layout,
@@ -73,9 +76,9 @@ struct RowGeom {
     g.crank = crank;
     g.cols = int(cols_param);
     g.col_step = g.team * VEC;
-    g.col0 = (((crank * VPT) << lg) + g.t) * VEC;
+    g.col0 = (((crank * VPT) << lg) + g.t) * VEC;  // first_col, with the shift
     g.head = 0;
-    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    g.whole = g.ends_inside();
     return g;
   }
   // The row shifted by s elements (0 <= s < VEC; see the top): the caller
@@ -84,7 +87,7 @@ struct RowGeom {
   __host__ __device__ __forceinline__ void shift(int s) {
     cols += s;
     head = col0 == 0 ? s : 0;
-    whole = head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols;
+    whole = head == 0 && ends_inside();
   }
   // Thread t of a team of `team` in cluster rank crank, rows of `cols`
   // (make's layout without the thread's registers: host tests of the
@@ -98,11 +101,17 @@ struct RowGeom {
     g.crank = crank;
     g.cols = cols;
     g.col_step = team * VEC;
-    g.col0 = (crank * VPT * team + t) * VEC;
+    g.col0 = first_col(team, t, crank);
     g.head = 0;
-    g.whole = g.col0 + (VPT - 1) * g.col_step + VEC <= g.cols;
+    g.whole = g.ends_inside();
     return g;
   }
+  // The first column of thread t of a team of `team` in cluster rank crank.
+  __host__ __device__ __forceinline__ static int first_col(int team, int t, int crank) {
+    return (crank * VPT * team + t) * VEC;
+  }
+  // This thread's last vector ends inside the row.
+  __host__ __device__ __forceinline__ bool ends_inside() const { return col0 + (VPT - 1) * col_step + VEC <= cols; }
   __host__ __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
   // Elements of vector i before the row: head for vector 0, else 0.
   __host__ __device__ __forceinline__ int lo(int i) const { return i == 0 ? head : 0; }
@@ -113,9 +122,13 @@ struct RowGeom {
     return whole ? VEC : (c >= cols ? 0 : (cols - c < VEC ? cols - c : VEC));
   }
   // Loads vector i of `row` (zeros outside the row: past its end, and in
-  // a shifted row before its start -- its head is loaded with the vector,
-  // 16 bytes that lie in the allocation with the row's first element, and
-  // zeroed).
+  // a shifted row before its start -- its head is loaded with the vector
+  // and zeroed: the 16-byte-aligned segment that holds the row's first
+  // element, so on its page, and inside any allocation aligned to 16 bytes
+  // or more (cudaMalloc's are to 256). Those head bytes belong to whatever
+  // precedes the row -- the previous row's tail or pitch padding -- and
+  // are never used: an uninitialised gap there is what initcheck reports
+  // as a read, not an error in a result.)
   template <typename T>
   __device__ __forceinline__ void load(RawVec<T, VEC>& v, const T* row, int i) const {
     const int n = valid(i), l = lo(i);
