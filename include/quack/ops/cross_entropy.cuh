@@ -388,12 +388,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       // The target's column in these logits, -1 when none.
       const int64_t tl = t - p.class_offset;
       const int tcol = (t == p.ignore_index || t < 0 || t >= p.num_classes || tl < 0 || tl >= p.cols) ? -1 : int(tl);
+      // ... and in the walked columns (kShift: sh further; none stays -1,
+      // which a shifted head's padding lanes -- columns -sh .. -1 -- must
+      // not match).
+      const int tcs = kShift && tcol >= 0 ? tcol + sh : tcol;
       if (!kGeneral && g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
-          ce_pick_target(f, tcol - (g.col(i) - sh), st.x);
+          ce_pick_target(f, tcs - g.col(i), st.x);
           ce_accumulate<kGeneral, false>(p, f, g.col(i) - sh, VEC, base, st.s, st.d);
         }
       } else {
@@ -403,7 +407,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
         for (int i = 0; i < VPT; ++i) {
           float f[VEC];
           ce_widen<kGeneral>(xv[i], f, p.softcap, k2);
-          ce_pick_target(f, tcol - (g.col(i) - sh), st.x);
+          ce_pick_target(f, tcs - g.col(i), st.x);
           ce_accumulate<kGeneral, true>(p, f, g.col(i) - sh, g.lo(i), g.valid(i), base, st.s, st.d);
         }
       }

@@ -1439,9 +1439,8 @@ TEST(CrossEntropyGpuShards, StatisticsThroughTheBulkKernel) {
   }
 }
 
-TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {
-  QUACK_REQUIRE_SM90();
-  const ShardCase cases[] = {
+std::vector<ShardCase> lse_shard_cases() {
+  return {
       // Plain, aligned shards: the streaming forward and the two-pass gradient kernel.
       {kBF16, 37, 50000, {0, 20000, 50000}, kMean, false, 0.1, 1e-4, 0.0, 0.0},
       {kF32, 29, 65536, {0, 16384, 40000, 65536}, kNone, false, 0.0, 0.0, 0.0, 0.75},
@@ -1450,8 +1449,40 @@ TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {
       // Misaligned shards (element-wise kernels), fp16.
       {kF16, 23, 1001, {0, 333, 1001}, kMean, true, 0.0, 0.0, 0.0, 0.0},
       {kBF16, 19, 7, {0, 3, 4, 7}, kNone, true, 0.1, 0.0, 15.0, -2.0},
+      // GPT-2's vocabulary in halves, softcapped (the register forward at
+      // any width): rows at all eight offsets in their first vector.
+      {kBF16, 17, 50257, {0, 25129, 50257}, kMean, false, 0.0, 1e-4, 30.0, 0.0},
   };
-  for (const ShardCase& c : cases) {
+}
+
+TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {
+  QUACK_REQUIRE_SM90();
+  for (const ShardCase& c : lse_shard_cases()) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
+    run_shards(c);
+  }
+}
+
+// The same under RowTuning::shifted_rows' cross-entropy bit: the shifted
+// shards' statistics from ce_reg_kernel's kShift, where a row whose target
+// lies in another shard (or is ignored, or bad) must pick no lane -- a
+// shifted head's padding lanes hold -inf, and an x_t of -inf (or -softcap)
+// there made the combined loss +inf (or wrong by the softcap).
+class CrossEntropyGpuShiftedShards : public testing::Test {
+ protected:
+  void SetUp() override {
+    RowTuning t = default_row_tuning();
+    ce_shifted_rows(t);
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_F(CrossEntropyGpuShiftedShards, StatisticsAndGradientFromLse) {
+  QUACK_REQUIRE_SM90();
+  // (cross_entropy_plan_description describes general options as a
+  // gradient's plan; a softcapped forward takes the register tiles.)
+  for (const ShardCase& c : lse_shard_cases()) {
     SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
     run_shards(c);
   }
