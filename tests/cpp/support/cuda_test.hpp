@@ -38,6 +38,15 @@ inline int compute_capability() {
   return major * 10 + minor;
 }
 
+// Whether the GPU tests can run here: an sm_90 device (QUACK_REQUIRE_SM90).
+// Suites whose cases assert their plans (which need no device) check them
+// first, so that CI's CPU runs check them too, and run the kernels only
+// here.
+inline bool sm90_device() {
+  static const bool yes = cuda_device_count() > 0 && compute_capability() == 90;
+  return yes;
+}
+
 }  // namespace test
 }  // namespace quack
 
