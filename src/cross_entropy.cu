@@ -325,37 +325,32 @@ Status cuda_check(const char* what) {
 }  // namespace
 
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide, bool general, bool shifted) {
+                                          bool forward, bool general, bool shifted) {
   const RowTuning tune = current_row_tuning();
-  if (general) wide = false;
+  // As cross_entropy() dispatches: wide, the plain forward's kernels; a
+  // gradient fused in the row kernels (staged where they may) unless it
+  // takes two passes.
+  const bool wide = forward && !general, grad = !forward;
   const int es = dtype_size(dtype);
+  auto describe = [](const Plan& plan) -> std::string {
+    if (!plan.reg) return "stream";
+    const RegRowConfig& c = plan.cfg;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt);
+    return buf;
+  };
   if (shifted) {
     if (shifted_fwd_stream(cols, es, wide, tune)) return "fwd-stream";
-    const Plan plan = shifted_plan(rows, cols, es, lim, wide, !wide);
-    if (!plan.reg) return "stream";
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", plan.cfg.staged ? "stage" : "reg  ",
-                  plan.cfg.team, plan.cfg.threads, plan.cfg.cluster, plan.cfg.vpt);
-    return buf;
+    return describe(shifted_plan(rows, cols, es, lim, wide, grad));
   }
-  // A gradient: staged and fused where a cluster holds the row, else (plain
-  // options, long rows) two passes.
-  const Plan fused = wide ? Plan{} : plan_rows(rows, cols, es, lim, false, true);
+  const Plan fused = grad ? plan_rows(rows, cols, es, lim, false, true) : Plan{};
   const bool staged = fused.reg && fused.cfg.staged;
-  if (!wide && !general && !staged && cols >= tune.ce_grad_split_min_cols)
+  if (grad && !general && !staged && cols >= tune.ce_grad_split_min_cols)
     return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
   if (ce_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk";
   if (wide && cols * es >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
-  const Plan plan = wide ? plan_rows(rows, cols, es, lim, true) : fused;
-  char buf[128];
-  if (plan.reg) {
-    const RegRowConfig& c = plan.cfg;
-    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
-                  c.threads, c.cluster, c.vpt);
-  } else {
-    std::snprintf(buf, sizeof buf, "stream");
-  }
-  return buf;
+  return describe(grad ? fused : plan_rows(rows, cols, es, lim, wide));
 }
 
 // Vocabulary sharding and the two shard modes (statistics, gradient from lse).

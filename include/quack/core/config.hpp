@@ -609,16 +609,18 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& args, bool layernorm
 // exchange logs where it serves the row (whether or not args.workspace is
 // set), else 0 (src/rmsnorm.cu).
 size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& args, bool layernorm, const DeviceLimits& lim);
-// Cross-entropy's kernel for aligned logits (src/cross_entropy.cu); wide: the
-// plain forward (no gradient, softcap or class-weighted smoothing), else the
-// plain options' gradient ("2-pass: <the forward's kernel>" from
-// ce_grad_split_min_cols classes); general: a softcap or class-weighted
-// smoothing, forward or gradient (one fused pass; wide ignored). shifted:
-// logits (and dlogits) whose rows start inside a 16-byte vector, all at the
-// same offset (odd V): the register kernels from the vector holding each
-// row's first logit ("reg ...") where RowTuning::shifted_rows allows, else
+// Cross-entropy's kernel for aligned logits (src/cross_entropy.cu).
+// forward: the loss alone (no gradient): plain options take the bulk, the
+// streaming or the 8-vector register kernels, general ones the register
+// tiles; else the gradient, fused (staged where a cluster holds the row)
+// or, plain options from ce_grad_split_min_cols classes, "2-pass: <the
+// forward's kernel>". general: a softcap or class-weighted smoothing.
+// shifted: logits (and dlogits) whose rows start inside a 16-byte vector,
+// all at the same offset (odd V): the register kernels from the vector
+// holding each row's first logit ("reg ...", "stage ...", the plain
+// forward's "fwd-stream") where RowTuning::shifted_rows allows, else
 // "stream".
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
-                                          bool wide = false, bool general = false, bool shifted = false);
+                                          bool forward = false, bool general = false, bool shifted = false);
 
 }  // namespace quack

@@ -1479,9 +1479,11 @@ class CrossEntropyGpuShiftedShards : public testing::Test {
 };
 
 TEST_F(CrossEntropyGpuShiftedShards, StatisticsAndGradientFromLse) {
+  for (const int64_t cols : {25129, 25128}) {  // (GPT-2's halves: softcapped forwards, shifted rows)
+    const std::string plan = cross_entropy_plan_description(17, cols, kBF16, DeviceLimits{}, true, true, true);
+    EXPECT_EQ(plan.rfind("reg", 0), 0u) << "V = " << cols << ": " << plan;
+  }
   QUACK_REQUIRE_SM90();
-  // (cross_entropy_plan_description describes general options as a
-  // gradient's plan; a softcapped forward takes the register tiles.)
   for (const ShardCase& c : lse_shard_cases()) {
     SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " V = " + std::to_string(c.V));
     run_shards(c);

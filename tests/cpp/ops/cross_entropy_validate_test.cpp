@@ -561,8 +561,10 @@ TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   EXPECT_EQ(cross_entropy_plan_description(rows, 12288, DType::kFloat32, lim, true), "fwd-stream");
   EXPECT_EQ(cross_entropy_plan_description(rows, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(rows, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
-  // A general option keeps the fused row kernels (staged, for these rows).
-  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("stage", 0), 0u);
+  // A general option's gradient keeps the fused row kernels (staged, for
+  // these rows); its forward alone, the register tiles.
+  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, false, true).rfind("stage", 0), 0u);
+  EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
 }
 
 // reg_staged_balance (on by default since the forty-second session's sweep:
@@ -838,14 +840,15 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
   const DeviceLimits lim;
   struct Mode {
-    bool wide, general;
+    bool forward, general;
+    bool wide() const { return forward && !general; }  // the plain forward's kernels
   };
-  const Mode modes[] = {{true, false}, {false, false}, {false, true}};
+  const Mode modes[] = {{true, false}, {false, false}, {false, true}, {true, true}};
   const int64_t vocabs[] = {1, 7, 1001, 4097, 32001, 50257, 128257, 151937};
   for (DType dt : {DType::kBFloat16, DType::kFloat32})
     for (const Mode m : modes)
       for (int64_t v : vocabs)
-        EXPECT_EQ(cross_entropy_plan_description(4096, v, dt, lim, m.wide, m.general, true), "stream")
+        EXPECT_EQ(cross_entropy_plan_description(4096, v, dt, lim, m.forward, m.general, true), "stream")
             << "the default, V = " << v;
   RowTuning t = default_row_tuning();
   t.shifted_rows = 2;
@@ -857,10 +860,10 @@ TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
     const int64_t vec = 16 / dtype_size(dt);
     for (const Mode m : modes) {
       for (int64_t v : vocabs) {
-        const std::string s = cross_entropy_plan_description(4096, v, dt, lim, m.wide, m.general, true);
-        SCOPED_TRACE("V = " + std::to_string(v) + (m.wide ? " forward" : m.general ? " general" : " gradient") +
-                     ": " + s);
-        if (m.wide && v * dtype_size(dt) >= t.ce_fwd_stream_min_bytes) {
+        const std::string s = cross_entropy_plan_description(4096, v, dt, lim, m.forward, m.general, true);
+        SCOPED_TRACE("V = " + std::to_string(v) + (m.forward ? " forward" : " gradient") +
+                     (m.general ? ", general" : "") + ": " + s);
+        if (m.wide() && v * dtype_size(dt) >= t.ce_fwd_stream_min_bytes) {
           EXPECT_EQ(s, "fwd-stream");
           continue;
         }
@@ -870,10 +873,10 @@ TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
         EXPECT_GE(int64_t(cluster) * team * vpt * vec, v + vec - 1);
         if (s.rfind("stage", 0) == 0) {
           // The staged fused gradient, as aligned rows of V + VEC - 1.
-          EXPECT_FALSE(m.wide);
+          EXPECT_FALSE(m.forward);
           EXPECT_EQ(s, cross_entropy_plan_description(4096, v + vec - 1, dt, lim, false, m.general));
         } else {
-          EXPECT_LE(vpt, m.wide ? 8 : 4);
+          EXPECT_LE(vpt, m.wide() ? 8 : 4);
           if (cluster > 1) {
             EXPECT_EQ(vpt, 4);
           }
