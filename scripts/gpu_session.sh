@@ -23,6 +23,10 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
+#   norm_vpt16  the forty-fourth session's hypothesis (config.cpp,
+#              norm_fwd_vpt16_min_cols): 16-bit RMSNorm / LayerNorm forward
+#              rows at 8 vectors a thread, as softmax's, from 512 and from
+#              2048 elements, beside the defaults; bf16, N = 512 .. 32768
 #   sanitize   compute-sanitizer memcheck over the C++ GPU cases ($SANITIZE_FILTER)
 #              through scripts/sanitize_cases.sh: the biggest cases first,
 #              $SANITIZE_SHARDS processes at once, each killed after
@@ -189,6 +193,11 @@ for part in $parts; do
         SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=3} \
         SOFTMAX_NS=${SOFTMAX_NS:-$n_odd} CE_NS=${CE_NS:-$n_odd} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
+    norm_vpt16)
+      SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16} \
+        SWEEP_NS=${SWEEP_NS:-512 1024 2048 4096 8192 16384 32768} \
+        SWEEP_TUNES=${SWEEP_TUNES:-norm_fwd_vpt16_min_cols=512;norm_fwd_vpt16_min_cols=2048} \
+        bash "$root/scripts/gpu_session.sh" "$commit" sweep || status=1 ;;
     sanitize|initcheck|synccheck)
       # memcheck (sanitize), initcheck or synccheck over the C++ GPU cases
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.

@@ -93,6 +93,10 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   prob.cols = a.cols;
   prob.x_elem_bytes = dtype_size(x);
   prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
+  // 16-bit rows from norm_fwd_vpt16_min_cols: 8 vectors a thread (max_vpt
+  // caps it).
+  if (tune.norm_fwd_vpt16_min_cols > 0 && dtype_size(x) == 2 && a.cols >= tune.norm_fwd_vpt16_min_cols)
+    prob.vpt_target = 8;
   prob.cluster_vpt = ops::rmsnorm_reg_cluster_vpt(dtype_size(x), res_bytes, dtype_size(w));
   // Staged clustered rows: no residual stream, x's dtype allowed by the
   // tuning's bit mask (config.cpp cites the measurements).

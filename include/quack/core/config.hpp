@@ -88,6 +88,11 @@ struct RowTuning {
   int reg_enable;            // 0: always use the staged kernels (tests, A/B runs)
   int reg_vpt_target;        // vectors per thread aimed for
   int reg_max_team;          // largest team at reg_vpt_target (then the largest tile per thread)
+  // RMSNorm / LayerNorm forward rows of 16-bit x and at least this many
+  // elements aim for 8 vectors a thread in the register tiles (in place of
+  // reg_vpt_target; the residual stream's and fp32 weights' tiles cap it as
+  // ever); 0: off.
+  int norm_fwd_vpt16_min_cols;
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Clustered rows stage x in shared memory where allowed. RMSNorm and

@@ -147,6 +147,35 @@ TEST_F(NormFwdPlan, DefaultCells) {
   }
 }
 
+// norm_fwd_vpt16_min_cols (off by default, unmeasured): 16-bit rows from
+// that many elements aim for 8 vectors a thread, as the softmax forward's
+// -- bf16 4096 in a 64-thread team instead of 128 x 4 -- both ops, any
+// 16-bit weight; fp32 x, shorter rows and the residual stream's 4-vector
+// tile as before.
+TEST_F(NormFwdPlan, SixteenBitRowsFromTheKnobTakeEightVectors) {
+  for (bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    const Kernel off = plan({65536, 4096, kBF16, kBF16}, ln);
+    EXPECT_TRUE(off.kind == "reg" && off.threads == 128 && off.vpt == 4) << off.text;
+    RowTuning t = default_row_tuning();
+    t.norm_fwd_vpt16_min_cols = 2048;
+    set_row_tuning(&t);
+    for (const DType w : {kBF16, kF32}) {
+      const Kernel k = plan({65536, 4096, kBF16, w}, ln);
+      EXPECT_TRUE(k.kind == "reg" && k.vpt == 8 && k.threads * k.vpt * 8 >= 4096) << k.text;
+    }
+    const Kernel f16 = plan({32768, 8192, kF16, kF16}, ln);
+    EXPECT_TRUE(f16.kind == "reg" && f16.threads == 128 && f16.vpt == 8) << f16.text;
+    const Kernel shorter = plan({262144, 1024, kBF16, kBF16}, ln);
+    EXPECT_EQ(shorter.vpt, 4) << shorter.text;
+    const Kernel f32 = plan({65536, 4096, kF32, kF32}, ln);
+    EXPECT_TRUE(f32.threads == 256 && f32.vpt == 4) << f32.text;
+    const Kernel res = plan({65536, 4096, kBF16, kBF16, true}, ln);
+    EXPECT_EQ(res.vpt, 4) << "the residual stream's tile caps it: " << res.text;
+    set_row_tuning(nullptr);
+  }
+}
+
 TEST_F(NormFwdPlan, DtypeBitsSelectWhatIsStaged) {
   const Call bf16{4096, 65536, kBF16, kBF16}, f32{4096, 65536, kF32, kF32};
   for (int bits = 0; bits < 4; ++bits) {
