@@ -1468,15 +1468,7 @@ TEST(CrossEntropyGpuShards, StatisticsAndGradientFromLse) {
 // lies in another shard (or is ignored, or bad) must pick no lane -- a
 // shifted head's padding lanes hold -inf, and an x_t of -inf (or -softcap)
 // there made the combined loss +inf (or wrong by the softcap).
-class CrossEntropyGpuShiftedShards : public testing::Test {
- protected:
-  void SetUp() override {
-    RowTuning t = default_row_tuning();
-    ce_shifted_rows(t);
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+class CrossEntropyGpuShiftedShards : public test::Tuned<ce_shifted_rows> {};
 
 TEST_F(CrossEntropyGpuShiftedShards, StatisticsAndGradientFromLse) {
   for (const int64_t cols : {25129, 25128}) {  // (GPT-2's halves: softcapped forwards, shifted rows)

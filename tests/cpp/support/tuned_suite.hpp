@@ -1,5 +1,6 @@
-// A parametrised GPU suite whose every test runs under the default row
-// tuning as kTune changes it, the defaults restored after each test.
+// GPU test fixtures whose every test runs under the default row tuning as
+// kTune changes it, the defaults restored after each test: Tuned for plain
+// tests (TEST_F), TunedSuite for parametrised suites (TEST_P).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,8 +10,8 @@
 namespace quack {
 namespace test {
 
-template <class Param, void (*kTune)(RowTuning&)>
-class TunedSuite : public testing::TestWithParam<Param> {
+template <void (*kTune)(RowTuning&), class Base = testing::Test>
+class Tuned : public Base {
  protected:
   void SetUp() override {
     RowTuning t = default_row_tuning();
@@ -19,6 +20,9 @@ class TunedSuite : public testing::TestWithParam<Param> {
   }
   void TearDown() override { set_row_tuning(nullptr); }
 };
+
+template <class Param, void (*kTune)(RowTuning&)>
+using TunedSuite = Tuned<kTune, testing::TestWithParam<Param>>;
 
 }  // namespace test
 }  // namespace quack
