@@ -80,13 +80,16 @@ RowTuning default_row_tuning() {
   t.reg_vpt_target = 4;
   t.reg_max_team = 256;
   // Off until measured (forty-fourth session, no device): RMSNorm bf16 at
-  // 4K-16K runs 93-95% of copy (1d91542, README) where the softmax forward
-  // of the same rows, 8 vectors a thread (softmax_fwd_vpt16), runs
+  // 4K runs 94.9% of copy (1d91542, README; Liger 97.9) where the softmax
+  // forward of the same rows, 8 vectors a thread (softmax_fwd_vpt16), runs
   // 96-98%. At 4 vectors the 4K row takes a 128-thread CTA of 48
   // registers a thread: ten an SM, 80 KB of x in flight; at 8, 64-thread
   // CTAs of 64 registers: sixteen, 128 KB (cuobjdump --dump-resource-usage,
-  // CUDA 13.0). The 4-vector rule above predates the straight-line passes
-  // (49ddfb4; 8 lost 1-5 points at N <= 1K there, 2K-8K unreported).
+  // CUDA 13.0). It moves 16-bit rows of 2K-8K only (from 16K the rule
+  // above already takes 8 -- bf16 16K's 94.0% at 8, 128 KB in flight, is
+  // the case against). The 4-vector rule predates the straight-line
+  // passes (49ddfb4; 8 lost 1-5 points at N <= 1K there, 2K-8K
+  // unreported).
   t.norm_fwd_vpt16_min_cols = 0;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;

@@ -90,8 +90,8 @@ struct RowTuning {
   int reg_max_team;          // largest team at reg_vpt_target (then the largest tile per thread)
   // RMSNorm / LayerNorm forward rows of 16-bit x and at least this many
   // elements aim for 8 vectors a thread in the register tiles (in place of
-  // reg_vpt_target; the residual stream's and fp32 weights' tiles cap it as
-  // ever); 0: off.
+  // reg_vpt_target; with a residual stream the tile is at most 4, or 2
+  // with fp32 weights, as ever); 0: off.
   int norm_fwd_vpt16_min_cols;
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA

@@ -554,7 +554,8 @@ std::vector<SmCase> staged_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases()) {
     const bool f32 = c.dtype == kF32;
-    if (stageable(c) && planned_cols(c) > (f32 ? 16384 : 32768) && c.cols <= (f32 ? 131072 : 262144)) v.push_back(c);
+    const int64_t n = planned_cols(c);
+    if (stageable(c) && n > (f32 ? 16384 : 32768) && n <= (f32 ? 131072 : 262144)) v.push_back(c);
   }
   return v;
 }
