@@ -243,11 +243,6 @@ bool ce_fwd_bulk(int64_t rows, int64_t cols, int es, bool aligned_plain, const R
          bytes <= tune.ce_fwd_bulk_max_bytes;
 }
 
-bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto x = uintptr_t(a), y = uintptr_t(b);
-  return x < y + uintptr_t(b_bytes) && y < x + uintptr_t(a_bytes);
-}
-
 struct Plan {
   bool reg = false;
   RegRowConfig cfg;
@@ -446,7 +441,7 @@ Status can_implement(const CrossEntropyArgs& a) {
       const int64_t lb = ((a.rows - 1) * a.logits.row_stride + a.cols) * es;
       const int64_t db = ((a.rows - 1) * a.dlogits.row_stride + a.cols) * es;
       const bool same = a.dlogits.ptr == a.logits.ptr && a.dlogits.row_stride == a.logits.row_stride;
-      if (!same && ranges_overlap(a.dlogits.ptr, db, a.logits.ptr, lb))
+      if (!same && detail::ranges_overlap(a.dlogits.ptr, db, a.logits.ptr, lb))
         return invalid("dlogits: overlaps logits without being the same buffer (in place needs the same pointer "
                        "and row stride)");
     }

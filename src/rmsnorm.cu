@@ -15,7 +15,29 @@ namespace quack {
 
 using detail::invalid;
 
-Status can_implement(const RMSNormFwdArgs& a) {
+namespace {
+
+// The outputs (LayerNorm's mean and the workspace among them) against the
+// inputs and one another (detail::check_disjoint: in place is out or
+// residual_out on x's or the residual's very matrix).
+Status norm_fwd_disjoint(const RMSNormFwdArgs& a, const float* mean) {
+  using detail::matrix_span;
+  using detail::vector_span;
+  const DType f32 = DType::kFloat32;
+  return detail::check_disjoint(
+      {matrix_span("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols),
+       matrix_span("residual_out", a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, a.rows,
+                   a.cols),
+       vector_span("rstd", a.rstd, f32, a.rows), vector_span("mean", mean, f32, a.rows),
+       detail::bytes_span("workspace", a.workspace, a.workspace_bytes)},
+      {matrix_span("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols),
+       matrix_span("residual", a.residual.ptr, a.residual.dtype, a.residual.row_stride, a.rows, a.cols),
+       vector_span("weight", a.weight.ptr, a.weight.dtype, a.cols),
+       vector_span("bias", a.bias.ptr, a.bias.dtype, a.cols)});
+}
+
+// The checks both ops share, without the outputs' overlaps.
+Status check_fwd_operands(const RMSNormFwdArgs& a) {
   Status st = detail::check_shape(a.rows, a.cols, "the normalised dimension");
   if (!st.ok()) return st;
   if (!(st = detail::check_matrix("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols, true)).ok()) return st;
@@ -32,11 +54,18 @@ Status can_implement(const RMSNormFwdArgs& a) {
   return Status::success();
 }
 
+}  // namespace
+
+Status can_implement(const RMSNormFwdArgs& a) {
+  Status st = check_fwd_operands(a);
+  return st.ok() ? norm_fwd_disjoint(a, nullptr) : st;
+}
+
 Status can_implement(const LayerNormFwdArgs& a) {
-  Status st = can_implement(static_cast<const RMSNormFwdArgs&>(a));
+  Status st = check_fwd_operands(a);
   if (!st.ok()) return st;
   if (a.mean != nullptr && uintptr_t(a.mean) % 4 != 0) return invalid("mean: pointer is not 4-byte aligned");
-  return Status::success();
+  return norm_fwd_disjoint(a, a.mean);
 }
 
 namespace {

@@ -254,7 +254,11 @@ Status can_implement(const SoftmaxFwdArgs& a) {
   if (a.rows > 0 && !(st = check_same_dtype("out", a.out.dtype, "x", a.x.dtype)).ok()) return st;
   if (a.workspace != nullptr && uintptr_t(a.workspace) % 16 != 0)
     return invalid("workspace: pointer is not 16-byte aligned");
-  return Status::success();
+  // out in place of x, or apart from it (detail::check_disjoint).
+  return detail::check_disjoint(
+      {detail::matrix_span("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols),
+       detail::bytes_span("workspace", a.workspace, a.workspace_bytes)},
+      {detail::matrix_span("x", a.x.ptr, a.x.dtype, a.x.row_stride, a.rows, a.cols)});
 }
 
 Status can_implement(const SoftmaxBwdArgs& a) {
@@ -269,7 +273,10 @@ Status can_implement(const SoftmaxBwdArgs& a) {
     if (!(st = check_same_dtype("dy", a.dy.dtype, "y", a.y.dtype)).ok()) return st;
     if (!(st = check_same_dtype("dx", a.dx.dtype, "y", a.y.dtype)).ok()) return st;
   }
-  return Status::success();
+  // dx in place of y or dy, or apart from both (detail::check_disjoint).
+  return detail::check_disjoint({detail::matrix_span("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols)},
+                                {detail::matrix_span("y", a.y.ptr, a.y.dtype, a.y.row_stride, a.rows, a.cols),
+                                 detail::matrix_span("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols)});
 }
 
 Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& a, size_t* bytes) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -70,6 +71,57 @@ inline Status check_vector(const char* name, const void* ptr, DType dtype) {
 inline Status check_finite(const char* name, float v, bool non_negative) {
   if (!std::isfinite(v)) return invalid(std::string(name) + ": must be finite, got " + std::to_string(v));
   if (non_negative && v < 0) return invalid(std::string(name) + ": must be >= 0, got " + std::to_string(v));
+  return Status::success();
+}
+
+// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) meet.
+inline bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto x = uintptr_t(a), y = uintptr_t(b);
+  return x < y + uintptr_t(b_bytes) && y < x + uintptr_t(a_bytes);
+}
+
+// An operand's memory for check_disjoint: [ptr, ptr + bytes), its first
+// element to one past its last (nothing with no rows); a matrix's row stride
+// and dtype tell the very same matrix (in place) from a partial overlap.
+struct Span {
+  const char* name;
+  const void* ptr;  // nullptr: absent
+  int64_t bytes;
+  int64_t stride;   // a matrix's row stride; 0: a vector (never in place)
+  DType dtype;
+};
+inline Span matrix_span(const char* name, const void* ptr, DType t, int64_t stride, int64_t rows, int64_t cols) {
+  return {name, ptr, rows > 0 ? ((rows - 1) * stride + cols) * dtype_size(t) : 0, stride, t};
+}
+inline Span vector_span(const char* name, const void* ptr, DType t, int64_t n) {
+  return {name, ptr, n * dtype_size(t), 0, t};
+}
+inline Span bytes_span(const char* name, const void* ptr, size_t bytes) {
+  return {name, ptr, int64_t(bytes), 0, DType::kFloat32};
+}
+
+// Outputs against inputs and against one another, after each operand's own
+// checks: an output may be an input's very same matrix -- pointer, dtype and
+// row stride: in place, which the row kernels allow (a thread reads each
+// element it writes before writing it, and no row reads another's) -- and
+// may meet no other operand's memory; ranges are compared whole, so rows
+// interleaved in one another's gaps are refused too. The error names the
+// output.
+inline Status check_disjoint(std::initializer_list<Span> outputs, std::initializer_list<Span> inputs) {
+  auto present = [](const Span& s) { return s.ptr != nullptr && s.bytes > 0; };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    if (!present(*o)) continue;
+    for (const Span& in : inputs) {
+      if (!present(in)) continue;
+      const bool same = o->ptr == in.ptr && o->stride > 0 && o->stride == in.stride && o->dtype == in.dtype;
+      if (!same && ranges_overlap(o->ptr, o->bytes, in.ptr, in.bytes))
+        return invalid(std::string(o->name) + ": overlaps " + in.name +
+                       " without being the same matrix (in place needs the same pointer, dtype and row stride)");
+    }
+    for (auto p = outputs.begin(); p != o; ++p)
+      if (present(*p) && ranges_overlap(o->ptr, o->bytes, p->ptr, p->bytes))
+        return invalid(std::string(o->name) + ": overlaps " + p->name + " (outputs may not share memory)");
+  }
   return Status::success();
 }
 

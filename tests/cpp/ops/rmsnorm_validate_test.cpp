@@ -135,6 +135,7 @@ TEST(RMSNormFwdValidate, RefusesRowsLongerThanTheKernelsServe) {
   a.rows = 1;
   a.cols = kRowMaxCols;
   a.x.row_stride = a.out.row_stride = a.cols;
+  a.out.ptr = reinterpret_cast<void*>(uintptr_t(1) << 40);  // (2 GB rows: out apart from x)
   EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
   a.cols = kRowMaxCols + 1;
   a.x.row_stride = a.out.row_stride = a.cols;
@@ -252,6 +253,55 @@ TEST(RMSNormFwdValidate, RejectsBadScalars) {
 // the call first and answers 0 for rows shorter than any grid serves
 // without touching a device. (Its size against the call's need is checked
 // at launch, on the GPU: RMSNormFwdGpuGridWorkspace.)
+// An output may be an input's very matrix (in place: out or residual_out
+// over x or the residual with the same pointer, dtype and row stride); any
+// other overlap with an input, and any between outputs (rstd, the
+// workspace, LayerNorm's mean included), is refused naming the output.
+TEST(RMSNormFwdValidate, OutputsInPlaceOrDisjoint) {
+  RMSNormFwdArgs a = full_args();
+  char* x = static_cast<char*>(const_cast<void*>(a.x.ptr));
+  char* res = static_cast<char*>(const_cast<void*>(a.residual.ptr));
+  a.out = {x, a.x.dtype, a.x.row_stride};
+  a.residual_out = {res, a.residual.dtype, a.residual.row_stride};
+  expect_ok(a);  // the residual stream updated in place, out over x
+  a.residual_out.row_stride = kCols + 8;  // the residual's pointer, another pitch
+  expect_invalid(a, "residual_out");
+  a = full_args();
+  a.out = {x, DType::kFloat32, kCols};  // x's pointer and pitch, another dtype
+  expect_invalid(a, "out");
+  a = full_args();
+  a.out.ptr = x + 2;  // one bf16 element on
+  expect_invalid(a, "out");
+  a = full_args();
+  a.weight = {static_cast<char*>(a.out.ptr) + 64, DType::kFloat32};  // read by every row: never in place
+  expect_invalid(a, "out");
+  a = full_args();
+  a.residual_out.ptr = static_cast<char*>(a.out.ptr) + 1024;  // two outputs
+  expect_invalid(a, "residual_out");
+  a = full_args();
+  a.rstd = reinterpret_cast<float*>(x + 64);
+  expect_invalid(a, "rstd");
+  a = full_args();
+  a.workspace = res;
+  a.workspace_bytes = 256;
+  expect_invalid(a, "workspace");
+  a.workspace = addr(9);
+  expect_ok(a);
+  a = full_args();
+  a.rows = 0;  // nothing addressed: anything goes
+  a.out.ptr = x + 2;
+  expect_ok(a);
+
+  LayerNormFwdArgs l;
+  static_cast<RMSNormFwdArgs&>(l) = full_args();
+  l.mean = l.rstd + 1;
+  const Status st = can_implement(l);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("mean: overlaps rstd", 0), 0u) << st.message;
+  l.mean = static_cast<float*>(addr(7));
+  EXPECT_TRUE(can_implement(l).ok()) << can_implement(l).message;
+}
+
 TEST(RMSNormFwdValidate, WorkspaceAlignmentAndItsQuery) {
   RMSNormFwdArgs a = minimal_args();
   a.workspace = addr(8, 8);

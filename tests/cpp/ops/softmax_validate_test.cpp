@@ -138,6 +138,46 @@ TEST(SoftmaxValidate, WorkspaceErrorsNameTheWorkspace) {
   EXPECT_EQ(bytes, 0u);
 }
 
+// An output may be an input's very matrix (in place: the same pointer,
+// dtype and row stride); any other overlap -- their byte ranges, first
+// element to last -- is refused naming the output, and so is a workspace
+// over x or out: kernels of different rows would read what another wrote.
+TEST(SoftmaxValidate, OutputsInPlaceOrDisjoint) {
+  const int64_t es = 2;  // bf16
+  SoftmaxFwdArgs f = fwd_args();
+  char* x = static_cast<char*>(const_cast<void*>(f.x.ptr));
+  f.out = {x, f.x.dtype, f.x.row_stride};
+  EXPECT_TRUE(can_implement(f).ok()) << can_implement(f).message;
+  f.out.ptr = x + es;  // one element on: row r's output over row r's input
+  expect_invalid(f, "out", fwd);
+  f.out = {x, f.x.dtype, kCols + 8};  // the same pointer, another pitch
+  expect_invalid(f, "out", fwd);
+  f.out = {x - (kRows - 1) * kCols * es - es, f.x.dtype, kCols};  // ending in x's first row
+  expect_invalid(f, "out", fwd);
+  f.out.ptr = x + kRows * kCols * es;  // adjacent: disjoint
+  EXPECT_TRUE(can_implement(f).ok()) << can_implement(f).message;
+  f.rows = 0;  // nothing addressed: anything goes
+  f.out.ptr = x + es;
+  EXPECT_TRUE(can_implement(f).ok());
+  f = fwd_args();
+  f.workspace = x + 256;
+  f.workspace_bytes = 1024;
+  expect_invalid(f, "workspace", fwd);
+  f.workspace = static_cast<char*>(addr(5));
+  EXPECT_TRUE(can_implement(f).ok()) << can_implement(f).message;
+
+  SoftmaxBwdArgs b = bwd_args();
+  char* dy = static_cast<char*>(const_cast<void*>(b.dy.ptr));
+  b.dx = {dy, b.dy.dtype, b.dy.row_stride};  // in place of dy (its padded pitch)
+  EXPECT_TRUE(can_implement(b).ok()) << can_implement(b).message;
+  b.dx = {const_cast<void*>(b.y.ptr), b.y.dtype, b.y.row_stride};  // in place of y
+  EXPECT_TRUE(can_implement(b).ok()) << can_implement(b).message;
+  b.dx.row_stride = kCols + 8;  // y's pointer, dy's pitch
+  expect_invalid(b, "dx", bwd);
+  b.dx = {dy + 16, b.dy.dtype, b.dy.row_stride};
+  expect_invalid(b, "dx", bwd);
+}
+
 TEST(SoftmaxValidate, NoRowsIsANoOpWithoutPointers) {
   SoftmaxFwdArgs a;
   a.rows = 0;
