@@ -436,15 +436,6 @@ Status can_implement(const CrossEntropyArgs& a) {
     if (a.dlogits.dtype != a.logits.dtype)
       return invalid(std::string("dlogits: dtype ") + dtype_name(a.dlogits.dtype) + " differs from logits' " +
                      dtype_name(a.logits.dtype) + " (they must match)");
-    if (a.rows > 0) {
-      const int es = dtype_size(a.logits.dtype);
-      const int64_t lb = ((a.rows - 1) * a.logits.row_stride + a.cols) * es;
-      const int64_t db = ((a.rows - 1) * a.dlogits.row_stride + a.cols) * es;
-      const bool same = a.dlogits.ptr == a.logits.ptr && a.dlogits.row_stride == a.logits.row_stride;
-      if (!same && detail::ranges_overlap(a.dlogits.ptr, db, a.logits.ptr, lb))
-        return invalid("dlogits: overlaps logits without being the same buffer (in place needs the same pointer "
-                       "and row stride)");
-    }
   }
   if (uintptr_t(a.dloss) % 4 != 0) return invalid("dloss: pointer is not aligned to 4 bytes (fp32)");
   if (a.dloss != nullptr && a.dlogits.ptr == nullptr)
@@ -459,7 +450,22 @@ Status can_implement(const CrossEntropyArgs& a) {
       return invalid("workspace_bytes: " + std::to_string(a.workspace_bytes) + " is less than the " +
                      std::to_string(ws.bytes) + " bytes needed");
   }
-  return Status::success();
+  // The outputs against the inputs and one another (detail::check_disjoint:
+  // in place is dlogits over the logits, inplace_backward).
+  if (a.rows == 0) return Status::success();
+  using detail::vector_span;
+  const DType f32 = DType::kFloat32;
+  const int64_t per_call = a.reduction == Reduction::kNone ? a.rows : 1;  // loss, dloss
+  return detail::check_disjoint(
+      {detail::matrix_span("dlogits", a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, a.rows, a.cols),
+       vector_span("loss", a.loss, f32, per_call), vector_span("lse", a.lse, f32, a.rows),
+       vector_span("shard_stats", a.shard_stats, f32, 4 * a.rows),
+       detail::bytes_span("workspace", ws.bytes > 0 ? a.workspace : nullptr, a.workspace_bytes)},
+      {detail::matrix_span("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols),
+       detail::bytes_span("target", a.target, size_t(((a.rows - 1) * a.target_stride + 1) * tsize)),
+       vector_span("weight", a.weight, f32, ce_classes(a)), vector_span("dloss", a.dloss, f32, per_call),
+       vector_span("lse_in", a.lse_in, f32, a.rows),
+       vector_span("combine_stats", a.combine_stats, f32, 4 * a.rows * a.combine_shards)});
 }
 
 Status cross_entropy_workspace_bytes(const CrossEntropyArgs& a, size_t* bytes) {

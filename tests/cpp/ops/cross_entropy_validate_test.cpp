@@ -275,6 +275,48 @@ TEST(CrossEntropyValidate, DlogitsInPlaceOrDisjoint) {
   EXPECT_TRUE(can_implement(a).ok());
 }
 
+// Every other output (loss, lse, shard_stats, the workspace) overlaps no
+// operand and no other output; the error names the output. (dlogits: the
+// test above.)
+TEST(CrossEntropyValidate, OutputsOverlapNothing) {
+  CrossEntropyArgs a = args();
+  a.loss = faddr(1, 8);  // inside target
+  expect_invalid(a, "loss");
+  a = args();
+  a.lse = faddr(0, 64);  // inside the logits
+  expect_invalid(a, "lse");
+  a = args();
+  a.lse = faddr(3);  // lse over loss: two outputs
+  expect_invalid(a, "lse");
+  a = args();
+  a.workspace = addr(5, 256);  // inside dlogits
+  expect_invalid(a, "workspace");
+  a = args();
+  a.loss = faddr(6);  // over dloss
+  expect_invalid(a, "loss");
+  a = args();
+  a.loss = faddr(2, (kCols - 1) * 4);  // the weight's last class
+  expect_invalid(a, "loss");
+  a.loss = faddr(2, kCols * 4);  // just past it
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  // The statistics mode: shard_stats over the weight of every class.
+  a = args();
+  a.num_classes = 3 * kCols;
+  a.class_offset = kCols;
+  a.loss = a.lse = nullptr;
+  a.dlogits = {};
+  a.dloss = nullptr;
+  a.shard_stats = faddr(2, 16 * 100);
+  expect_invalid(a, "shard_stats");
+  a.shard_stats = faddr(8);
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  // No rows: nothing is addressed.
+  a = args();
+  a.rows = 0;
+  a.lse = faddr(0);
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+}
+
 TEST(CrossEntropyValidate, WorkspaceErrors) {
   CrossEntropyArgs a = args();
   size_t need = 0;
