@@ -50,7 +50,27 @@ Status validate(const RMSNormBwdArgs& a, bool workspace, bool centre, const floa
       return invalid("workspace: null pointer (dweight / dbias need rmsnorm_bwd_workspace_bytes of it)");
     if (uintptr_t(a.workspace) % 16 != 0) return invalid("workspace: pointer is not 16-byte aligned");
   }
-  return Status::success();
+  // The outputs against the inputs and one another (detail::check_disjoint:
+  // dx or dresidual may be h's, dy's or dresidual_out's very matrix, as
+  // before; a partial overlap, and any of the weight gradients or a given
+  // workspace's, is refused; the size query has no workspace yet).
+  if (a.rows == 0) return Status::success();
+  using detail::matrix_span;
+  using detail::vector_span;
+  const DType f32 = DType::kFloat32;
+  const bool ws = workspace && a.workspace != nullptr;
+  return detail::check_disjoint(
+      {matrix_span("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols),
+       matrix_span("dresidual", a.dresidual.ptr, a.dresidual.dtype, a.dresidual.row_stride, a.rows, a.cols),
+       vector_span("dweight", a.dweight.ptr, a.dweight.dtype, a.cols),
+       vector_span("dbias", a.dbias.ptr, a.dbias.dtype, a.cols),
+       detail::bytes_span("workspace", ws ? a.workspace : nullptr, a.workspace_bytes)},
+      {matrix_span("h", a.h.ptr, a.h.dtype, a.h.row_stride, a.rows, a.cols),
+       matrix_span("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols),
+       matrix_span("dresidual_out", a.dresidual_out.ptr, a.dresidual_out.dtype, a.dresidual_out.row_stride, a.rows,
+                   a.cols),
+       vector_span("weight", a.weight.ptr, a.weight.dtype, a.cols), vector_span("rstd", a.rstd, f32, a.rows),
+       vector_span("mean", mean, f32, a.rows)});
 }
 
 // The general kernel's CTAs: at most 8 an SM, and no more partial rows than

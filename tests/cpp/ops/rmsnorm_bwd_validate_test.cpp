@@ -31,7 +31,7 @@ RMSNormBwdArgs args() {
   a.dx = {addr(4), DType::kBFloat16, kCols};
   a.dweight = {addr(5), DType::kFloat32};
   a.dbias = {addr(6), DType::kBFloat16};
-  a.workspace = addr(7);
+  a.workspace = addr(64);  // (1 GB of it: past every other operand's address)
   a.workspace_bytes = size_t(1) << 30;
   return a;
 }
@@ -111,6 +111,44 @@ TEST(RMSNormBwdValidate, OperandErrorsNameTheOperand) {
   a = args();
   a.dbias.ptr = addr(6, 1);
   expect_invalid(a, "dbias");
+}
+
+// dx and dresidual may be h's, dy's or dresidual_out's very matrix (the
+// same pointer, dtype and row stride; allowed as before) and may overlap
+// nothing else; the weight gradients and the workspace overlap nothing. The
+// error names the output.
+TEST(RMSNormBwdValidate, OutputsInPlaceOrDisjoint) {
+  RMSNormBwdArgs a = args();
+  char* dy = static_cast<char*>(const_cast<void*>(a.dy.ptr));
+  a.dx = {dy, a.dy.dtype, a.dy.row_stride};  // in place of dy
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.dx.ptr = dy + 2;  // one element on
+  expect_invalid(a, "dx");
+  a = args();
+  a.dresidual_out = {addr(8), DType::kFloat32, kCols};
+  a.dresidual = {addr(8), DType::kFloat32, kCols};  // the residual's gradient accumulated in place
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.dresidual = {addr(8), DType::kBFloat16, kCols};  // same pointer, another dtype
+  expect_invalid(a, "dresidual");
+  a = args();
+  a.dweight = {static_cast<char*>(const_cast<void*>(a.weight.ptr)) + 64, DType::kFloat32};  // over the weight
+  expect_invalid(a, "dweight");
+  a = args();
+  a.dbias = {a.dweight.ptr, DType::kBFloat16};  // two outputs
+  expect_invalid(a, "dbias");
+  a = args();
+  a.dx = {const_cast<float*>(a.rstd), DType::kBFloat16, kCols};  // over rstd
+  expect_invalid(a, "dx");
+  a = args();
+  a.workspace = static_cast<char*>(a.dx.ptr) + 4096;  // inside dx
+  a.workspace_bytes = size_t(1) << 20;
+  const Status st = can_implement(a);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("workspace:", 0), 0u) << st.message;
+  a = args();
+  a.rows = 0;  // nothing addressed
+  a.dx.ptr = dy + 2;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
 }
 
 TEST(RMSNormBwdValidate, RstdWeightGradientsAndWorkspace) {
