@@ -43,6 +43,9 @@ def test_zero_rows_is_a_no_op():
     (dict(b_ptr=256, b_dtype=9), ["bias", "dtype code 9"]),
     (dict(res_out_ptr=256, res_out_dtype=2, res_out_stride=0), ["residual_out", "row stride"]),
     (dict(rstd_ptr=258), ["rstd", "aligned"]),
+    (dict(out_ptr=260), ["out", "overlaps x"]),                         # in place needs x's very pointer
+    (dict(w_ptr=512, w_dtype=0), ["out", "overlaps weight"]),           # the weight every row reads
+    (dict(rstd_ptr=516), ["rstd", "overlaps out"]),                     # two outputs
     (dict(eps=-1.0), ["eps", ">= 0"]),
     (dict(eps=float("nan")), ["eps", "finite"]),
     (dict(eps=1e300), ["eps", "float32"]),
@@ -113,6 +116,9 @@ def test_softmax_forward_workspace_binding():
         softmax_ws(ws_ptr=4096 + 8, ws_bytes=1 << 20)
     with pytest.raises(ValueError, match="^quack_cpp.softmax: x: .*row stride"):
         softmax_ws(x_stride=N - 1)
+    with pytest.raises(ValueError, match="^quack_cpp.softmax: out: overlaps x"):
+        softmax_ws(out_ptr=258)
+    assert softmax_ws(out_ptr=256) == 0  # in place
 
 
 # ---------------------------------------------------------------------------
