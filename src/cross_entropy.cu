@@ -462,7 +462,7 @@ Status can_implement(const CrossEntropyArgs& a) {
        vector_span("shard_stats", a.shard_stats, f32, 4 * a.rows),
        detail::bytes_span("workspace", ws.bytes > 0 ? a.workspace : nullptr, a.workspace_bytes)},
       {detail::matrix_span("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols),
-       detail::bytes_span("target", a.target, size_t(((a.rows - 1) * a.target_stride + 1) * tsize)),
+       detail::bytes_span("target", a.target, size_t(detail::extent_bytes(a.rows, a.target_stride, 1, tsize))),
        vector_span("weight", a.weight, f32, ce_classes(a)), vector_span("dloss", a.dloss, f32, per_call),
        vector_span("lse_in", a.lse_in, f32, a.rows),
        vector_span("combine_stats", a.combine_stats, f32, 4 * a.rows * a.combine_shards)});

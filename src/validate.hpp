@@ -38,6 +38,16 @@ inline Status check_dtype(const char* name, DType t) {
   return Status::success();
 }
 
+// Bytes from a strided operand's first element to one past its last: rows
+// of cols elements of es bytes, stride elements apart (0 with no rows);
+// past INT64_MAX (strides no memory could hold), INT64_MAX.
+inline int64_t extent_bytes(int64_t rows, int64_t stride, int64_t cols, int64_t es) {
+  if (rows <= 0) return 0;
+  const int64_t lim = INT64_MAX / es;
+  if (cols > lim || (stride > 0 && rows - 1 > (lim - cols) / stride)) return INT64_MAX;
+  return ((rows - 1) * stride + cols) * es;
+}
+
 // A (rows, cols) matrix operand. `required` operands must have a pointer when
 // rows > 0; optional ones (ptr == nullptr) are skipped.
 inline Status check_matrix(const char* name, const void* ptr, DType dtype, int64_t stride,
@@ -55,6 +65,9 @@ inline Status check_matrix(const char* name, const void* ptr, DType dtype, int64
   if (uintptr_t(ptr) % dtype_size(dtype) != 0)
     return invalid(std::string(name) + ": pointer is not aligned to its element size (" +
                    std::to_string(dtype_size(dtype)) + " bytes)");
+  if (extent_bytes(rows, stride, cols, dtype_size(dtype)) == INT64_MAX)
+    return invalid(std::string(name) + ": row stride " + std::to_string(stride) + " puts " + std::to_string(rows) +
+                   " rows past any address space");
   return Status::success();
 }
 
@@ -74,11 +87,15 @@ inline Status check_finite(const char* name, float v, bool non_negative) {
   return Status::success();
 }
 
-// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) meet.
+// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) meet (their
+// ends clamped to the address space).
 inline bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto x = uintptr_t(a), y = uintptr_t(b);
-  return x < y + uintptr_t(b_bytes) && y < x + uintptr_t(a_bytes);
+  const uintptr_t x = uintptr_t(a), y = uintptr_t(b), top = ~uintptr_t(0);
+  const uintptr_t xe = uintptr_t(a_bytes) > top - x ? top : x + uintptr_t(a_bytes);
+  const uintptr_t ye = uintptr_t(b_bytes) > top - y ? top : y + uintptr_t(b_bytes);
+  return x < ye && y < xe;
 }
+
 
 // An operand's memory for check_disjoint: [ptr, ptr + bytes), its first
 // element to one past its last (nothing with no rows); a matrix's row stride
@@ -91,10 +108,10 @@ struct Span {
   DType dtype;
 };
 inline Span matrix_span(const char* name, const void* ptr, DType t, int64_t stride, int64_t rows, int64_t cols) {
-  return {name, ptr, rows > 0 ? ((rows - 1) * stride + cols) * dtype_size(t) : 0, stride, t};
+  return {name, ptr, extent_bytes(rows, stride, cols, dtype_size(t)), stride, t};
 }
 inline Span vector_span(const char* name, const void* ptr, DType t, int64_t n) {
-  return {name, ptr, n * dtype_size(t), 0, t};
+  return {name, ptr, extent_bytes(1, n, n, dtype_size(t)), 0, t};
 }
 inline Span bytes_span(const char* name, const void* ptr, size_t bytes) {
   return {name, ptr, int64_t(bytes), 0, DType::kFloat32};

@@ -83,8 +83,11 @@ TEST(RMSNormFwdValidate, AcceptsValidArguments) {
   a = minimal_args();
   a.rows = int64_t(1) << 40;  // rows and strides are 64-bit; nothing is touched here
   a.cols = int64_t(1) << 20;
-  a.x.row_stride = a.out.row_stride = int64_t(1) << 34;
+  a.x.row_stride = a.out.row_stride = int64_t(1) << 20;
+  a.out.ptr = reinterpret_cast<void*>(uintptr_t(1) << 62);  // (past x's 2^61 bytes)
   expect_ok(a);
+  a.x.row_stride = int64_t(1) << 34;  // 2^75 bytes of rows: no address space holds them
+  expect_invalid(a, "x");
 }
 
 TEST(RMSNormFwdValidate, AcceptsElementAlignedPointersAndOddStrides) {

@@ -5,6 +5,7 @@
 // Checked against their definitions row by row, not against the formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 
@@ -56,6 +57,34 @@ TEST(ValidateHelpers, VecOkIsEveryRowOnAVector) {
                   every)
             << "es " << es << " offset " << off << " stride " << stride;
       }
+}
+
+// The overlap checks' arithmetic (check_disjoint): an operand's extent is
+// its first element to one past its last, saturating where no address space
+// could hold the rows; ranges compare with their ends clamped to the top
+// of the address space. Checked against element-by-element sums.
+TEST(ValidateHelpers, ExtentsSaturateAndRangesClampAtTheTop) {
+  for (int64_t rows : {1, 2, 7})
+    for (int64_t stride : {8, 9, 1000})
+      for (int64_t es : {2, 4}) {
+        int64_t last = 0;  // one past the last element's last byte
+        for (int64_t r = 0; r < rows; ++r) last = std::max(last, (r * stride + 8) * es);
+        EXPECT_EQ(detail::extent_bytes(rows, stride, 8, es), last) << rows << " x " << stride << " x " << es;
+      }
+  EXPECT_EQ(detail::extent_bytes(0, 8, 8, 2), 0);
+  EXPECT_EQ(detail::extent_bytes(3, int64_t(1) << 62, 8, 2), INT64_MAX);
+  EXPECT_EQ(detail::extent_bytes(1, 0, int64_t(1) << 62, 4), INT64_MAX);
+  const uintptr_t top = ~uintptr_t(0);
+  auto at = [](uintptr_t p) { return reinterpret_cast<const void*>(p); };
+  EXPECT_TRUE(detail::ranges_overlap(at(top - 64), INT64_MAX, at(top - 8), 4));
+  EXPECT_FALSE(detail::ranges_overlap(at(top - 64), 32, at(top - 8), 4));
+  EXPECT_TRUE(detail::ranges_overlap(at(4096), 16, at(4096 + 15), 1));
+  EXPECT_FALSE(detail::ranges_overlap(at(4096), 16, at(4096 + 16), 1));
+  EXPECT_FALSE(detail::ranges_overlap(at(4096 + 16), 1, at(4096), 16));
+  // A matrix whose rows run past any address space is refused by name.
+  const Status st = detail::check_matrix("x", at(4096), DType::kBFloat16, int64_t(1) << 62, 3, 8, true);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("x: row stride", 0), 0u) << st.message;
 }
 
 }  // namespace
