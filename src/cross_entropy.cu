@@ -459,13 +459,13 @@ Status can_implement(const CrossEntropyArgs& a) {
   return detail::check_disjoint(
       {detail::matrix_span("dlogits", a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, a.rows, a.cols),
        vector_span("loss", a.loss, f32, per_call), vector_span("lse", a.lse, f32, a.rows),
-       vector_span("shard_stats", a.shard_stats, f32, 4 * a.rows),
-       detail::bytes_span("workspace", ws.bytes > 0 ? a.workspace : nullptr, a.workspace_bytes)},
+       vector_span("shard_stats", a.shard_stats, f32, detail::sat_mul(4, a.rows)),
+       detail::bytes_span("workspace", ws.bytes > 0 ? a.workspace : nullptr, ws.bytes)},
       {detail::matrix_span("logits", a.logits.ptr, a.logits.dtype, a.logits.row_stride, a.rows, a.cols),
        detail::bytes_span("target", a.target, size_t(detail::extent_bytes(a.rows, a.target_stride, 1, tsize))),
        vector_span("weight", a.weight, f32, ce_classes(a)), vector_span("dloss", a.dloss, f32, per_call),
        vector_span("lse_in", a.lse_in, f32, a.rows),
-       vector_span("combine_stats", a.combine_stats, f32, 4 * a.rows * a.combine_shards)});
+       vector_span("combine_stats", a.combine_stats, f32, detail::sat_mul(detail::sat_mul(4, a.rows), a.combine_shards))});
 }
 
 Status cross_entropy_workspace_bytes(const CrossEntropyArgs& a, size_t* bytes) {
@@ -666,7 +666,11 @@ Status can_implement(const CrossEntropyGradScaleArgs& a) {
     return st;
   if (a.rows > 0 && a.dloss == nullptr) return invalid("dloss: null pointer");
   if (uintptr_t(a.dloss) % 4 != 0) return invalid("dloss: pointer is not aligned to 4 bytes (fp32)");
-  return Status::success();
+  // dlogits apart from the factors every row reads (detail::check_disjoint).
+  if (a.rows == 0) return Status::success();
+  return detail::check_disjoint(
+      {detail::matrix_span("dlogits", a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, a.rows, a.cols)},
+      {detail::vector_span("dloss", a.dloss, DType::kFloat32, a.per_row ? a.rows : 1)});
 }
 
 Status cross_entropy_scale_grad(const CrossEntropyGradScaleArgs& a, cudaStream_t stream) {

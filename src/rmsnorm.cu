@@ -21,6 +21,7 @@ namespace {
 // inputs and one another (detail::check_disjoint: in place is out or
 // residual_out on x's or the residual's very matrix).
 Status norm_fwd_disjoint(const RMSNormFwdArgs& a, const float* mean) {
+  if (a.rows == 0) return Status::success();
   using detail::matrix_span;
   using detail::vector_span;
   const DType f32 = DType::kFloat32;

@@ -255,6 +255,7 @@ Status can_implement(const SoftmaxFwdArgs& a) {
   if (a.workspace != nullptr && uintptr_t(a.workspace) % 16 != 0)
     return invalid("workspace: pointer is not 16-byte aligned");
   // out in place of x, or apart from it (detail::check_disjoint).
+  if (a.rows == 0) return Status::success();
   return detail::check_disjoint(
       {detail::matrix_span("out", a.out.ptr, a.out.dtype, a.out.row_stride, a.rows, a.cols),
        detail::bytes_span("workspace", a.workspace, a.workspace_bytes)},
@@ -274,6 +275,7 @@ Status can_implement(const SoftmaxBwdArgs& a) {
     if (!(st = check_same_dtype("dx", a.dx.dtype, "y", a.y.dtype)).ok()) return st;
   }
   // dx in place of y or dy, or apart from both (detail::check_disjoint).
+  if (a.rows == 0) return Status::success();
   return detail::check_disjoint({detail::matrix_span("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols)},
                                 {detail::matrix_span("y", a.y.ptr, a.y.dtype, a.y.row_stride, a.rows, a.cols),
                                  detail::matrix_span("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols)});

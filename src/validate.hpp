@@ -44,9 +44,11 @@ inline Status check_dtype(const char* name, DType t) {
 inline int64_t extent_bytes(int64_t rows, int64_t stride, int64_t cols, int64_t es) {
   if (rows <= 0) return 0;
   const int64_t lim = INT64_MAX / es;
-  if (cols > lim || (stride > 0 && rows - 1 > (lim - cols) / stride)) return INT64_MAX;
+  if (stride < 0 || cols > lim || (stride > 0 && rows - 1 > (lim - cols) / stride)) return INT64_MAX;
   return ((rows - 1) * stride + cols) * es;
 }
+// a * b for a, b >= 0, INT64_MAX where it would overflow.
+inline int64_t sat_mul(int64_t a, int64_t b) { return b != 0 && a > INT64_MAX / b ? INT64_MAX : a * b; }
 
 // A (rows, cols) matrix operand. `required` operands must have a pointer when
 // rows > 0; optional ones (ptr == nullptr) are skipped.
@@ -104,17 +106,18 @@ struct Span {
   const char* name;
   const void* ptr;  // nullptr: absent
   int64_t bytes;
-  int64_t stride;   // a matrix's row stride; 0: a vector (never in place)
+  int64_t stride;   // a matrix's row stride (one row: its length); 0: a vector (never in place)
   DType dtype;
 };
 inline Span matrix_span(const char* name, const void* ptr, DType t, int64_t stride, int64_t rows, int64_t cols) {
-  return {name, ptr, extent_bytes(rows, stride, cols, dtype_size(t)), stride, t};
+  if (ptr == nullptr) return {name, nullptr, 0, 0, t};
+  return {name, ptr, extent_bytes(rows, stride, cols, dtype_size(t)), rows > 1 ? stride : cols, t};
 }
 inline Span vector_span(const char* name, const void* ptr, DType t, int64_t n) {
   return {name, ptr, extent_bytes(1, n, n, dtype_size(t)), 0, t};
 }
 inline Span bytes_span(const char* name, const void* ptr, size_t bytes) {
-  return {name, ptr, int64_t(bytes), 0, DType::kFloat32};
+  return {name, ptr, bytes > size_t(INT64_MAX) ? INT64_MAX : int64_t(bytes), 0, DType::kFloat32};
 }
 
 // Outputs against inputs and against one another, after each operand's own
@@ -130,10 +133,13 @@ inline Status check_disjoint(std::initializer_list<Span> outputs, std::initializ
     if (!present(*o)) continue;
     for (const Span& in : inputs) {
       if (!present(in)) continue;
-      const bool same = o->ptr == in.ptr && o->stride > 0 && o->stride == in.stride && o->dtype == in.dtype;
+      const bool matrices = o->stride > 0 && in.stride > 0;
+      const bool same = matrices && o->ptr == in.ptr && o->stride == in.stride && o->dtype == in.dtype;
       if (!same && ranges_overlap(o->ptr, o->bytes, in.ptr, in.bytes))
         return invalid(std::string(o->name) + ": overlaps " + in.name +
-                       " without being the same matrix (in place needs the same pointer, dtype and row stride)");
+                       (matrices ? " without being the same matrix (in place needs the same pointer, dtype and row "
+                                   "stride)"
+                                 : ""));
     }
     for (auto p = outputs.begin(); p != o; ++p)
       if (present(*p) && ranges_overlap(o->ptr, o->bytes, p->ptr, p->bytes))

@@ -306,15 +306,47 @@ TEST(CrossEntropyValidate, OutputsOverlapNothing) {
   a.loss = a.lse = nullptr;
   a.dlogits = {};
   a.dloss = nullptr;
-  a.shard_stats = faddr(2, 16 * 100);
+  a.shard_stats = faddr(2, 16 * 300);  // past the shard's cols weights, inside num_classes'
   expect_invalid(a, "shard_stats");
   a.shard_stats = faddr(8);
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  // loss and dloss: a float a row with reduction none, else one.
+  a = args();
+  a.loss = faddr(6, 4);  // right after dloss's first float
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;  // mean: one each
+  a.reduction = Reduction::kSum;
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.reduction = Reduction::kNone;  // a row each
+  expect_invalid(a, "loss");
+  // The target's rows at its stride: (rows - 1) * stride + 1 indices.
+  a = args();
+  a.target_stride = 10;
+  a.loss = faddr(1, ((kRows - 1) * 10) * 8);  // the last row's index
+  expect_invalid(a, "loss");
+  a.loss = faddr(1, ((kRows - 1) * 10 + 1) * 8);  // just past it
   EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
   // No rows: nothing is addressed.
   a = args();
   a.rows = 0;
   a.lse = faddr(0);
   EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+}
+
+// cross_entropy_scale_grad: the factors every row reads lie apart from
+// dlogits (a row would read one another had scaled); the error names the
+// output, dlogits.
+TEST(CrossEntropyScaleValidate, DlossApartFromDlogits) {
+  CrossEntropyGradScaleArgs a = scale_args();
+  a.dloss = faddr(0, 64);  // inside dlogits
+  expect_invalid(a, "dlogits");
+  a.per_row = false;  // one factor, still inside
+  expect_invalid(a, "dlogits");
+  const uintptr_t end = ((kRows - 1) * (kCols + 3) + kCols) * 2;  // one past dlogits' last byte
+  a.dloss = faddr(0, (end + 3) / 4 * 4);  // the next float
+  EXPECT_TRUE(can_implement(a).ok()) << can_implement(a).message;
+  a.per_row = true;
+  a.dloss = faddr(0, (end + 3) / 4 * 4 - 4 * kRows);  // a row's factors ending inside dlogits
+  expect_invalid(a, "dlogits");
 }
 
 TEST(CrossEntropyValidate, WorkspaceErrors) {

@@ -160,8 +160,14 @@ TEST(SoftmaxValidate, OutputsInPlaceOrDisjoint) {
   f.out.ptr = x + es;
   EXPECT_TRUE(can_implement(f).ok());
   f = fwd_args();
+  f.rows = 1;  // one row: its pitch is no part of the matrix, in place at any pitch
+  f.out = {x, f.x.dtype, kCols + 64};
+  EXPECT_TRUE(can_implement(f).ok()) << can_implement(f).message;
+  f = fwd_args();
   f.workspace = x + 256;
   f.workspace_bytes = 1024;
+  expect_invalid(f, "workspace", fwd);
+  f.workspace_bytes = SIZE_MAX;  // (a size past INT64_MAX still counts)
   expect_invalid(f, "workspace", fwd);
   f.workspace = static_cast<char*>(addr(5));
   EXPECT_TRUE(can_implement(f).ok()) << can_implement(f).message;
