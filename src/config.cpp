@@ -219,12 +219,23 @@ RowTuning default_row_tuning() {
   // knob, norm_staged_balance, is on for fp32 x only.
   t.reg_staged_balance = 1;
   t.norm_staged_balance = 2;
-  // Off until measured: the forty-third session built and host-tested the
-  // shifted register and staged softmax kernels (kShift) with no device to
-  // run them; the GPU suites run them with the bit set (SoftmaxGpuShifted,
-  // and the staged suites' shifted cases). The streaming kernel's shifted
-  // rows ran 47-68% of copy (ddf784e; docs/KERNELS.md).
-  t.shifted_rows = 0;
+  // Rows whose first element sits inside a 16-byte vector (odd N) take the
+  // register and staged kernels from that vector, both ops (softmax_sweep /
+  // cross_entropy_sweep at 013ec5b, NVIDIA H100, M*N = 2^28, % of copy,
+  // defaults -> shifted_rows=3, one call;
+  // bench/results/logs/2026-12-05-shifted-rows-sweep-013ec5b-h100-tables.md):
+  //   softmax bf16 fwd 32001 / 50257 / 128257 61.5 / 64.7 / 59.9 -> 97.8 /
+  //   83.3 / 89.3, bwd 79.7 / 82.3 / 61.3 -> 98.9 / 96.3 / 97.4; fp32 fwd
+  //   73.5 / 70.1 / 58.2 -> 94.9 / 95.6 / 95.0;
+  //   cross-entropy bf16 fused gradient 23.4 / 24.6 / 25.7 -> 90.0 / 88.9 /
+  //   88.6, forward 32.5 / 35.0 / 44.6 -> 88.4 / 87.8 / 89.9; fp32 fused
+  //   50.0 / 52.3 / 44.6 -> 91.6 / 90.9 / 91.5;
+  //   bf16 4100 (4107 columns planned, a tile of twice the row): softmax
+  //   64.4 -> 78.3, CE fused 27.9 -> 38.7 -- better, far from 4096's.
+  // Aligned N within 1.5% either way (noise). Their GPU cases (221, the
+  // shifted, staged, register and balanced suites) passed, memcheck and
+  // initcheck clean (73 cases): ...-shifted-cases-sanitizers-013ec5b-h100.txt.
+  t.shifted_rows = 3;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

@@ -909,10 +909,15 @@ TEST(CrossEntropyPlan, GpuTestShapesCoverEveryKernel) {
 // columns -- the register tiles, or the staged fused gradient where it
 // stages those; never the bulk or two-pass kernels (whole vectors) -- and
 // plain forwards of ce_fwd_stream_min_bytes or more the streaming forward
-// (kShift: the head apart), where RowTuning::shifted_rows' bit 1 allows;
-// off by default (unmeasured): the element-wise streaming kernel.
+// (kShift: the head apart), where RowTuning::shifted_rows' bit 1 allows
+// (on by default since the forty-fourth session's sweep); with the bit off,
+// the element-wise streaming kernel.
 TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
   const DeviceLimits lim;
+  EXPECT_EQ(default_row_tuning().shifted_rows & 2, 2);
+  RowTuning off = default_row_tuning();
+  off.shifted_rows = 0;
+  set_row_tuning(&off);
   struct Mode {
     bool forward, general;
     bool wide() const { return forward && !general; }  // the plain forward's kernels
@@ -923,7 +928,7 @@ TEST(CrossEntropyPlan, ShiftedRowsTakeTheRegisterTiles) {
     for (const Mode m : modes)
       for (int64_t v : vocabs)
         EXPECT_EQ(cross_entropy_plan_description(4096, v, dt, lim, m.forward, m.general, true), "stream")
-            << "the default, V = " << v;
+            << "the bit off, V = " << v;
   RowTuning t = default_row_tuning();
   t.shifted_rows = 2;
   set_row_tuning(&t);

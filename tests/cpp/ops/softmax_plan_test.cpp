@@ -532,15 +532,19 @@ TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {
 // register or staged kernel the aligned rows of N + VEC - 1 columns take
 // without a workspace (the grid kernel reads whole vectors), and where
 // those would be chunked, the streaming kernel in shifted vectors. The
-// vocabularies users meet are register-held or staged both ways. Off by
-// default (unmeasured): the streaming kernel.
+// vocabularies users meet are register-held or staged both ways. On by
+// default since the forty-fourth session's sweep (config.cpp); with the bit
+// off, the streaming kernel.
 TEST(SoftmaxPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
+  EXPECT_EQ(default_row_tuning().shifted_rows & 1, 1);
+  RowTuning t = default_row_tuning();
+  t.shifted_rows = 0;
+  set_row_tuning(&t);
   for (DType dt : {kF32, kBF16})
     for (bool backward : {false, true})
       for (int64_t n : {int64_t(7), int64_t(4100), int64_t(50257)})
         EXPECT_EQ(softmax_plan_description(4096, n, dt, backward, DeviceLimits{}, true, true), "stream, shifted vectors")
-            << "the default: N = " << n;
-  RowTuning t = default_row_tuning();
+            << "the bit off: N = " << n;
   t.shifted_rows = 1;
   set_row_tuning(&t);
   for (DType dt : {kF32, kF16, kBF16}) {
