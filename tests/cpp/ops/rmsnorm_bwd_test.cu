@@ -162,9 +162,14 @@ bool close(double got, double want, double rtol, double atol) {
 double rtol_of(DType t) { return t == kF32 ? 1e-6 : t == kF16 ? 1e-3 : 8e-3; }
 double tiny_of(DType t) { return t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126); }
 
+// In place (the README's guarantee): dx written over dy or over h (an
+// input of every pass), and dresidual over dresidual_out where the case has
+// both, the aliased inputs uploaded afresh before each call.
+enum class InPlace { kNone, kOverDy, kOverH };
+
 // want_in_plan: words the call's plan (norm_bwd_plan_description) must
 // contain, or the test fails (empty: not checked).
-void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "") {
+void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "", InPlace in_place = InPlace::kNone) {
   const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
   const int64_t M = test::case_rows(c.rows, c.cols), N = c.cols, stride = N + c.pad;
   std::mt19937 gen(uint32_t(M * 7919 + N));
@@ -206,6 +211,13 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
   QUACK_ASSERT_CUDA(tw.upload(w));
   QUACK_ASSERT_CUDA(trstd.upload(rstd));
   if (c.dres_out) QUACK_ASSERT_CUDA(tdro.upload(dro));
+  // The buffers dx and dresidual are written to, and what they hold first
+  // (null: poison).
+  GuardedTensor* dx_buf = in_place == InPlace::kOverDy ? &tdy : in_place == InPlace::kOverH ? &th : &tdx;
+  const std::vector<float>* dx_init = in_place == InPlace::kOverDy ? &dy : in_place == InPlace::kOverH ? &h : nullptr;
+  ASSERT_TRUE(dx_init == nullptr || dx_buf->layout().dtype == dx_t) << "in place needs dx's dtype";
+  const bool dres_over_dro = in_place != InPlace::kNone && c.dres && c.dres_out;
+  GuardedTensor* dres_buf = dres_over_dro ? &tdro : &tdres;
 
   LayerNormBwdArgs a;  // (an RMSNormBwdArgs and the mean)
   const RMSNormBwdArgs& base = a;
@@ -220,8 +232,8 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
   if (c.dres_out) a.dresidual_out = {tdro.ptr(), c.t, stride};
   if (c.weight) a.weight = {tw.ptr(), c.wt};
   a.rstd = static_cast<const float*>(trstd.ptr());
-  a.dx = {tdx.ptr(), dx_t, stride};
-  if (c.dres) a.dresidual = {tdres.ptr(), c.t, stride};
+  a.dx = {dx_buf->ptr(), dx_t, stride};
+  if (c.dres) a.dresidual = {dres_buf->ptr(), c.t, stride};
   if (c.dweight) a.dweight = {tdw.ptr(), c.wt};
   if (c.dbias) a.dbias = {tdb.ptr(), c.wt};
   a.weight_offset = c.weight_offset;
@@ -251,10 +263,12 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
   }
 
   // Two runs on poisoned outputs: bit-identical, nothing written outside.
-  std::vector<GuardedTensor*> outs = {&tdx, &tdres, &tdw, &tdb};
+  std::vector<GuardedTensor*> outs = {dx_buf, dres_buf, &tdw, &tdb};
   std::vector<std::vector<double>> first(outs.size());
   for (int run = 0; run < 2; ++run) {
-    for (GuardedTensor* t : outs) QUACK_ASSERT_CUDA(t->poison());
+    QUACK_ASSERT_CUDA(dx_init ? dx_buf->upload(*dx_init) : dx_buf->poison());
+    QUACK_ASSERT_CUDA(dres_over_dro ? tdro.upload(dro) : tdres.poison());
+    for (GuardedTensor* t : {&tdw, &tdb}) QUACK_ASSERT_CUDA(t->poison());
     const Status st = bwd(a);
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -278,6 +292,7 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
     const std::vector<std::pair<const GuardedTensor*, const std::vector<float>*>> ins = {
         {&th, &h}, {&tdy, &dy}, {&tw, &w}, {&trstd, &rstd}, {&tmean, &mean}};
     for (const auto& [t, ref] : ins) {
+      if (t == dx_buf) continue;  // (in place: dx)
       std::vector<double> v;
       int64_t dirty = 0;
       QUACK_ASSERT_CUDA(t->download(&v, &dirty));
@@ -452,6 +467,30 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<BwdCase>& i) { return i.param.name; });
+
+// The cases in place, by default tuning (every kernel the cases reach:
+// register, pipelined, clusters, general, the split rows' two kernels, the
+// grid): RMSNorm's dx over dy, LayerNorm's over h; dresidual over
+// dresidual_out where the case has both. Cases whose dx dtype differs from
+// the input's run apart (RMSNormBwdGpu) only.
+class RMSNormBwdGpuInPlace : public testing::TestWithParam<BwdCase> {};
+
+TEST_P(RMSNormBwdGpuInPlace, OverDyMatchesFloat64) {
+  const BwdCase& c = GetParam();
+  if (int(c.dx_t) >= 0 && c.dx_t != (int(c.dy_t) < 0 ? c.t : c.dy_t)) GTEST_SKIP() << "dx and dy differ in dtype";
+  QUACK_REQUIRE_SM90();
+  run_case(c, false, "", InPlace::kOverDy);
+}
+
+TEST_P(RMSNormBwdGpuInPlace, LayerNormOverHMatchesFloat64) {
+  const BwdCase& c = GetParam();
+  if (int(c.dx_t) >= 0 && c.dx_t != c.t) GTEST_SKIP() << "dx and h differ in dtype";
+  QUACK_REQUIRE_SM90();
+  run_case(c, true, "", InPlace::kOverH);
+}
+
+INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormBwdGpuInPlace, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<BwdCase>& i) { return i.param.name; });
 
 // rows = 0: nothing is read, and the weight gradients are sums over no rows.

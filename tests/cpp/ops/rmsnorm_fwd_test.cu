@@ -75,6 +75,10 @@ struct FwdCase {
   // variance taken as mean(h^2) - mean^2 in fp32 loses it, and a shifted
   // sum whose shift is an outlier is at its least exact.
   bool hostile_moments = false;
+  // In place (the README's guarantee): out written over x, and residual_out
+  // over the residual, where their dtypes agree (the inputs uploaded afresh
+  // before each call).
+  bool in_place = false;
 
   FwdCase(std::string n, int64_t m, int64_t cols_, DType x) : name(std::move(n)), rows(m), cols(cols_) {
     op[kX] = {true, x};
@@ -279,6 +283,15 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
   const std::vector<float>* input_values[kNumOperands] = {&in.x, &in.res, &in.w, &in.b, nullptr, nullptr, nullptr, nullptr};
   for (const Operand o : {kX, kRes, kW, kB})
     if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].upload(*input_values[o]));
+  // The buffer each operand lives in: its own, or (in place) the input's
+  // whose matrix an output is written over.
+  int buf[kNumOperands];
+  for (int o = 0; o < kNumOperands; ++o) buf[o] = o;
+  if (c.in_place) {
+    for (const auto& [out, in] : {std::pair{kOut, kX}, std::pair{kResOut, kRes}})
+      if (c.op[out].present && c.op[in].present && c.op[out].dtype == c.op[in].dtype) buf[out] = in;
+    ASSERT_EQ(buf[kOut], kX) << "an in-place case needs out in x's dtype";
+  }
 
   LayerNormFwdArgs a;  // (an RMSNormFwdArgs and the mean)
   a.rows = c.rows;
@@ -287,7 +300,7 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
     return MatrixRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype, t[o].layout().stride};
   };
   auto mut_matrix = [&](Operand o) {
-    return MutMatrixRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype, t[o].layout().stride};
+    return MutMatrixRef{c.op[o].present ? t[buf[o]].ptr() : nullptr, c.op[o].dtype, t[buf[o]].layout().stride};
   };
   auto vector = [&](Operand o) { return VectorRef{c.op[o].present ? t[o].ptr() : nullptr, c.op[o].dtype}; };
   a.x = matrix(kX);
@@ -363,7 +376,7 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE(run == 0 ? "first call" : "second call (must repeat the first bit for bit)");
     for (const Operand o : {kOut, kResOut, kRstd, kMean})
-      if (c.op[o].present) QUACK_ASSERT_CUDA(t[o].poison());
+      if (c.op[o].present) QUACK_ASSERT_CUDA(buf[o] == o ? t[o].poison() : t[buf[o]].upload(*input_values[buf[o]]));
     if (ws_bytes > 0) QUACK_ASSERT_CUDA(ws.poison());
     // The uploads and memsets ran on the legacy stream, which a non-blocking
     // stream does not wait for.
@@ -380,13 +393,13 @@ void run_case(const FwdCase& case_, bool centre, const PlanCheck& expect_plan = 
     }
 
     for (int o = 0; o < kNumOperands; ++o) {
-      if (!c.op[o].present) continue;
+      if (!c.op[o].present || (o != kOut && buf[kOut] == o) || (o != kResOut && buf[kResOut] == o)) continue;
       std::vector<double> got;
       int64_t dirty = 0;
-      QUACK_ASSERT_CUDA(t[o].download(&got, &dirty));
+      QUACK_ASSERT_CUDA(t[buf[o]].download(&got, &dirty));
       EXPECT_EQ(dirty, 0) << "bytes around " << kOperandName[o] << "'s rows are no longer poison";
       int64_t bad = 0;
-      const int64_t cols = t[o].layout().cols;
+      const int64_t cols = t[buf[o]].layout().cols;
       for (size_t i = 0; i < got.size(); ++i) {
         bool ok;
         double expect;
@@ -425,6 +438,34 @@ TEST_P(RMSNormFwdGpu, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormFwdGpu, testing::ValuesIn(fwd_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
+// The cases whose out is in x's dtype, in place (out over x, residual_out
+// over the residual where the dtypes agree), by default tuning: every
+// kernel they reach reads a row's elements before writing over them.
+std::vector<FwdCase> in_place_cases() {
+  std::vector<FwdCase> v;
+  for (FwdCase c : fwd_cases())
+    if (c.op[kOut].dtype == c.op[kX].dtype) {
+      c.in_place = true;
+      v.push_back(c);
+    }
+  return v;
+}
+
+class RMSNormFwdGpuInPlace : public testing::TestWithParam<FwdCase> {};
+
+TEST_P(RMSNormFwdGpuInPlace, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormFwdGpuInPlace, LayerNormMatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormFwdGpuInPlace, testing::ValuesIn(in_place_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // Installs a tuning for the duration of each test of a suite.

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -244,13 +245,16 @@ bool close(double got, double want, double scale, DType t, double atol = 0.0) {
 }
 
 // Runs `call` twice on poisoned outputs; checks guards, input integrity and
-// bit-identical repeats; returns the first run's outputs.
+// bit-identical repeats; returns the first run's outputs. With `in_place`,
+// `out` is also an input: it holds *in_place (uploaded afresh, its gaps and
+// guards poison) before each run instead of poison.
 template <class Call>
 void run_twice(const std::vector<GuardedTensor*>& inputs, const std::vector<std::vector<float>>& input_values,
-               GuardedTensor& out, Call&& call, std::vector<double>* got) {
+               GuardedTensor& out, Call&& call, std::vector<double>* got,
+               const std::vector<float>* in_place = nullptr) {
   std::vector<double> first;
   for (int run = 0; run < 2; ++run) {
-    QUACK_ASSERT_CUDA(out.poison());
+    QUACK_ASSERT_CUDA(in_place ? out.upload(*in_place) : out.poison());
     const Status st = call();
     ASSERT_TRUE(st.ok()) << st.message;
     QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -292,10 +296,13 @@ SmCase as_run(SmCase c) {
 // How run_case calls the op: workspace, the forward gets the workspace
 // softmax_fwd_workspace_bytes asks for (the grid kernel's, where the tuning
 // sends the row to it); forward_only, no backward (suites whose tuning
-// changes only the forward).
+// changes only the forward); in_place, the forward writes over x and the
+// backward over dy, then (a second call) over y: the outputs take the
+// inputs' layout (the case's out_offset is not used).
 struct RunOpts {
   bool workspace = false;
   bool forward_only = false;
+  bool in_place = false;
 };
 
 // A workspace of `bytes` (a multiple of 4) in a guarded buffer of its own,
@@ -341,7 +348,7 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
     for (float& v : x) v = float(round_to(c.dtype, v));
   }
 
-  const Layout out_layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset + c.out_offset};
+  const Layout out_layout{c.dtype, c.rows, c.cols, c.cols + c.pad, c.offset + (opts.in_place ? 0 : c.out_offset)};
   GuardedTensor tx(layout), ty(out_layout), tdy(layout), tdx(out_layout);
   ASSERT_TRUE(tx.ok() && ty.ok() && tdy.ok() && tdx.ok()) << "cudaMalloc failed";
   QUACK_ASSERT_CUDA(tx.upload(x));
@@ -367,7 +374,12 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
     }
   }
   std::vector<double> y;
-  run_twice({&tx}, {x}, ty, [&] { return softmax_fwd(fa, nullptr); }, &y);
+  if (opts.in_place) {
+    fa.out = {tx.ptr(), c.dtype, layout.stride};
+    run_twice({}, {}, tx, [&] { return softmax_fwd(fa, nullptr); }, &y, &x);
+  } else {
+    run_twice({&tx}, {x}, ty, [&] { return softmax_fwd(fa, nullptr); }, &y);
+  }
   if (testing::Test::HasFatalFailure()) return;
   if (ws) {
     std::vector<double> w;
@@ -404,7 +416,21 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
   ba.dx = {tdx.ptr(), c.dtype, layout.stride};
   ba.log = c.log;
   std::vector<double> dx;
-  run_twice({&ty, &tdy}, {yin, dy}, tdx, [&] { return softmax_bwd(ba, nullptr); }, &dx);
+  if (opts.in_place) {
+    ba.dx = {tdy.ptr(), c.dtype, layout.stride};  // over dy, then over y (its second call)
+    run_twice({&ty}, {yin}, tdy, [&] { return softmax_bwd(ba, nullptr); }, &dx, &dy);
+    if (testing::Test::HasFatalFailure()) return;
+    std::vector<double> over_y;
+    QUACK_ASSERT_CUDA(tdy.upload(dy));
+    ba.dx = {ty.ptr(), c.dtype, layout.stride};
+    run_twice({&tdy}, {dy}, ty, [&] { return softmax_bwd(ba, nullptr); }, &over_y, &yin);
+    if (testing::Test::HasFatalFailure()) return;
+    int64_t diff = 0;
+    for (size_t i = 0; i < dx.size(); ++i) diff += std::memcmp(&dx[i], &over_y[i], sizeof(double)) != 0;
+    EXPECT_EQ(diff, 0) << "the backward over y differs from the backward over dy";
+  } else {
+    run_twice({&ty, &tdy}, {yin, dy}, tdx, [&] { return softmax_bwd(ba, nullptr); }, &dx);
+  }
   if (testing::Test::HasFatalFailure()) return;
   // fp32 arithmetic cannot do better than its rounding of the terms: dot
   // is a sum of N terms (sequential per thread, then a tree) whose error is
@@ -445,6 +471,31 @@ TEST_P(SoftmaxGpu, ForwardAndBackwardMatchFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SoftmaxGpu, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// In place (the README's guarantee): the forward over x, the backward over
+// dy and over y, each kernel reading a row's elements before any of its
+// threads writes them, whichever kernel the row takes (every default plan of
+// cases(), the shifted rows' head vectors reading the row before's
+// outputs). The cases whose outputs sit elsewhere (out_offset) are the
+// others in place.
+std::vector<SmCase> in_place_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (c.out_offset == 0) v.push_back(c);
+  return v;
+}
+
+class SoftmaxGpuInPlace : public testing::TestWithParam<SmCase> {};
+
+TEST_P(SoftmaxGpuInPlace, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  RunOpts o;
+  o.in_place = true;
+  run_case(as_run(GetParam()), o);
+}
+
+INSTANTIATE_TEST_SUITE_P(InPlaceCases, SoftmaxGpuInPlace, testing::ValuesIn(in_place_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The same cases with every aligned row chunked, in small chunks (clusters
