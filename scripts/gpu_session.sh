@@ -75,7 +75,9 @@
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
-#              bench/<part>.py likewise (<part>.md / .json)
+#              bench/<part>.py likewise (<part>.md / .json), with
+#              $BENCH_ARGS_<op> (BENCH_ARGS_softmax, ...), else $BENCH_ARGS
+#              (e.g. "--sizes 4100,32001,50257 --dtypes bf16")
 #   bench_all  bench/bench_all.py $BENCH_ALL_ARGS (e.g. "--quick", "--ops
 #              softmax,layernorm"): reports, records, plots and summary.md in all/,
 #              brought back as bench_all.tgz (and bench_all_summary.md)
@@ -410,8 +412,10 @@ PROBES
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
+      args_var=BENCH_ARGS_${part#bench_}
+      # shellcheck disable=SC2086
       python3 "bench/$part.py" --commit "$commit" --out "$out/$part.md" \
-        --json "$out/$part.json" > "$out/$part.log" 2>&1 || status=1
+        --json "$out/$part.json" ${!args_var:-${BENCH_ARGS:-}} > "$out/$part.log" 2>&1 || status=1
       grep -A12 "^## " "$out/$part.md" | head -14 ;;
     *) echo "unknown part $part"; status=2 ;;
   esac
