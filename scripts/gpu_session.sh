@@ -23,6 +23,11 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
+#   widths     the forty-fifth session's hypothesis (config.cpp, reg_fit_team):
+#              model widths (2048 .. 16384: 2560, 3072, 3584, 5120, 6144,
+#              7168, 12288 beside the powers of two) at the defaults and with
+#              unclustered register CTAs fitted to the row; rmsnorm,
+#              layernorm, softmax, bf16 ($SWEEP_OPS, $SWEEP_DTYPES)
 #   norm_vpt16  the forty-fourth session's hypothesis (config.cpp,
 #              norm_fwd_vpt16_min_cols): 16-bit RMSNorm / LayerNorm forward
 #              rows at 8 vectors a thread, as softmax's, from 512 and from
@@ -195,6 +200,12 @@ for part in $parts; do
         SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=3} \
         SOFTMAX_NS=${SOFTMAX_NS:-$n_odd} CE_NS=${CE_NS:-$n_odd} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
+    widths)
+      w="2048 2560 3072 3584 4096 5120 6144 7168 8192 12288 16384"
+      SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm softmax} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16} \
+        SWEEP_NS=${SWEEP_NS:-$w} SOFTMAX_NS=${SOFTMAX_NS:-$w} CE_NS=${CE_NS:-$w} \
+        SWEEP_TUNES=${SWEEP_TUNES:-reg_fit_team=1} \
+        bash "$root/scripts/gpu_session.sh" "$commit" sweep || status=1 ;;
     norm_vpt16)
       SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16} \
         SWEEP_NS=${SWEEP_NS:-512 1024 2048 4096 8192 16384 32768} \

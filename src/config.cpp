@@ -26,6 +26,10 @@ int64_t pow2_ceil(int64_t v) {
 // A CTA size the register kernels take: a power of two in [32, 1024].
 bool is_pow2_team(int64_t t) { return t >= 32 && t <= kRegRowMaxThreads && (t & (t - 1)) == 0; }
 
+// The fewest whole warps that hold `nvec` vectors at `vpt` a thread
+// (RowTuning::reg_fit_team).
+int64_t fitted_team(int64_t nvec, int vpt) { return ceil_div(ceil_div(nvec, vpt), 32) * 32; }
+
 }  // namespace
 
 // Measurements: bench/results/2026-11-30-rmsnorm-fwd-tuning.md (H200, M*N = 2^28,
@@ -93,6 +97,10 @@ RowTuning default_row_tuning() {
   t.norm_fwd_vpt16_min_cols = 0;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
+  // Off until measured (the forty-fifth session's hypothesis: model widths
+  // such as bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 / 1/4 of the
+  // power-of-two tile idle, and the registers held for it).
+  t.reg_fit_team = 0;
   // Clustered 16-bit rows without a residual stream stage x in shared
   // memory, 64 elements a thread, in CTAs of 256 threads only (commit
   // 1426b3e): bf16 N = 256K 87.8% of copy (register-held 1024-thread CTAs:
@@ -781,6 +789,9 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   if (cluster == 1)
     for (int b : kRegRowVptBuckets)
       if (b >= need && b < c.vpt) c.vpt = b;
+  // reg_fit_team: a team that owns its CTA, unclustered, in the fewest
+  // whole warps that cover the row at that tile.
+  if (tune.reg_fit_team && cluster == 1 && c.team > 32) c.team = int(fitted_team(nvec, c.vpt));
   c.threads = c.team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_small_threads, 32)), kRegRowMaxThreads))
                            : c.team;
   c.threads = std::max(c.threads, c.team);
@@ -803,10 +814,13 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   // of base were needed), is the CTA the rules chose; the rules are checked
   // on it.
   const int64_t base = pow2_ceil(c.team);
+  // (or, RowTuning::reg_fit_team, an unclustered team above a warp fitted
+  // so to its row at its tile)
   if (c.team != base &&
       !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
-        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team))
-    return "team is not a power of two in [1, 1024], nor a staged row's balanced CTA";
+        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team) &&
+      !(!c.staged && c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt)))
+    return "team is not a power of two in [1, 1024], nor a row's fitted CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team)
     return "threads is not a multiple of team in [team, 1024]";
   if (c.threads % 32) return "threads is not a whole number of warps";

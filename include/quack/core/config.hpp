@@ -95,6 +95,12 @@ struct RowTuning {
   int norm_fwd_vpt16_min_cols;
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
+  // Unclustered register rows of one team a CTA (more than a warp) in the
+  // fewest whole warps that cover the row at the tile chosen, not the power
+  // of two above (bf16 N = 5120, 640 vectors at 4 a thread: 160 threads,
+  // not 256 with 3/8 of the tile idle); 0: powers of two. Every family of
+  // choose_reg_row_config (softmax, cross-entropy, the norms' forward).
+  int reg_fit_team;
   // Clustered rows stage x in shared memory where allowed. RMSNorm and
   // LayerNorm forward (rows without a residual stream): bit 0 for 16-bit x,
   // bit 1 for fp32 x; reg_staged_early_w, the same bits, for rows that load
@@ -382,7 +388,8 @@ struct RegRowProblem {
 
 struct RegRowConfig {
   int vec = 1;             // elements per vector
-  int team = 1;            // threads per row in one CTA (power of two; staged rows: whole warps)
+  int team = 1;            // threads per row in one CTA (power of two; staged rows and
+                           // RowTuning::reg_fit_team's: whole warps)
   int threads = 1;         // threads per CTA (multiple of team)
   int cluster = 1;         // CTAs per row
   int vpt = 1;             // vectors per thread (a bucket)

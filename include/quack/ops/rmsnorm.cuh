@@ -78,7 +78,8 @@ struct RMSNormFwdParams {
   // together (RowTuning::reg_w_batch). Clustered rows: end with a cluster
   // barrier even after an exchange (RowTuning::cluster_end_sync).
   int w_batch, end_sync;
-  // log2(team) (register kernels: teams are powers of two) and 1 / cols.
+  // ceil(log2(team)) (register kernels: teams are powers of two, or own
+  // their CTA) and 1 / cols.
   int team_shift;
   float inv_cols;
   // The grid kernel (ops/norm_fwd_grid.cuh; NormGridConfig): the groups'
@@ -519,14 +520,16 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   auto do_rows = [&](int64_t blk) {
     int team = p.team, tid = int(threadIdx.x), shift = p.team_shift;
     asm volatile("" : "+r"(team), "+r"(tid), "+r"(shift));
-    // Teams are powers of two, but a staged row's, which owns its CTA and
-    // may be fitted to the row (whole warps, RowTuning::reg_staged_balance).
+    // Teams are powers of two, 1 << shift threads, but a team that owns
+    // its CTA may be fitted to the row (whole warps, fewer than 1 << shift:
+    // a staged row's, RowTuning::reg_staged_balance; an unclustered one's,
+    // reg_fit_team): the masks and shifts by 1 << shift hold for both.
     // (Register-held clusters keep the shifts: with team_id and teams
     // constant, the persistent fp32 LayerNorm cluster spilled 8 bytes,
     // ptxas -v.)
-    const int team_id = kStaged ? 0 : tid >> shift, t = kStaged ? tid : tid & (team - 1);
+    const int team_id = kStaged ? 0 : tid >> shift, t = kStaged ? tid : tid & ((1 << shift) - 1);
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-    const int teams = kStaged ? 1 : int(blockDim.x) >> shift;
+    const int teams = kStaged ? 1 : int(blockDim.x + (1u << shift) - 1) >> shift;
     const int cols = int(p.cols);
     const int col_step = team * VEC;                  // between a thread's vectors
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "quack/core/config.hpp"
@@ -291,9 +292,10 @@ std::string describe(const RegRowConfig& c, const RegRowProblem& p) {
 
 // The register kernels' invariants, restated independently of config.cpp.
 // balance: the tuning's reg_staged_balance (a staged row's CTA is then the
-// fewest whole warps covering the row at its cluster and tile).
+// fewest whole warps covering the row at its cluster and tile); fit: its
+// reg_fit_team (so is an unclustered register row's team above a warp).
 const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, const DeviceLimits& lim,
-                                 bool balance = false) {
+                                 bool balance = false, bool fit = false) {
   const int vec = 16 / p.x_elem_bytes;
   if (c.vec != vec) return "vector is not 16 bytes of x";
   if (c.team < 1 || c.team > 1024) return "team";
@@ -306,6 +308,9 @@ const char* broken_reg_invariant(const RegRowConfig& c, const RegRowProblem& p, 
     if (c.team % 32) return "a balanced staged CTA is not whole warps";
     if (int64_t(c.team) * c.cluster * c.vpt * vec - warp_cols >= p.cols)
       return "a balanced staged CTA has a warp to spare";
+  } else if (fit && !c.staged && c.cluster == 1 && c.team > 32) {
+    if (c.team % 32) return "a fitted CTA is not whole warps";
+    if (int64_t(c.team - 32) * c.vpt * vec >= p.cols) return "a fitted CTA has a warp to spare";
   } else if (c.team != team) {
     return "team is not a power of two";
   }
@@ -392,7 +397,7 @@ void reg_sweep(const RegTile& tile, const DeviceLimits& lim, int64_t max_n, int6
     const char* why = nullptr;
     if (ok != (n <= capacity)) why = ok ? "accepted a row beyond the capacity" : "refused a row that fits";
     else if (ok && (why = check_reg_row_config(c, p, lim)) == nullptr)
-      why = broken_reg_invariant(c, p, lim, tune.reg_staged_balance != 0);
+      why = broken_reg_invariant(c, p, lim, tune.reg_staged_balance != 0, tune.reg_fit_team != 0);
     return why == nullptr ? std::string() : why + (": " + describe(c, p));
   });
 }
@@ -419,6 +424,48 @@ TEST_P(RegConfigSweep, BalancedStagedCtasAreValidWithPortableClusterOf8) {
   t.reg_staged_balance = 1;
   reg_sweep(GetParam(), lim, kSweepMaxN, 7, t);
 }
+// Unclustered teams fitted to the row (reg_fit_team): the same capacity,
+// every such CTA whole warps with none to spare.
+TEST_P(RegConfigSweep, FittedTeamsAreValidOnH200) {
+  RowTuning t = default_row_tuning();
+  t.reg_fit_team = 1;
+  reg_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 3, t);
+}
+// The widths the knob is for: bf16 5120 at 4 vectors a thread (640
+// vectors: 160 threads, not 256), 2560 (320: 96, not 128, 384 slots), and
+// a row a power of two already holds exactly (4096: 128 either way).
+TEST(RegRowFit, ModelWidthsTakeTheFewestWarps) {
+  RowTuning fit = default_row_tuning();
+  fit.reg_fit_team = 1;
+  for (const auto& [cols, pow2_team, fit_team] : {std::tuple<int64_t, int, int>{5120, 256, 160}, {2560, 128, 96}, {4096, 128, 128}}) {
+    RegRowProblem p;
+    p.rows = 16384;
+    p.cols = cols;
+    p.x_elem_bytes = 2;
+    p.max_vpt = 4;
+    p.cluster_vpt = 4;
+    p.scratch_bytes = kScratch;
+    RegRowConfig a, b;
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &a));
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, fit, &b));
+    EXPECT_EQ(a.team, pow2_team) << cols;
+    EXPECT_EQ(b.team, fit_team) << cols;
+    EXPECT_EQ(b.threads, fit_team) << cols;
+    EXPECT_EQ(b.vpt, 4) << cols;
+    EXPECT_EQ(b.cluster, 1) << cols;
+    EXPECT_EQ(b.row_blocks, p.rows) << cols;
+    EXPECT_EQ(check_reg_row_config(b, p, DeviceLimits{}), nullptr) << cols;
+    // A team a warp wider is refused, as is one that does not cover the row.
+    RegRowConfig wider = b, narrower = b;
+    wider.team = wider.threads = b.team + 32;
+    narrower.team = narrower.threads = b.team - 32;
+    if ((wider.team & (wider.team - 1)) != 0) {
+      EXPECT_NE(check_reg_row_config(wider, p, DeviceLimits{}), nullptr) << cols;
+    }
+    EXPECT_NE(check_reg_row_config(narrower, p, DeviceLimits{}), nullptr) << cols;
+  }
+}
+
 TEST_P(RegConfigSweep, ValidWithoutClusters) {
   DeviceLimits lim;
   lim.max_cluster = 1;

@@ -472,6 +472,40 @@ INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormFwdGpuInPlace, testing::ValuesIn(i
 template <void (*kTune)(RowTuning&)>
 using RMSNormFwdGpuTuned = test::TunedSuite<FwdCase, kTune>;
 
+// Unclustered register rows in CTAs fitted to the row (RowTuning::
+// reg_fit_team: the fewest whole warps at the tile, 1 << team_shift no
+// longer the team): the cases of one CTA a row, and model widths whose
+// power-of-two CTAs leave a quarter or more of the tile idle (bf16 5120:
+// 160 threads, not 256), with every optional operand.
+std::vector<FwdCase> fitted_cases() {
+  std::vector<FwdCase> v;
+  for (const FwdCase& c : fwd_cases())
+    if (c.cols > 256 && c.cols <= 32768) v.push_back(c);
+  v.push_back(FwdCase("N5120_bf16_M64_res_w_resout_rstd", 64, 5120, kBF16)
+                  .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).with_rstd());
+  v.push_back(FwdCase("N2560_f32_M33_w_b", 33, 2560, kF32).with(kW, kF32).with(kB, kF32));
+  v.push_back(FwdCase("N7168_bf16_M20_f32_w_b_rstd", 20, 7168, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
+  v.push_back(FwdCase("N3584_f16_M40_w_hostile_moments", 40, 3584, kF16).with(kW, kF16).with_hostile_moments());
+  v.push_back(FwdCase("N6144_bf16_M24_f32_res_w", 24, 6144, kBF16).with(kRes, kF32).with(kW, kBF16).with(kResOut, kF32));
+  return v;
+}
+
+void fit_teams(RowTuning& t) { t.reg_fit_team = 1; }
+using RMSNormFwdGpuFitted = RMSNormFwdGpuTuned<fit_teams>;
+
+TEST_P(RMSNormFwdGpuFitted, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), false);
+}
+
+TEST_P(RMSNormFwdGpuFitted, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(FittedCases, RMSNormFwdGpuFitted, testing::ValuesIn(fitted_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
 // The same cases with the register-resident kernel switched off, so that the
 // staged kernel is checked on every layout too (by default it only serves
 // misaligned operands, mixed dtypes outside the register kernels' set, and
