@@ -25,6 +25,19 @@
 namespace quack {
 namespace core {
 
+// A thread's team in a CTA of `threads` threads whose teams start 1 <<
+// shift threads apart (the RMSNorm register kernel's, shift = ceil(log2
+// team)): teams of a power of two, several a CTA, or one team of whole
+// warps fitted to its row (fewer than 1 << shift threads: RowTuning::
+// reg_fit_team, reg_staged_balance), which owns its CTA. team_id, t: the
+// thread's team and its index in it; teams: the CTA's teams.
+struct TeamSlot {
+  int team_id, t, teams;
+  __host__ __device__ __forceinline__ static TeamSlot of(int tid, int shift, unsigned threads) {
+    return {tid >> shift, tid & ((1 << shift) - 1), int(threads + (1u << shift) - 1) >> shift};
+  }
+};
+
 template <int VEC, int VPT>
 struct RowGeom {
   int team;      // threads per row in the CTA

@@ -40,6 +40,7 @@
 #include "quack/core/config.hpp"
 #include "quack/core/launch.cuh"
 #include "quack/core/reduce.cuh"
+#include "quack/core/row_tile.cuh"
 #include "quack/core/vec.cuh"
 #include "quack/quack.hpp"
 
@@ -521,15 +522,15 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     int team = p.team, tid = int(threadIdx.x), shift = p.team_shift;
     asm volatile("" : "+r"(team), "+r"(tid), "+r"(shift));
     // Teams are powers of two, 1 << shift threads, but a team that owns
-    // its CTA may be fitted to the row (whole warps, fewer than 1 << shift:
-    // a staged row's, RowTuning::reg_staged_balance; an unclustered one's,
-    // reg_fit_team): the masks and shifts by 1 << shift hold for both.
+    // its CTA may be fitted to the row (core::TeamSlot: the masks and
+    // shifts by 1 << shift hold for both). A staged row's CTA is one team.
     // (Register-held clusters keep the shifts: with team_id and teams
     // constant, the persistent fp32 LayerNorm cluster spilled 8 bytes,
     // ptxas -v.)
-    const int team_id = kStaged ? 0 : tid >> shift, t = kStaged ? tid : tid & ((1 << shift) - 1);
+    const TeamSlot slot = TeamSlot::of(tid, shift, blockDim.x);
+    const int team_id = kStaged ? 0 : slot.team_id, t = kStaged ? tid : slot.t;
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
-    const int teams = kStaged ? 1 : int(blockDim.x + (1u << shift) - 1) >> shift;
+    const int teams = kStaged ? 1 : slot.teams;
     const int cols = int(p.cols);
     const int col_step = team * VEC;                  // between a thread's vectors
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "quack/core/config.hpp"
 #include "quack/core/row_tile.cuh"
 
 namespace quack {
@@ -89,6 +90,77 @@ TEST(RowGeomShift, EveryShiftCoversTheRowOnce) {
     check_cover<8, 4>(1024, 2, 50257, s);
   }
   for (int s = 0; s < 4; ++s) check_cover<4, 16>(256, 8, 128257, s);
+}
+
+// Unclustered register rows in CTAs fitted to the row (RowTuning::
+// reg_fit_team): for every N of the register tiles' range the planner
+// fits, the fitted team's layout (RowGeom, as make lays it out) covers the
+// row once at every shift the plan sizes for, and the RMSNorm register
+// kernel's team slots (core::TeamSlot at ceil(log2 team)) give every
+// thread of the CTA one place, as they do the powers of two.
+template <int VEC, int VPT>
+void check_fitted_cover(int team, int n, bool shifted) {
+  for (int s = 0; s < (shifted ? VEC : 1); ++s) check_cover<VEC, VPT>(team, 1, n, s);
+}
+
+void check_slots(const RegRowConfig& c) {
+  SCOPED_TRACE("team " + std::to_string(c.team) + " threads " + std::to_string(c.threads));
+  int shift = 0;
+  while ((1 << shift) < c.team) ++shift;  // as src/rmsnorm.cu sets team_shift
+  std::vector<int> seen(size_t(c.threads), 0);
+  int bad = 0;
+  for (int tid = 0; tid < c.threads; ++tid) {
+    const core::TeamSlot s = core::TeamSlot::of(tid, shift, unsigned(c.threads));
+    if (s.teams != c.teams_per_cta() || s.team_id < 0 || s.team_id >= s.teams || s.t < 0 || s.t >= c.team) {
+      ++bad;
+      continue;
+    }
+    ++seen[size_t(s.team_id * c.team + s.t)];
+  }
+  EXPECT_EQ(bad, 0) << "threads outside their CTA's teams";
+  for (int v : seen) bad += v != 1;
+  EXPECT_EQ(bad, 0) << "team places held by no thread, or by two";
+}
+
+TEST(RowGeomFitted, FittedTeamsCoverTheRowAndTheirCta) {
+  RowTuning fit = default_row_tuning();
+  fit.reg_fit_team = 1;
+  int fitted = 0;
+  for (const int x_bytes : {2, 4}) {
+    for (const int max_vpt : {2, 4, 8}) {
+      for (int64_t n = 1; n <= 33000; n += (n < 1100 ? 1 : 37)) {
+        for (const bool shifted : {false, true}) {
+          for (const RowTuning& t : {default_row_tuning(), fit}) {
+            RegRowProblem p;
+            p.rows = 4096;
+            p.cols = n + (shifted ? 16 / x_bytes - 1 : 0);
+            p.x_elem_bytes = x_bytes;
+            p.max_vpt = max_vpt;
+            p.cluster_vpt = max_vpt;
+            p.scratch_bytes = 512;
+            RegRowConfig c;
+            if (!choose_reg_row_config(p, DeviceLimits{}, t, &c) || c.staged || c.cluster > 1) continue;
+            check_slots(c);
+            if (c.team > 32 && (c.team & (c.team - 1)) != 0) {
+              ++fitted;
+              const int vec = 16 / x_bytes;
+              if (vec == 8 && c.vpt == 1) check_fitted_cover<8, 1>(c.team, int(n), shifted);
+              else if (vec == 8 && c.vpt == 2) check_fitted_cover<8, 2>(c.team, int(n), shifted);
+              else if (vec == 8 && c.vpt == 4) check_fitted_cover<8, 4>(c.team, int(n), shifted);
+              else if (vec == 8 && c.vpt == 8) check_fitted_cover<8, 8>(c.team, int(n), shifted);
+              else if (vec == 4 && c.vpt == 1) check_fitted_cover<4, 1>(c.team, int(n), shifted);
+              else if (vec == 4 && c.vpt == 2) check_fitted_cover<4, 2>(c.team, int(n), shifted);
+              else if (vec == 4 && c.vpt == 4) check_fitted_cover<4, 4>(c.team, int(n), shifted);
+              else if (vec == 4 && c.vpt == 8) check_fitted_cover<4, 8>(c.team, int(n), shifted);
+              else ADD_FAILURE() << "a tile this test does not walk: vpt " << c.vpt;
+            }
+            if (testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(fitted, 1000) << "the sweep met few fitted teams";
 }
 
 // The tiles a plan sizes for aligned rows alone can miss a shifted row's
