@@ -26,9 +26,10 @@ int64_t pow2_ceil(int64_t v) {
 // A CTA size the register kernels take: a power of two in [32, 1024].
 bool is_pow2_team(int64_t t) { return t >= 32 && t <= kRegRowMaxThreads && (t & (t - 1)) == 0; }
 
-// The fewest whole warps that hold `nvec` vectors at `vpt` a thread
-// (RowTuning::reg_fit_team).
-int64_t fitted_team(int64_t nvec, int vpt) { return ceil_div(ceil_div(nvec, vpt), 32) * 32; }
+// The fewest whole warps that hold `nvec` vectors at `per_thread` a thread
+// (a cluster's CTAs: the cluster times the tile): a CTA fitted to its row
+// (RowTuning::reg_fit_team, reg_staged_balance).
+int64_t fitted_team(int64_t nvec, int64_t per_thread) { return ceil_div(ceil_div(nvec, per_thread), 32) * 32; }
 
 }  // namespace
 
@@ -712,7 +713,7 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     // t were needed; check_reg_row_config recovers t as the power of two
     // above).
     const int balance = prob.staged_balance >= 0 ? prob.staged_balance : tune.reg_staged_balance;
-    const int64_t t_fit = balance ? ceil_div(ceil_div(nvec, cl * vpt), 32) * 32 : t;
+    const int64_t t_fit = balance ? fitted_team(nvec, cl * vpt) : t;
     // Two rows a cluster at the staged tile, where the problem allows and
     // both rows' staging fits; with pair_full_wave only where the pairs'
     // CTAs still fill every SM's slots once (fewer clusters than that would
@@ -818,7 +819,7 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   // so to its row at its tile)
   if (c.team != base &&
       !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
-        ceil_div(ceil_div(nvec, int64_t(c.cluster) * c.vpt), 32) * 32 == c.team) &&
+        fitted_team(nvec, int64_t(c.cluster) * c.vpt) == c.team) &&
       !(!c.staged && c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt)))
     return "team is not a power of two in [1, 1024], nor a row's fitted CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team)

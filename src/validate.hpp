@@ -98,7 +98,6 @@ inline bool ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_
   return x < ye && y < xe;
 }
 
-
 // An operand's memory for check_disjoint: [ptr, ptr + bytes), its first
 // element to one past its last (nothing with no rows); a matrix's row stride
 // and dtype tell the very same matrix (in place) from a partial overlap.
