@@ -453,19 +453,8 @@ std::vector<FwdCase> in_place_cases() {
   return v;
 }
 
-class RMSNormFwdGpuInPlace : public testing::TestWithParam<FwdCase> {};
-
-TEST_P(RMSNormFwdGpuInPlace, MatchesFloat64Reference) {
-  QUACK_REQUIRE_SM90();
-  run_case(GetParam(), false);
-}
-
-TEST_P(RMSNormFwdGpuInPlace, LayerNormMatchesFloat64Reference) {
-  QUACK_REQUIRE_SM90();
-  run_case(GetParam(), true);
-}
-
-INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormFwdGpuInPlace, testing::ValuesIn(in_place_cases()),
+// (RMSNormFwdGpu's tests: the case carries in_place.)
+INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormFwdGpu, testing::ValuesIn(in_place_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // Installs a tuning for the duration of each test of a suite.
