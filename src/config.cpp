@@ -98,10 +98,19 @@ RowTuning default_row_tuning() {
   t.norm_fwd_vpt16_min_cols = 0;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
-  // Off until measured (the forty-fifth session's hypothesis: model widths
-  // such as bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 / 1/4 of the
-  // power-of-two tile idle, and the registers held for it).
+  // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
+  // 1/4 of the power-of-two tile idle). rmsnorm_sweep / softmax_sweep bf16,
+  // M*N = 2^28, % of same-run copy, H100 SXM, 563c15e (gpu_session part
+  // `widths`; bench/results/logs/2026-12-05-model-widths-sweep-563c15e-h100*):
+  // LayerNorm forward 2560 / 3072 / 5120 / 6144 / 12288 ran 91.7 / 98.1 /
+  // 85.4 / 93.0 / 95.5 at powers of two and 99.8 / 99.6 / 99.6 / 99.4 /
+  // 98.7 fitted; RMSNorm 5120 98.2 -> 100.4, the rest within 1 point; the
+  // powers of two themselves unchanged (their plans are the same). Softmax
+  // gained nothing (100-101% either way, forward and backward, fitted
+  // 0.2-0.9% slower at 5120-7168, within a run's noise): it stays off
+  // there, and cross-entropy (unmeasured) with it.
   t.reg_fit_team = 0;
+  t.norm_fit_team = 1;
   // Clustered 16-bit rows without a residual stream stage x in shared
   // memory, 64 elements a thread, in CTAs of 256 threads only (commit
   // 1426b3e): bf16 N = 256K 87.8% of copy (register-held 1024-thread CTAs:
@@ -792,7 +801,8 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
       if (b >= need && b < c.vpt) c.vpt = b;
   // reg_fit_team: a team that owns its CTA, unclustered, in the fewest
   // whole warps that cover the row at that tile.
-  if (tune.reg_fit_team && cluster == 1 && c.team > 32) c.team = int(fitted_team(nvec, c.vpt));
+  const int fit = prob.fit_team >= 0 ? prob.fit_team : tune.reg_fit_team;
+  if (fit && cluster == 1 && c.team > 32) c.team = int(fitted_team(nvec, c.vpt));
   c.threads = c.team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.reg_small_threads, 32)), kRegRowMaxThreads))
                            : c.team;
   c.threads = std::max(c.threads, c.team);

@@ -138,6 +138,7 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   }
   if (x == DType::kFloat32) prob.staged_above_team = tune.reg_staged_above_team_f32;
   prob.staged_balance = (tune.norm_staged_balance & dtype_bit(x)) ? 1 : 0;
+  prob.fit_team = tune.norm_fit_team ? 1 : 0;
   prob.scratch_bytes = ops::reg_scratch_bytes(centre);
   // Two staged rows a cluster share their weight and bias reads (16-bit x,
   // a weight or bias to share, the tuning's bit for the op and the

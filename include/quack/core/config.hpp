@@ -98,9 +98,11 @@ struct RowTuning {
   // Unclustered register rows of one team a CTA (more than a warp) in the
   // fewest whole warps that cover the row at the tile chosen, not the power
   // of two above (bf16 N = 5120, 640 vectors at 4 a thread: 160 threads,
-  // not 256 with 3/8 of the tile idle); 0: powers of two. Every family of
-  // choose_reg_row_config (softmax, cross-entropy, the norms' forward).
+  // not 256 with 3/8 of the tile idle); 0: powers of two. Softmax and
+  // cross-entropy; norm_fit_team: the same for the RMSNorm / LayerNorm
+  // forward (RegRowProblem::fit_team).
   int reg_fit_team;
+  int norm_fit_team;
   // Clustered rows stage x in shared memory where allowed. RMSNorm and
   // LayerNorm forward (rows without a residual stream): bit 0 for 16-bit x,
   // bit 1 for fp32 x; reg_staged_early_w, the same bits, for rows that load
@@ -374,6 +376,7 @@ struct RegRowProblem {
   int vpt_target = 0;    // > 0: the family's own vectors-per-thread target (else the tuning's)
   int staged_above_team = 0;  // > 0: the family's own reg_staged_above_team
   int staged_balance = -1;    // >= 0: the family's own reg_staged_balance (-1: the tuning's)
+  int fit_team = -1;          // >= 0: the family's own reg_fit_team (-1: the tuning's)
   size_t scratch_bytes = 0;  // shared memory the kernels use besides staging
   // Staged rows at staged_vpt may go two a cluster (2; 1: never), then with
   // staged_pair_scratch_bytes of scratch, in clusters of at least

@@ -461,15 +461,13 @@ INSTANTIATE_TEST_SUITE_P(InPlaceCases, RMSNormFwdGpu, testing::ValuesIn(in_place
 template <void (*kTune)(RowTuning&)>
 using RMSNormFwdGpuTuned = test::TunedSuite<FwdCase, kTune>;
 
-// Unclustered register rows in CTAs fitted to the row (RowTuning::
-// reg_fit_team: the fewest whole warps at the tile, 1 << team_shift no
-// longer the team): the cases of one CTA a row, and model widths whose
-// power-of-two CTAs leave a quarter or more of the tile idle (bf16 5120:
-// 160 threads, not 256), with every optional operand.
-std::vector<FwdCase> fitted_cases() {
+// Model widths whose power-of-two CTAs leave a quarter or more of the tile
+// idle, with every optional operand: by default (RowTuning::norm_fit_team)
+// their register rows take CTAs fitted to the row, the fewest whole warps
+// at the tile (bf16 5120: 160 threads, not 256; 1 << team_shift no longer
+// the team).
+std::vector<FwdCase> model_width_cases() {
   std::vector<FwdCase> v;
-  for (const FwdCase& c : fwd_cases())
-    if (c.cols > 256 && c.cols <= 32768) v.push_back(c);
   v.push_back(FwdCase("N5120_bf16_M64_res_w_resout_rstd", 64, 5120, kBF16)
                   .with(kRes, kBF16).with(kW, kBF16).with(kResOut, kBF16).with_rstd());
   v.push_back(FwdCase("N2560_f32_M33_w_b", 33, 2560, kF32).with(kW, kF32).with(kB, kF32));
@@ -479,20 +477,34 @@ std::vector<FwdCase> fitted_cases() {
   return v;
 }
 
-void fit_teams(RowTuning& t) { t.reg_fit_team = 1; }
-using RMSNormFwdGpuFitted = RMSNormFwdGpuTuned<fit_teams>;
+INSTANTIATE_TEST_SUITE_P(ModelWidthCases, RMSNormFwdGpu, testing::ValuesIn(model_width_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
-TEST_P(RMSNormFwdGpuFitted, MatchesFloat64ReferenceAndStaysInBounds) {
+// The same, and the cases of one CTA a row, with norm_fit_team off: the
+// power-of-two CTAs (team_shift's mask exact), the default until the
+// forty-sixth session and still softmax's and cross-entropy's.
+std::vector<FwdCase> pow2_team_cases() {
+  std::vector<FwdCase> v;
+  for (const FwdCase& c : fwd_cases())
+    if (c.cols > 256 && c.cols <= 32768) v.push_back(c);
+  for (const FwdCase& c : model_width_cases()) v.push_back(c);
+  return v;
+}
+
+void pow2_teams(RowTuning& t) { t.norm_fit_team = 0; }
+using RMSNormFwdGpuPow2Teams = RMSNormFwdGpuTuned<pow2_teams>;
+
+TEST_P(RMSNormFwdGpuPow2Teams, MatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
   run_case(GetParam(), false);
 }
 
-TEST_P(RMSNormFwdGpuFitted, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+TEST_P(RMSNormFwdGpuPow2Teams, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
   QUACK_REQUIRE_SM90();
   run_case(GetParam(), true);
 }
 
-INSTANTIATE_TEST_SUITE_P(FittedCases, RMSNormFwdGpuFitted, testing::ValuesIn(fitted_cases()),
+INSTANTIATE_TEST_SUITE_P(Pow2TeamCases, RMSNormFwdGpuPow2Teams, testing::ValuesIn(pow2_team_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // The same cases with the register-resident kernel switched off, so that the

@@ -147,6 +147,53 @@ TEST_F(NormFwdPlan, DefaultCells) {
   }
 }
 
+// norm_fit_team (on by default: the model-widths sweep, src/config.cpp):
+// unclustered register rows of model widths in the fewest whole warps that
+// hold the row at its tile -- bf16 5120 in 160 threads x 4 vectors, not 256,
+// 2560 in 96, 7168 in 224, 12288 in 192 x 8 -- both ops, with or without a
+// residual stream; powers of two unchanged; off, the power of two above.
+TEST_F(NormFwdPlan, ModelWidthsTakeFittedCtas) {
+  for (bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    struct Cell {
+      int64_t cols;
+      int fitted, pow2, vpt;  // without a residual stream
+    };
+    for (const Cell& c : {Cell{2560, 96, 128, 4}, Cell{5120, 160, 256, 4}, Cell{6144, 192, 256, 4},
+                          Cell{7168, 224, 256, 4}, Cell{12288, 192, 256, 8}, Cell{4096, 128, 128, 4},
+                          Cell{8192, 256, 256, 4}}) {
+      for (bool res : {false, true}) {
+        SCOPED_TRACE("N " + std::to_string(c.cols) + (res ? " residual" : ""));
+        const Call call{4096, c.cols, kBF16, kBF16, res};
+        set_row_tuning(nullptr);
+        const Kernel fit = plan(call, ln);
+        RowTuning t = default_row_tuning();
+        t.norm_fit_team = 0;
+        set_row_tuning(&t);
+        const Kernel p2 = plan(call, ln);
+        // softmax's and cross-entropy's knob leaves the norms alone
+        t.reg_fit_team = 1;
+        set_row_tuning(&t);
+        const Kernel p2_too = plan(call, ln);
+        ASSERT_TRUE(fit.kind == "reg" && p2.kind == "reg" && fit.cluster == 1 && p2.cluster == 1) << fit.text << " / "
+                                                                                                 << p2.text;
+        EXPECT_EQ(fit.vpt, p2.vpt) << "the tile is the power of two's: " << fit.text;
+        // (the residual stream's tile is at most 4 vectors)
+        const int need = int((c.cols / 8 + fit.vpt - 1) / fit.vpt);
+        EXPECT_EQ(fit.threads, (need + 31) / 32 * 32) << fit.text;
+        int pow2 = 1;
+        while (pow2 < need) pow2 *= 2;
+        EXPECT_EQ(p2.threads, pow2) << p2.text;
+        EXPECT_EQ(p2_too.text, p2.text);
+        if (!res) {
+          EXPECT_TRUE(fit.threads == c.fitted && p2.threads == c.pow2 && fit.vpt == c.vpt) << fit.text << " / "
+                                                                                           << p2.text;
+        }
+      }
+    }
+  }
+}
+
 // norm_fwd_vpt16_min_cols (off by default, unmeasured): 16-bit rows from
 // that many elements aim for 8 vectors a thread, as the softmax forward's
 // -- bf16 4096 in a 64-thread team instead of 128 x 4 -- both ops, any
