@@ -463,6 +463,15 @@ RowTuning default_row_tuning() {
   // LayerNorm 512 / 2K / 8K 87.7 / 90.5 / 91.8 against 90.3 / 80.8 / 65.1.
   // RMSNorm 8K unmeasured.
   t.bwd_pipe_vpt16 = 4;
+  // Off until measured (the forty-sixth session's hypothesis, after the
+  // forward's norm_fit_team won 1-14 points at model widths): the
+  // power-of-two CTA leaves 3/8 of bf16 5120's (512 threads at 2 vectors
+  // for 320 x 2) and 1/4 of 6144's idle, and its stages are sized for every
+  // thread: 107 KB a CTA, two an SM; fitted, 320 threads hold 67 KB, three
+  // an SM (the rows in flight an SM 2 -> 3). Prediction: RMSNorm / LayerNorm
+  // backward bf16 2560 / 5120 / 6144 rise toward their power-of-two
+  // neighbours' % of copy; the powers of two unchanged (same plans).
+  t.bwd_pipe_fit_team = 0;
   t.bwd_pipe_wide_min_cols = 16384;
   t.bwd_pipe_wide_min_cols_ln = 1024;
   t.bwd_pipe_vpt32 = 2;
@@ -1042,9 +1051,9 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     // The smallest bucket that still covers the row with the same team (short rows).
     c.vpt = vpt;
     while (c.vpt > 1 && int64_t(c.vpt / 2) * team >= nvec) c.vpt /= 2;
-    c.team = int(team);
+    c.team = int(team > 32 && tune.bwd_pipe_fit_team ? fitted_team(nvec, c.vpt) : team);
     c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
-                           : int(team);
+                           : c.team;
     c.cluster = 1;
     const int64_t per_sm = pick_stages();
     if (per_sm > 0) {
@@ -1094,7 +1103,11 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
                                        const DeviceLimits& lim) {
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
-  if (c.team < 1 || c.team > kRegRowMaxThreads || (c.team & (c.team - 1))) return "team is not a power of two in [1, 1024]";
+  // (or, RowTuning::bwd_pipe_fit_team, a row of one CTA fitted to it)
+  if (c.team < 1 || c.team > kRegRowMaxThreads ||
+      ((c.team & (c.team - 1)) &&
+       !(c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt))))
+    return "team is not a power of two in [1, 1024], nor a row's fitted CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";
   if (c.cluster < 1 || c.cluster > std::min(lim.max_cluster, 16)) return "cluster outside [1, max_cluster]";

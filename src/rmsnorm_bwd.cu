@@ -280,6 +280,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.stages = plan.cfg.stages;
       p.team_log2 = 0;
       while ((1 << p.team_log2) < plan.cfg.team) ++p.team_log2;
+      p.teams = plan.cfg.teams_per_cta();
       p.db_sums = a.dbias.ptr != nullptr;
       return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
         return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, device, stream,

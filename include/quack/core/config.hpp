@@ -264,7 +264,12 @@ struct RowTuning {
   // bwd_pipe_wide_min_cols / bwd_pipe_wide_min_cols_ln: with
   // bwd_pipe_vpt16 = 4, RMSNorm / LayerNorm rows shorter than this take the
   // 2-vector tile (0: the 4-vector tile at every length it serves).
+  // bwd_pipe_fit_team: a row of one CTA (more than a warp, unclustered) in
+  // the fewest whole warps that cover it at its tile, not the power of two
+  // above -- bf16 5120 at 2 vectors in 320 threads, not 512 -- and the
+  // stages (sized a thread) shrink with it (0: powers of two).
   int bwd_pipe;
+  int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
   int bwd_pipe_vpt32;
   int bwd_pipe_stages;

@@ -76,16 +76,20 @@ struct RowGeom {
   // An unclustered row of a team of 2^team_log2 threads: the same layout,
   // with shifts where make divides by the run-time team (two integer
   // divisions, ~40 instructions, where a persistent kernel rebuilds the
-  // geometry every row).
-  // A clustered row (team == blockDim.x) passes its CTA's rank.
-  __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int64_t cols_param, int crank = 0) {
+  // geometry every row). Or (TeamSlot's) one team of whole warps fitted to
+  // its row, fewer than 2^team_log2 = the power of two at or above it, which
+  // owns its CTA (RowTuning::bwd_pipe_fit_team): its team is the CTA.
+  // A clustered row (team == blockDim.x, a power of two) passes its CTA's
+  // rank.
+  __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int team, int teams, int64_t cols_param,
+                                                      int crank = 0) {
     RowGeom g;
     int lg = team_log2, tid = int(threadIdx.x);
     asm volatile("" : "+r"(lg), "+r"(tid));
-    g.team = 1 << lg;
+    g.team = team;
     g.team_id = tid >> lg;
-    g.t = tid & (g.team - 1);
-    g.teams = int(blockDim.x) >> lg;
+    g.t = tid & ((1 << lg) - 1);
+    g.teams = teams;
     g.crank = crank;
     g.cols = int(cols_param);
     g.col_step = g.team * VEC;

@@ -69,7 +69,8 @@ struct RMSNormBwdParams {
   // Layout (RegRowConfig for the register kernel; team = CTA for the general one).
   int team, cluster;
   int stages;     // the pipelined kernel's shared-memory stages
-  int team_log2;  // and its team, 1 << team_log2 threads
+  int team_log2;  // the pipelined kernel: ceil(log2 team) (a fitted team is below 1 << team_log2)
+  int teams;      // and its teams a CTA
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   int64_t row_blocks;
   // The grid kernel (2''): CTAs a row (ranks of a group), row groups, a
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   const int crank = kCluster ? cluster_cta_rank() : 0;
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
-  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.cols, crank); };
+  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.team, p.teams, p.cols, crank); };
   // Scratch: the team reduction's [2][32] values, then (clustered) the
   // exchange's.
   ClusterExchange<typename Dots::Op> cx;

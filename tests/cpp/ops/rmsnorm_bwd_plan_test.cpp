@@ -345,7 +345,7 @@ TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
 // Checks every row length up to 300K, every dtype, weight, staged-tensor
 // count and dbias under `tune` (16-bit rows built up to max_vpt vectors).
 void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int max_vpt) {
-  int64_t served = 0, clustered = 0, wide = 0;
+  int64_t served = 0, clustered = 0, wide = 0, fitted = 0;
   for (int xb : {2, 4})
     for (int wb : {0, 2, 4})  // the caller's weight: none, 16-bit, fp32 (held as fp32 alike)
       for (int tensors : {2, 3})
@@ -389,7 +389,20 @@ void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int m
             EXPECT_TRUE(xb == 2 && c.small_cta && c.threads <= 256) << what;
             ++wide;
           }
+          // A row of one CTA: the power of two at or above its vectors at
+          // the tile, or (bwd_pipe_fit_team) the fewest whole warps.
+          if (c.cluster == 1 && c.team > 32) {
+            const int64_t need = (nvec + c.vpt - 1) / c.vpt;
+            int64_t pow2 = 1;
+            while (pow2 < need) pow2 *= 2;
+            EXPECT_EQ(c.team, tune.bwd_pipe_fit_team ? (need + 31) / 32 * 32 : pow2) << what;
+            EXPECT_EQ(c.threads, c.team) << what;
+            fitted += c.team != pow2;
+          }
         }
+  if (tune.bwd_pipe_fit_team) {
+    EXPECT_GT(fitted, 1000) << fitted;
+  }
   EXPECT_GT(served, 12000) << served;  // (of about 14000 problems)
   EXPECT_GT(clustered, 3000) << clustered;
   if (max_vpt == 4) EXPECT_GT(wide, 3000) << wide;
@@ -406,6 +419,55 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
   tune.bwd_pipe_vpt16 = 4;
   tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
   check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
+// Rows of one CTA fitted to the row (bwd_pipe_fit_team), both tiles.
+TEST_F(NormBwdPlan, PipelinedConfigInvariantsFittedTeams) {
+  RowTuning tune = default_row_tuning();
+  tune.bwd_pipe_fit_team = 1;
+  check_pipe_invariants(DeviceLimits{}, tune, 2);
+  tune.bwd_pipe_vpt16 = 4;
+  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
+  check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
+// bwd_pipe_fit_team at model widths: bf16 RMSNorm 5120 (640 vectors at 2)
+// in 320 threads, not 512, its stages 5/8 of the bytes, three CTAs an SM
+// instead of two; LayerNorm bf16 5120 at 4 vectors in 160 small-CTA
+// threads, not 256; fp32 6144 in 768, not 1024; the powers of two and the
+// clustered rows unchanged.
+TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
+  struct Cell {
+    int64_t cols;
+    DType x;
+    bool ln;
+    int pow2, fitted;
+  };
+  for (const Cell& c : {Cell{5120, kBF16, false, 512, 320}, Cell{2560, kBF16, false, 256, 160},
+                        Cell{6144, kBF16, false, 512, 384}, Cell{12288, kBF16, false, 1024, 768},
+                        Cell{5120, kBF16, true, 256, 160}, Cell{6144, kF32, false, 1024, 768},
+                        Cell{3072, kF32, true, 512, 384}, Cell{4096, kBF16, false, 256, 256},
+                        Cell{8192, kF32, false, 1024, 1024}, Cell{16384, kBF16, false, 256, 256}}) {
+    const Call call{(int64_t(1) << 28) / c.cols, c.cols, c.x, c.x};
+    SCOPED_TRACE("N " + std::to_string(c.cols) + (c.ln ? " LayerNorm" : " RMSNorm"));
+    set_row_tuning(nullptr);
+    const Kernel p2 = plan(call, c.ln);
+    RowTuning t = default_row_tuning();
+    t.bwd_pipe_fit_team = 1;
+    set_row_tuning(&t);
+    const Kernel fit = plan(call, c.ln);
+    ASSERT_TRUE(p2.kind == "pipe" && fit.kind == "pipe") << p2.text << " / " << fit.text;
+    EXPECT_TRUE(p2.team == c.pow2 && p2.threads == c.pow2) << p2.text;
+    EXPECT_TRUE(fit.team == c.fitted && fit.threads == c.fitted) << fit.text;
+    EXPECT_TRUE(fit.vpt == p2.vpt && fit.cluster == p2.cluster && fit.stages == p2.stages) << fit.text;
+    if (c.fitted == c.pow2) {
+      EXPECT_EQ(fit.text, p2.text);
+    } else {
+      EXPECT_LT(fit.smem, p2.smem) << fit.text;
+      EXPECT_GE(fit.grid, p2.grid) << "fewer CTAs resident: " << fit.text;
+    }
+  }
+  set_row_tuning(nullptr);
 }
 
 // The defaults: 16-bit rows take the 4-vector tile from 16K columns in
