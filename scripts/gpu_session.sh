@@ -23,11 +23,15 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
-#   widths     the forty-fifth session's hypothesis (config.cpp, reg_fit_team):
-#              model widths (2048 .. 16384: 2560, 3072, 3584, 5120, 6144,
-#              7168, 12288 beside the powers of two) at the defaults and with
-#              unclustered register CTAs fitted to the row; rmsnorm,
-#              layernorm, softmax, bf16 ($SWEEP_OPS, $SWEEP_DTYPES)
+#   widths     model widths (2048 .. 16384: 2560, 3072, 3584, 5120, 6144,
+#              7168, 12288 beside the powers of two): the forty-sixth
+#              session's hypothesis (config.cpp, bwd_pipe_fit_team: the norm
+#              backward's pipelined CTAs fitted to the row) and the
+#              forward's norm_fit_team (default since 0b06aca) against its
+#              powers of two; rmsnorm_bwd, layernorm_bwd, rmsnorm,
+#              layernorm, bf16 and fp32 ($SWEEP_OPS, $SWEEP_DTYPES; softmax's
+#              reg_fit_team, measured even at 563c15e, is SWEEP_OPS=softmax
+#              SWEEP_TUNES=reg_fit_team=1)
 #   norm_vpt16  the forty-fourth session's hypothesis (config.cpp,
 #              norm_fwd_vpt16_min_cols): 16-bit RMSNorm / LayerNorm forward
 #              rows at 8 vectors a thread, as softmax's, from 512 and from
@@ -202,9 +206,9 @@ for part in $parts; do
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     widths)
       w="2048 2560 3072 3584 4096 5120 6144 7168 8192 12288 16384"
-      SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm softmax} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16} \
+      SWEEP_OPS=${SWEEP_OPS:-rmsnorm_bwd layernorm_bwd rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} \
         SWEEP_NS=${SWEEP_NS:-$w} SOFTMAX_NS=${SOFTMAX_NS:-$w} CE_NS=${CE_NS:-$w} \
-        SWEEP_TUNES=${SWEEP_TUNES:-reg_fit_team=1} \
+        SWEEP_TUNES=${SWEEP_TUNES:-bwd_pipe_fit_team=1;norm_fit_team=0} \
         bash "$root/scripts/gpu_session.sh" "$commit" sweep || status=1 ;;
     norm_vpt16)
       SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16} \

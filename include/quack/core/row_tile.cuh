@@ -85,7 +85,7 @@ struct RowGeom {
                                                       int crank = 0) {
     RowGeom g;
     int lg = team_log2, tid = int(threadIdx.x);
-    asm volatile("" : "+r"(lg), "+r"(tid));
+    asm volatile("" : "+r"(lg), "+r"(tid), "+r"(team), "+r"(teams));
     g.team = team;
     g.team_id = tid >> lg;
     g.t = tid & ((1 << lg) - 1);

@@ -104,6 +104,18 @@ std::vector<BwdCase> cases() {
   add({"N200_bf16_M20000_vpt4", 20000, 200, kBF16, kBF16});
   add({"N16384_bf16_M300_fp32w_vpt4_cluster2", 300, 16384, kBF16, kF32});
   add({"N20000_bf16_M200_vpt4_cluster3", 200, 20000, kBF16, kBF16, true, true, false});
+  // Model widths, whose pipelined rows of one CTA leave part of a
+  // power-of-two CTA idle, or fill one fitted to the row
+  // (FittedPipeTeamsMatchFloat64): bf16 5120 (512 or 320 threads at 2
+  // vectors; LayerNorm 256 or 160 at 4), fp32 6144 with dresidual_out (1024
+  // or 768; 3 x 256 by default, whose 1024 threads' stages do not fit), fp16
+  // 2560 with fp32 weights, bf16 12288 without dbias (1024 or 768; LayerNorm's
+  // 4-vector tile clusters it), bf16 7168 without a weight.
+  add({"N5120_bf16_M3000_fit", 3000, 5120, kBF16, kBF16});
+  add({"N6144_f32_M1001_dres_out_fit", 1001, 6144, kF32, kF32, true, true, true, true, false, 0.5f});
+  add({"N2560_f16_M2000_fp32w_fit", 2000, 2560, kF16, kF32});
+  add({"N12288_bf16_M500_nodbias_fit", 500, 12288, kBF16, kBF16, true, true, false});
+  add({"N7168_bf16_M700_noweight_dbias_fit", 700, 7168, kBF16, kBF16, false, false, true});
   // General kernel.
   add({"N999_bf16_M17_misaligned", 17, 999, kBF16, kBF16, true, true, true, true, true, 0.0f, 1});
   add({"N1000_f16_M11_odd_stride", 11, 1000, kF16, kF16, true, true, true, false, false, 0.0f, 0, 3});
@@ -429,6 +441,25 @@ TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
   run_both_under(t, GetParam(), "vpt=4", [](const BwdCase& c, bool centre) {
     return c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16);
   });
+}
+
+// The pipelined rows of one CTA in the fewest whole warps at their tile
+// (RowTuning::bwd_pipe_fit_team), at the default tiles and at 2 vectors a
+// thread: the cases of 257-16384 columns. The "_fit" cases take one CTA a
+// row (whose team, the knob on, is the fitted one: NormBwdPlan.
+// FittedTeamsAtModelWidths) but LayerNorm's bf16 12288 at 4 vectors.
+TEST_P(RMSNormBwdGpu, FittedPipeTeamsMatchFloat64) {
+  const BwdCase& c = GetParam();
+  if (c.cols <= 256 || c.cols > 16384) GTEST_SKIP() << "no pipelined row of one CTA above a warp";
+  QUACK_REQUIRE_SM90();
+  RowTuning t = without_grid();
+  t.bwd_pipe_fit_team = 1;
+  run_both_under(t, c, "cluster=1 ", [](const BwdCase& k, bool centre) {
+    return k.name.find("_fit") != std::string::npos && !(centre && k.cols == 12288);
+  });
+  if (HasFatalFailure()) return;
+  t.bwd_pipe_vpt16 = 2;
+  run_both_under(t, c, "cluster=1 ", [](const BwdCase& k, bool) { return k.name.find("_fit") != std::string::npos; });
 }
 
 // The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
