@@ -73,12 +73,15 @@ struct RowGeom {
     g.whole = g.ends_inside();
     return g;
   }
-  // An unclustered row of a team of 2^team_log2 threads: the same layout,
-  // with shifts where make divides by the run-time team (two integer
-  // divisions, ~40 instructions, where a persistent kernel rebuilds the
-  // geometry every row). Or (TeamSlot's) one team of whole warps fitted to
-  // its row, fewer than 2^team_log2 = the power of two at or above it, which
-  // owns its CTA (RowTuning::bwd_pipe_fit_team): its team is the CTA.
+  // An unclustered row of `team` threads, `teams` a CTA, team_log2 =
+  // ceil(log2 team): the same layout, with shifts where make divides by the
+  // run-time team (two integer divisions, ~40 instructions, where a
+  // persistent kernel rebuilds the geometry every row). The team is a power
+  // of two, or (TeamSlot's case) one team of whole warps fitted to its row
+  // that owns its CTA (RowTuning::bwd_pipe_fit_team), whose threads all
+  // fall below 2^team_log2. The launch passes team and teams (computed
+  // here from the shift, 1 << team_log2 and blockDim.x >> team_log2, the
+  // pipelined kernels ran ~25% more instructions: e3e07fe -> fc2d24d).
   // A clustered row (team == blockDim.x, a power of two) passes its CTA's
   // rank.
   __device__ __forceinline__ static RowGeom make_pow2(int team_log2, int team, int teams, int64_t cols_param,
