@@ -468,9 +468,12 @@ RowTuning default_row_tuning() {
   // power-of-two CTA leaves 3/8 of bf16 5120's (512 threads at 2 vectors
   // for 320 x 2) and 1/4 of 6144's idle, and its stages are sized for every
   // thread: 107 KB a CTA, two an SM; fitted, 320 threads hold 67 KB, three
-  // an SM (the rows in flight an SM 2 -> 3). Prediction: RMSNorm / LayerNorm
-  // backward bf16 2560 / 5120 / 6144 rise toward their power-of-two
-  // neighbours' % of copy; the powers of two unchanged (same plans).
+  // an SM (the rows in flight an SM 2 -> 3; likewise bf16 2560 / 3072, fp32
+  // 2560 and LayerNorm bf16 2560-5120; where threads bound the SM -- 6144,
+  // 7168, 12288, fp32 from 3072 -- the grid stays: docs/KERNELS.md, model
+  // widths). Prediction: the rows whose grid grows rise toward their
+  // power-of-two neighbours' % of copy, the rest within noise; the powers of
+  // two unchanged (same plans).
   t.bwd_pipe_fit_team = 0;
   t.bwd_pipe_wide_min_cols = 16384;
   t.bwd_pipe_wide_min_cols_ln = 1024;
