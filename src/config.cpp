@@ -31,6 +31,13 @@ bool is_pow2_team(int64_t t) { return t >= 32 && t <= kRegRowMaxThreads && (t & 
 // (RowTuning::reg_fit_team, reg_staged_balance).
 int64_t fitted_team(int64_t nvec, int64_t per_thread) { return ceil_div(ceil_div(nvec, per_thread), 32) * 32; }
 
+// An unclustered row's CTA, one team above a warp, fitted to its row of
+// `nvec` vectors at its tile (RowTuning::reg_fit_team, norm_fit_team,
+// bwd_pipe_fit_team): the checkers' exception to power-of-two teams.
+bool is_fitted_row_cta(const RegRowConfig& c, int64_t nvec) {
+  return c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt);
+}
+
 }  // namespace
 
 // Measurements: bench/results/2026-11-30-rmsnorm-fwd-tuning.md (H200, M*N = 2^28,
@@ -837,12 +844,12 @@ const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& pro
   // of base were needed), is the CTA the rules chose; the rules are checked
   // on it.
   const int64_t base = pow2_ceil(c.team);
-  // (or, RowTuning::reg_fit_team, an unclustered team above a warp fitted
-  // so to its row at its tile)
+  // (or, reg_fit_team / norm_fit_team, an unclustered team above a warp
+  // fitted so to its row at its tile)
   if (c.team != base &&
       !(c.staged && c.cluster >= 1 && c.vpt >= 1 && c.team % 32 == 0 &&
         fitted_team(nvec, int64_t(c.cluster) * c.vpt) == c.team) &&
-      !(!c.staged && c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt)))
+      !(!c.staged && is_fitted_row_cta(c, nvec)))
     return "team is not a power of two in [1, 1024], nor a row's fitted CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team)
     return "threads is not a multiple of team in [team, 1024]";
@@ -1107,9 +1114,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   const int64_t nvec = ceil_div(std::max<int64_t>(prob.cols, 1), c.vec);
   if (c.vec * prob.x_elem_bytes != 16) return "vector is not 16 bytes of x";
   // (or, RowTuning::bwd_pipe_fit_team, a row of one CTA fitted to it)
-  if (c.team < 1 || c.team > kRegRowMaxThreads ||
-      ((c.team & (c.team - 1)) &&
-       !(c.cluster == 1 && c.team > 32 && c.vpt >= 1 && c.team == fitted_team(nvec, c.vpt))))
+  if (c.team < 1 || c.team > kRegRowMaxThreads || ((c.team & (c.team - 1)) && !is_fitted_row_cta(c, nvec)))
     return "team is not a power of two in [1, 1024], nor a row's fitted CTA";
   if (c.threads < c.team || c.threads > kRegRowMaxThreads || c.threads % c.team || c.threads % 32)
     return "threads is not a whole number of warps and teams in [team, 1024]";

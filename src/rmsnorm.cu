@@ -293,7 +293,7 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     p.team = rcfg.team;  // (and team_shift: the register kernel reads no other layout field)
     p.cluster = rcfg.cluster;
     // (the power of two at or above the team: a team fitted to its row,
-    // reg_fit_team, owns its CTA; reg_path's check_reg_row_config refuses
+    // norm_fit_team, owns its CTA; reg_path's check_reg_row_config refuses
     // any other)
     while ((1 << p.team_shift) < rcfg.team) ++p.team_shift;
     p.row_blocks = rcfg.row_blocks;

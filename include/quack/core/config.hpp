@@ -397,7 +397,7 @@ struct RegRowProblem {
 struct RegRowConfig {
   int vec = 1;             // elements per vector
   int team = 1;            // threads per row in one CTA (power of two; staged rows and
-                           // RowTuning::reg_fit_team's: whole warps)
+                           // RowTuning::*fit_team's: whole warps)
   int threads = 1;         // threads per CTA (multiple of team)
   int cluster = 1;         // CTAs per row
   int vpt = 1;             // vectors per thread (a bucket)

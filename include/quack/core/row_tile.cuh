@@ -29,7 +29,7 @@ namespace core {
 // shift threads apart (the RMSNorm register kernel's, shift = ceil(log2
 // team)): teams of a power of two, several a CTA, or one team of whole
 // warps fitted to its row (fewer than 1 << shift threads: RowTuning::
-// reg_fit_team, reg_staged_balance), which owns its CTA. team_id, t: the
+// norm_fit_team), which owns its CTA. team_id, t: the
 // thread's team and its index in it; teams: the CTA's teams.
 struct TeamSlot {
   int team_id, t, teams;
