@@ -29,9 +29,11 @@
 #              backward's pipelined CTAs fitted to the row) and the
 #              forward's norm_fit_team (default since 0b06aca) against its
 #              powers of two; rmsnorm_bwd, layernorm_bwd, rmsnorm,
-#              layernorm, bf16 and fp32 ($SWEEP_OPS, $SWEEP_DTYPES; softmax's
-#              reg_fit_team, measured even at 563c15e, is SWEEP_OPS=softmax
-#              SWEEP_TUNES=reg_fit_team=1)
+#              layernorm, bf16 and fp32 ($SWEEP_OPS, $SWEEP_DTYPES; both
+#              measured at 7123574: docs/KERNELS.md, model widths; softmax's
+#              and cross-entropy's reg_fit_team, the default since the
+#              forty-seventh session, against its powers of two is
+#              SWEEP_OPS="softmax cross_entropy" SWEEP_TUNES=reg_fit_team=0)
 #   norm_vpt16  the forty-fourth session's hypothesis (config.cpp,
 #              norm_fwd_vpt16_min_cols): 16-bit RMSNorm / LayerNorm forward
 #              rows at 8 vectors a thread, as softmax's, from 512 and from

@@ -113,10 +113,27 @@ RowTuning default_row_tuning() {
   // 85.4 / 93.0 / 95.5 at powers of two and 99.8 / 99.6 / 99.6 / 99.4 /
   // 98.7 fitted; RMSNorm 5120 98.2 -> 100.4, the rest within 1 point; the
   // powers of two themselves unchanged (their plans are the same). Softmax
-  // gained nothing (100-101% either way, forward and backward, fitted
-  // 0.2-0.9% slower at 5120-7168, within a run's noise): it stays off
-  // there, and cross-entropy (unmeasured) with it.
-  t.reg_fit_team = 0;
+  // gained nothing there (100-101% either way, forward and backward, fitted
+  // 0.2-0.9% slower at 5120-7168, within a run's noise). Again at 7123574
+  // (widths): LayerNorm bf16 without the fit 9.2 / 1.6 / 17.2 / 7.5 / 3.9%
+  // slower at 2560 / 3072 / 5120 / 6144 / 12288, fp32 and RMSNorm within
+  // 1.4% (bench/results/logs/2026-12-05-model-widths-sweep-7123574-h100*).
+  //
+  // Softmax and cross-entropy (reg_fit_team) gain where a row runs just past
+  // a power of two of the tile, so the power-of-two CTA leaves about half
+  // its threads idle: softmax_sweep / cross_entropy_sweep bf16, M*N = 2^28,
+  // % of same-run copy, H100 SXM, 7123574 (bench/results/logs/
+  // 2026-12-05-short-odd-rows-fit-sweep-7123574-h100*), power of two ->
+  // fitted: softmax forward 4100 / 4111 / 8200 / 12301 77.7 / 76.0 / 87.4 /
+  // 89.6 -> 91.9 / 90.3 / 98.3 / 90.3, backward 85.7 / 83.6 / 103.0 / 93.1
+  // -> 101.5 / 100.3 / 101.7 / 94.4; cross-entropy loss 4100 / 4111 / 12301
+  // 37.9 / 37.8 / 56.1 -> 48.1 / 47.7 / 60.7 (8200 84.1 -> 83.1), fused
+  // loss and gradient 38.4 / 38.1 / 39.9 / 49.2 -> 49.3 / 47.6 / 64.0 /
+  // 53.5 at 4100 / 4111 / 8200 / 12301; 4096, 32000, 32001 the same plans.
+  // With the model widths above (no gap, within noise) it is the default
+  // for both; the power-of-two CTAs keep tuned GPU suites
+  // (SoftmaxGpuPow2Teams, CrossEntropyGpuPow2Teams).
+  t.reg_fit_team = 1;
   t.norm_fit_team = 1;
   // Clustered 16-bit rows without a residual stream stage x in shared
   // memory, 64 elements a thread, in CTAs of 256 threads only (commit
@@ -480,7 +497,16 @@ RowTuning default_row_tuning() {
   // 7168, 12288, fp32 from 3072 -- the grid stays: docs/KERNELS.md, model
   // widths). Prediction: the rows whose grid grows rise toward their
   // power-of-two neighbours' % of copy, the rest within noise; the powers of
-  // two unchanged (same plans).
+  // two unchanged (same plans). Measured (rmsnorm_bwd_sweep, M*N = 2^28, %
+  // of same-run copy, H100 SXM, 7123574; bench/results/logs/
+  // 2026-12-05-model-widths-sweep-7123574-h100*): missed -- the fitted
+  // plans run 87-95% nearly everywhere, the power-of-two plans swing 73-98%
+  // from width to width, so the fit wins where they dip (RMSNorm bf16
+  // 5120 +dw,db 73.0 -> 89.5, LayerNorm fp32 2560 / 5120 dx 82.5 / 78.7 ->
+  // 91.1 / 93.0, at 5120 with the grid unchanged) and loses where they
+  // peak (LayerNorm bf16 6144 dx 96.4 -> 88.7, RMSNorm bf16 12288 dx 98.1
+  // -> 88.7, fp32 5120 98.5 -> 94.4). It stays off until the swings are
+  // understood (docs/KERNELS.md, model widths).
   t.bwd_pipe_fit_team = 0;
   t.bwd_pipe_wide_min_cols = 16384;
   t.bwd_pipe_wide_min_cols_ln = 1024;

@@ -424,19 +424,26 @@ TEST_P(RegConfigSweep, BalancedStagedCtasAreValidWithPortableClusterOf8) {
   t.reg_staged_balance = 1;
   reg_sweep(GetParam(), lim, kSweepMaxN, 7, t);
 }
-// Unclustered teams fitted to the row (reg_fit_team): the same capacity,
-// every such CTA whole warps with none to spare.
+// Unclustered teams fitted to the row (reg_fit_team, the default since the
+// forty-seventh session): the same capacity, every such CTA whole warps with
+// none to spare; and, the knob off, the power-of-two CTAs.
 TEST_P(RegConfigSweep, FittedTeamsAreValidOnH200) {
   RowTuning t = default_row_tuning();
-  t.reg_fit_team = 1;
+  ASSERT_EQ(t.reg_fit_team, 1);
+  reg_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 3, t);
+}
+TEST_P(RegConfigSweep, PowerOfTwoTeamsAreValidOnH200) {
+  RowTuning t = default_row_tuning();
+  t.reg_fit_team = 0;
   reg_sweep(GetParam(), DeviceLimits{}, kSweepMaxN, 3, t);
 }
 // The widths the knob is for: bf16 5120 at 4 vectors a thread (640
 // vectors: 160 threads, not 256), 2560 (320: 96, not 128, 384 slots), and
 // a row a power of two already holds exactly (4096: 128 either way).
 TEST(RegRowFit, ModelWidthsTakeTheFewestWarps) {
-  RowTuning fit = default_row_tuning();
-  fit.reg_fit_team = 1;
+  const RowTuning fit = default_row_tuning();
+  RowTuning pow2 = fit;
+  pow2.reg_fit_team = 0;
   for (const auto& [cols, pow2_team, fit_team] : {std::tuple<int64_t, int, int>{5120, 256, 160}, {2560, 128, 96}, {4096, 128, 128}}) {
     RegRowProblem p;
     p.rows = 16384;
@@ -446,7 +453,7 @@ TEST(RegRowFit, ModelWidthsTakeTheFewestWarps) {
     p.cluster_vpt = 4;
     p.scratch_bytes = kScratch;
     RegRowConfig a, b;
-    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &a));
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, pow2, &a));
     ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, fit, &b));
     EXPECT_EQ(a.team, pow2_team) << cols;
     EXPECT_EQ(b.team, fit_team) << cols;

@@ -996,45 +996,58 @@ TEST_P(CrossEntropyGpuShifted, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(ShiftedCases, CrossEntropyGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
-// Unclustered register rows in CTAs fitted to the row (RowTuning::
-// reg_fit_team: the fewest whole warps at the tile, not the power of two
-// above): the cases whose plan then takes such a CTA (a team above a warp
-// that is not a power of two), and model vocabularies and widths of every
-// option.
+// A register plan of one CTA a row whose team, above a warp, is not a power
+// of two: fitted to the row (RowTuning::reg_fit_team).
 bool fitted_plan(const std::string& plan) {
   int team = 0, cl = 0;
   if (std::sscanf(plan.c_str(), "reg team %d thr %*d cl %d", &team, &cl) != 2) return false;
   return cl == 1 && team > 32 && (team & (team - 1)) != 0;
 }
 
-void fit_teams(RowTuning& t) { t.reg_fit_team = 1; }
+// Model vocabularies and widths of every option, and rows just past a power
+// of two of the tile, whose unclustered register CTAs the default plan fits
+// to the row (reg_fit_team, the default since the forty-seventh session:
+// the fewest whole warps at the tile, not the power of two above).
+std::vector<CeCase> model_width_cases() {
+  return {C(kBF16, 64, 5120, kMean).w().smooth(0.1f).zl(1e-4f),
+          C(kF32, 33, 2560, kSum).softcap(30.0f).g(0.75f),
+          C(kBF16, 40, 3000, kNone).inplace().nolse(),
+          C(kF16, 20, 6150, kMean).mis(0, 2).dx_mis(0, 2).nograd(),
+          C(kBF16, 24, 5121, kMean).big(),
+          C(kBF16, 48, 4100, kMean),
+          C(kBF16, 21, 8200, kSum).w().inplace(),
+          C(kBF16, 17, 12301, kMean).smooth(0.1f)};
+}
 
-std::vector<CeCase> fitted_cases() {
+INSTANTIATE_TEST_SUITE_P(ModelWidthCases, CrossEntropyGpu, testing::ValuesIn(model_width_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The same, and every case, whose default plan is such a CTA, with
+// reg_fit_team off: the power-of-two CTAs (the default until the
+// forty-seventh session).
+std::vector<CeCase> pow2_team_cases() {
   std::vector<CeCase> v = cases();
-  v.push_back(C(kBF16, 64, 5120, kMean).w().smooth(0.1f).zl(1e-4f));
-  v.push_back(C(kF32, 33, 2560, kSum).softcap(30.0f).g(0.75f));
-  v.push_back(C(kBF16, 40, 3000, kNone).inplace().nolse());
-  v.push_back(C(kF16, 20, 6150, kMean).mis(0, 2).dx_mis(0, 2).nograd());
-  v.push_back(C(kBF16, 24, 5121, kMean).big());
-  RowTuning t = default_row_tuning();
-  fit_teams(t);
-  set_row_tuning(&t);
+  for (const CeCase& c : model_width_cases()) v.push_back(c);
   std::vector<CeCase> out;
   for (const CeCase& c : v)
     if ((!case_misaligned(c) || case_shifted(c)) && fitted_plan(case_plan(c))) out.push_back(c);
-  set_row_tuning(nullptr);
   return out;
 }
 
-class CrossEntropyGpuFitted : public test::TunedSuite<CeCase, fit_teams> {};
+void pow2_teams(RowTuning& t) { t.reg_fit_team = 0; }
 
-TEST_P(CrossEntropyGpuFitted, MatchesFloat64Reference) {
-  EXPECT_TRUE(fitted_plan(case_plan(GetParam()))) << "not a fitted register CTA: " << case_plan(GetParam());
+class CrossEntropyGpuPow2Teams : public test::TunedSuite<CeCase, pow2_teams> {};
+
+TEST_P(CrossEntropyGpuPow2Teams, MatchesFloat64Reference) {
+  int team = 0, cl = 0;
+  const std::string plan = case_plan(GetParam());
+  ASSERT_EQ(std::sscanf(plan.c_str(), "reg team %d thr %*d cl %d", &team, &cl), 2) << plan;
+  EXPECT_TRUE(cl == 1 && (team & (team - 1)) == 0) << "not a power-of-two register CTA: " << plan;
   QUACK_REQUIRE_SM90();
   run_case(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(FittedCases, CrossEntropyGpuFitted, testing::ValuesIn(fitted_cases()),
+INSTANTIATE_TEST_SUITE_P(Pow2TeamCases, CrossEntropyGpuPow2Teams, testing::ValuesIn(pow2_team_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The tuning that sends every plain aligned forward of rows of 1 KB or more

@@ -169,9 +169,10 @@ TEST_F(NormFwdPlan, ModelWidthsTakeFittedCtas) {
         const Kernel fit = plan(call, ln);
         RowTuning t = default_row_tuning();
         t.norm_fit_team = 0;
+        t.reg_fit_team = 0;
         set_row_tuning(&t);
         const Kernel p2 = plan(call, ln);
-        // softmax's and cross-entropy's knob leaves the norms alone
+        // softmax's and cross-entropy's knob (on by default) leaves the norms alone
         t.reg_fit_team = 1;
         set_row_tuning(&t);
         const Kernel p2_too = plan(call, ln);

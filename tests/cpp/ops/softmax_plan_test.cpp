@@ -115,6 +115,44 @@ TEST(SoftmaxPlan, MeasuredForwardCells) {
   EXPECT_FALSE(plan(256, 1048580, kF32, false, false).reg) << "fp32 N = 1M + 4 forward: chunked";
 }
 
+// Rows of one register CTA take the fewest whole warps that cover them at
+// their tile (reg_fit_team, the default since the forty-seventh session),
+// not the power of two above: bf16 4100 (4096 + 4, shifted: 513 vectors)
+// forward 128 -> 96 threads at 8 vectors, backward 256 -> 160 at 4 (77.7 ->
+// 91.9% and 85.7 -> 101.5% of copy, H100, 7123574; src/config.cpp); the
+// tile is the power of two's, and a row a power of two holds exactly keeps
+// its CTA.
+TEST(SoftmaxPlan, RowsOfOneCtaTakeTheFewestWarps) {
+  ASSERT_EQ(default_row_tuning().reg_fit_team, 1);
+  RowTuning pow2 = default_row_tuning();
+  pow2.reg_fit_team = 0;
+  struct Cell {
+    int64_t cols;
+    bool backward;
+    int fitted, pow2;
+  };
+  for (const Cell& c : {Cell{4100, false, 96, 128}, Cell{4100, true, 160, 256}, Cell{5120, false, 96, 128},
+                        Cell{5120, true, 160, 256}, Cell{8200, true, 288, 512}, Cell{4096, false, 64, 64},
+                        Cell{4096, true, 128, 128}}) {
+    SCOPED_TRACE("bf16 N = " + std::to_string(c.cols) + (c.backward ? " backward" : " forward"));
+    const bool odd = c.cols % 8 != 0;
+    set_row_tuning(nullptr);
+    const std::string fs = softmax_plan_description(4096, c.cols, kBF16, c.backward, DeviceLimits{}, true, odd);
+    set_row_tuning(&pow2);
+    const std::string ps = softmax_plan_description(4096, c.cols, kBF16, c.backward, DeviceLimits{}, true, odd);
+    set_row_tuning(nullptr);
+    int ft = 0, fthr = 0, fcl = 0, fvpt = 0, pt = 0, pthr = 0, pcl = 0, pvpt = 0;
+    ASSERT_EQ(std::sscanf(fs.c_str(), "reg team %d thr %d cl %d vpt %d", &ft, &fthr, &fcl, &fvpt), 4) << fs;
+    ASSERT_EQ(std::sscanf(ps.c_str(), "reg team %d thr %d cl %d vpt %d", &pt, &pthr, &pcl, &pvpt), 4) << ps;
+    EXPECT_TRUE(fcl == 1 && pcl == 1 && fvpt == pvpt) << fs << " / " << ps;
+    EXPECT_TRUE(ft == c.fitted && fthr == c.fitted) << fs;
+    EXPECT_TRUE(pt == c.pow2 && pthr == c.pow2) << ps;
+    // whole warps, none to spare: (shifted rows plan vec - 1 more elements)
+    const int64_t nvec = (c.cols + (odd ? 7 : 0) + 7) / 8;
+    EXPECT_EQ(ft, (nvec + fvpt - 1) / fvpt + 31 - ((nvec + fvpt - 1) / fvpt + 31) % 32) << fs;
+  }
+}
+
 // softmax_staged_fwd picks the dtypes (bit 0 16-bit, bit 1 fp32; 0 none),
 // softmax_staged_vpt the tile: the A/B the sweep runs.
 TEST(SoftmaxPlan, TuningSelectsTheStagedDtypesAndTile) {

@@ -588,36 +588,48 @@ TEST_P(SoftmaxGpuShifted, ForwardAndBackwardMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(ShiftedCases, SoftmaxGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
-// Unclustered register rows in CTAs fitted to the row (RowTuning::
-// reg_fit_team: the fewest whole warps at the tile, not the power of two
-// above; bf16 5120: a 96-thread forward, a 160-thread backward): the cases
-// of one CTA a row, and model widths whose power-of-two CTAs leave a
-// quarter or more of the tile idle (aligned, shifted, special values).
-std::vector<SmCase> fitted_cases() {
+// Model widths, and rows just past a power of two of the tile, whose
+// unclustered register CTAs the default plan fits to the row (RowTuning::
+// reg_fit_team, the default since the forty-seventh session: the fewest
+// whole warps at the tile, not the power of two above; bf16 5120: a
+// 96-thread forward, a 160-thread backward; bf16 4100: 96 and 160 threads
+// where the powers of two are 128 and 256): aligned, shifted, special
+// values.
+std::vector<SmCase> model_width_cases() {
+  return {{"N5120_bf16_M64", 64, 5120, kBF16},
+          {"N2560_f32_M33", 33, 2560, kF32},
+          {"N7168_f16_M20_log", 20, 7168, kF16, true},
+          {"N12288_bf16_M9_shift1e4", 9, 12288, kBF16, false, 0, 0, 1e4},
+          {"N3000_bf16_M16_special", 16, 3000, kBF16, false, 0, 0, 0.0, true},
+          {"N5121_bf16_M13_odd_pitch", 13, 5121, kBF16},
+          {"N6150_f32_M7_misaligned_padded", 7, 6150, kF32, false, 1, 2},
+          {"N4100_bf16_M40", 40, 4100, kBF16},
+          {"N8200_bf16_M21_log", 21, 8200, kBF16, true},
+          {"N12301_bf16_M11_odd_pitch", 11, 12301, kBF16}};
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelWidthCases, SoftmaxGpu, testing::ValuesIn(model_width_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
+// The same, and the cases of one CTA a row, with reg_fit_team off: the
+// power-of-two CTAs, the default until the forty-seventh session.
+std::vector<SmCase> pow2_team_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases())
     if (c.cols > 256 && planned_cols(c) <= (c.dtype == kF32 ? 16384 : 32768)) v.push_back(c);
-  for (const SmCase& c : std::vector<SmCase>{
-           {"N5120_bf16_M64", 64, 5120, kBF16},
-           {"N2560_f32_M33", 33, 2560, kF32},
-           {"N7168_f16_M20_log", 20, 7168, kF16, true},
-           {"N12288_bf16_M9_shift1e4", 9, 12288, kBF16, false, 0, 0, 1e4},
-           {"N3000_bf16_M16_special", 16, 3000, kBF16, false, 0, 0, 0.0, true},
-           {"N5121_bf16_M13_odd_pitch", 13, 5121, kBF16},
-           {"N6150_f32_M7_misaligned_padded", 7, 6150, kF32, false, 1, 2}})
-    v.push_back(c);
+  for (const SmCase& c : model_width_cases()) v.push_back(c);
   return v;
 }
 
-void fit_teams(RowTuning& t) { t.reg_fit_team = 1; }
-class SoftmaxGpuFitted : public test::TunedSuite<SmCase, fit_teams> {};
+void pow2_teams(RowTuning& t) { t.reg_fit_team = 0; }
+class SoftmaxGpuPow2Teams : public test::TunedSuite<SmCase, pow2_teams> {};
 
-TEST_P(SoftmaxGpuFitted, ForwardAndBackwardMatchFloat64) {
+TEST_P(SoftmaxGpuPow2Teams, ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
   run_case(as_run(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(FittedCases, SoftmaxGpuFitted, testing::ValuesIn(fitted_cases()),
+INSTANTIATE_TEST_SUITE_P(Pow2TeamCases, SoftmaxGpuPow2Teams, testing::ValuesIn(pow2_team_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
 // The aligned cases whose forward rows are staged when every dtype may
