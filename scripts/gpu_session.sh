@@ -23,6 +23,12 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
+#   norm_shifted  the forty-seventh session's shifted norm rows
+#              (RowTuning::shifted_rows bit 2, off by default): `cases` of
+#              RMSNormFwdGpuShifted and RawVecLoadShifted, memcheck and
+#              initcheck over them, then rmsnorm_sweep (RMSNorm, LayerNorm;
+#              bf16, fp32) at odd N beside aligned neighbours, the defaults
+#              (element by element) and shifted_rows=7 side by side
 #   widths     model widths (2048 .. 16384: 2560, 3072, 3584, 5120, 6144,
 #              7168, 12288 beside the powers of two): the forty-sixth
 #              session's hypothesis (config.cpp, bwd_pipe_fit_team: the norm
@@ -205,6 +211,14 @@ for part in $parts; do
         SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} SWEEP_OPS=${SWEEP_OPS:-softmax cross_entropy} \
         SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=3} \
         SOFTMAX_NS=${SOFTMAX_NS:-$n_odd} CE_NS=${CE_NS:-$n_odd} \
+        bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
+    norm_shifted)
+      n_odd="4096 4100 4101 8192 8200 16384 16392 32000 32001 5120 5123"
+      CASES_FILTER=${CASES_FILTER:-'*RMSNormFwdGpuShifted*:RawVec*:RowGeom*'} \
+        SANITIZE_FILTER=${SANITIZE_FILTER:-'*RMSNormFwdGpuShifted*:RawVecLoadShifted*'} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150} \
+        SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm} \
+        SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=7} \
+        SWEEP_NS=${SWEEP_NS:-$n_odd} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     widths)
       w="2048 2560 3072 3584 4096 5120 6144 7168 8192 12288 16384"

@@ -277,6 +277,14 @@ RowTuning default_row_tuning() {
   // Aligned N within 1.5% either way (noise). Their GPU cases (221, the
   // shifted, staged, register and balanced suites) passed, memcheck and
   // initcheck clean (73 cases): ...-shifted-cases-sanitizers-013ec5b-h100.txt.
+  // Bit 2 (the norm forward's shifted rows, built in the forty-seventh
+  // session without a device) stays off until its GPU suite
+  // (RMSNormFwdGpuShifted) passes and a sweep measures it. Prediction:
+  // bf16 4100 / 24580 / 32001, 20-25% of copy element by element (H200,
+  // 742ffa2; logs/2026-12-05-unaligned-rows-sweep-742ffa2.log), rise to
+  // within ~5 points of their aligned neighbours (97%): the x and output
+  // traffic is the aligned kernel's; the weight costs a second L1-hit load
+  // and ~15 selects and funnel shifts a vector.
   t.shifted_rows = 3;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,

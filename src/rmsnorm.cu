@@ -1,6 +1,7 @@
 // RMSNorm and LayerNorm forward host entry points: validation,
 // configuration, and the one run-time -> template dispatch (x's dtype,
 // vector I/O) for both ops; LayerNorm is the kernels' centred mode.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -96,8 +97,10 @@ RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
 // dtype, weight and bias in one dtype (x's or fp32), residual and
 // residual_out in one dtype (x's or fp32), and a row that fits the tiles.
 // The caller has checked 16-byte vector alignment.
+// shifted: the row's vectors of shifted rows (a.cols is then N + VEC - 1;
+// kShift's tiles, ops::rmsnorm_reg_shift_max_vpt).
 bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, const RowTuning& tune, RegRowConfig* cfg,
-              ops::RegRes* res, bool* w_f32) {
+              ops::RegRes* res, bool* w_f32, bool shifted = false) {
   const DType x = a.x.dtype;
   if (a.out.dtype != x) return false;
   DType w = x;
@@ -122,7 +125,8 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   prob.rows = a.rows;
   prob.cols = a.cols;
   prob.x_elem_bytes = dtype_size(x);
-  prob.max_vpt = ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
+  prob.max_vpt = shifted ? ops::rmsnorm_reg_shift_max_vpt(dtype_size(x), res_bytes, dtype_size(w))
+                         : ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
   // 16-bit rows from norm_fwd_vpt16_min_cols: 8 vectors a thread (max_vpt
   // caps it).
   if (tune.norm_fwd_vpt16_min_cols > 0 && dtype_size(x) == 2 && a.cols >= tune.norm_fwd_vpt16_min_cols)
@@ -159,6 +163,7 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
 // Which kernel a call takes, and its layout.
 struct NormFwdPlan {
   bool vec_io = false;  // every operand allows 16-byte vectors of x
+  bool shifted = false;  // the register kernel takes shifted rows (kShift, fwd_shift_io)
   // 1. The register-resident kernel, when the layout and the row allow.
   bool reg = false;
   RegRowConfig reg_cfg;
@@ -210,11 +215,48 @@ bool fwd_vec_io(const RMSNormFwdArgs& a) {
          detail::vec_ok(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride, vec);
 }
 
+// Shifted rows (rmsnorm_fwd_reg_kernel's kShift): every row of every
+// operand starts at x's row's offset inside a 16-byte vector of x, in
+// elements, so that each operand's row pointer moved back by that many
+// elements is 16-byte aligned (an operand of another dtype -- an fp32
+// residual of bf16 x -- included); weight and bias aligned as for vectors.
+// The offsets repeat every 16 rows (a pitch's bytes mod 16), so the first
+// 16 rows decide.
+bool fwd_shift_io(const RMSNormFwdArgs& a) {
+  const int xe = dtype_size(a.x.dtype), vec = 16 / xe;
+  if (!detail::vec_ok(a.weight.ptr, a.weight.dtype, 0, vec) || !detail::vec_ok(a.bias.ptr, a.bias.dtype, 0, vec))
+    return false;
+  const int64_t n = std::min<int64_t>(a.rows, 16);
+  for (int64_t r = 0; r < n; ++r) {
+    const uintptr_t xb = uintptr_t(a.x.ptr) + uintptr_t(r * a.x.row_stride * xe);
+    if (xb % uintptr_t(xe)) return false;
+    const int64_t sh = int64_t(xb & 15u) / xe;
+    auto at = [&](const void* ptr, DType t, int64_t stride) {
+      if (ptr == nullptr) return true;
+      const int e = dtype_size(t);
+      return (uintptr_t(ptr) + uintptr_t((r * stride - sh) * e)) % 16 == 0;
+    };
+    if (!at(a.residual.ptr, a.residual.dtype, a.residual.row_stride) || !at(a.out.ptr, a.out.dtype, a.out.row_stride) ||
+        !at(a.residual_out.ptr, a.residual_out.dtype, a.residual_out.row_stride))
+      return false;
+  }
+  return true;
+}
+
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
   const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
   plan.vec_io = fwd_vec_io(a);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
+  // Shifted rows (RowTuning::shifted_rows bit 2): the register plan of N +
+  // VEC - 1 columns, where it is a tile of one unclustered CTA.
+  if (!plan.vec_io && (tune.shifted_rows & 4) && fwd_shift_io(a)) {
+    RMSNormFwdArgs sa = a;
+    sa.cols += 16 / dtype_size(a.x.dtype) - 1;
+    plan.shifted = reg_path(sa, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32, true) && !plan.reg_cfg.staged &&
+                   plan.reg_cfg.cluster == 1 && plan.reg_cfg.rows_per_cluster == 1;
+    plan.reg = plan.shifted;
+  }
   plan.grid = grid_path(a, centre, plan.vec_io, lim, tune, &plan.gcfg, &plan.grid_w_f32);
   plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   plan.grid_runs = plan.grid && a.workspace != nullptr &&
@@ -227,7 +269,12 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
                      plan.reg_cfg.threads <= ops::kRegSmallCtaThreads;
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;
-    return plan;
+    // (Shifted rows of 16-bit x with an fp32 weight at 8 vectors only in
+    // the small CTA: the 1024-thread instance spilled 24 bytes with the
+    // shifted weight's loads, ptxas -v, CUDA 13.0; it is not built.)
+    if (!(plan.shifted && plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 && !plan.small_cta))
+      return plan;
+    plan.reg = plan.shifted = false;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);
   plan.cfg = choose_row_config(prob, lim, tune);
@@ -302,7 +349,8 @@ Status norm_fwd(const RMSNormFwdArgs& a, float* mean, cudaStream_t stream) {
     p.w_batch = plan.w_batch;
     p.end_sync = plan.end_sync;
     return detail::by_dtype(a.x.dtype, "x", [&](auto dt) {
-      return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, plan.w_f32, plan.res, device, stream);
+      return ops::launch_rmsnorm_fwd_reg<decltype(dt)::value, kCentre>(p, rcfg, plan.w_f32, plan.res, plan.shifted,
+                                                                       device, stream);
     });
   }
 
@@ -387,6 +435,7 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
     if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");
     if (c.cluster > 1 && !plan.end_sync)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");
+    if (plan.shifted) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " shifted");
   } else {
     const RowConfig& c = plan.cfg;
     std::snprintf(buf, sizeof buf, "general team %4d thr %4d cl %2d vpt %2d R %d chunks %d buf %d smem %6zu grid %lld%s",

@@ -157,7 +157,12 @@ struct RowTuning {
   // kernel in shifted vectors. Bit 0: softmax (forward and backward); bit
   // 1: cross-entropy (its register kernels, any options, forward or fused
   // gradient, its staged fused gradient, its plain streaming forward and
-  // cross_entropy_scale_grad; else the element-wise kernels).
+  // cross_entropy_scale_grad; else the element-wise kernels). Bit 2: the
+  // RMSNorm / LayerNorm forward, where the row's register plan is one
+  // unclustered CTA (every operand's row at x's offset, an fp32 residual of
+  // 16-bit x too; the weight and bias read s elements early,
+  // RawVec::load_shifted), else the element-wise staged kernel; off until
+  // measured (the forty-seventh session built it without a device).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for

@@ -368,6 +368,43 @@ struct RawVec {
       }
     }
   }
+  // Elements c - s .. c - s + VEC - 1 of `base` (base aligned as load's,
+  // any int c, s), those outside [0, n) zero: a vector of a column-indexed
+  // operand (a norm's weight) beside a row shifted by s elements
+  // (core::RowGeom::shift). Read where they lie, a 4-byte word at a time:
+  // fp32 elements one a word; 16-bit ones as the VEC / 2 + 1 words that
+  // hold them, joined by a funnel shift where c - s is odd (s is the
+  // row's, uniform: no divergence), a half-word only at the operand's ends
+  // (nothing outside [0, n) is read). (Two aligned vectors joined by
+  // selects on the word offset spilled in the 64-register instances,
+  // ptxas -v, CUDA 13.0.)
+  __device__ __forceinline__ void load_shifted(const T* base, int c, int s, int n) {
+    const int e0 = c - s;
+    if constexpr (sizeof(T) == 4) {
+      const unsigned int* q = reinterpret_cast<const unsigned int*>(base);
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const int e = e0 + i;
+        w[i] = e >= 0 && e < n ? __ldg(q + e) : 0u;
+      }
+    } else {
+      const unsigned int* q = reinterpret_cast<const unsigned int*>(base);
+      const unsigned short* h = reinterpret_cast<const unsigned short*>(base);
+      const int odd = e0 & 1;
+      const int w0 = (e0 - odd) / 2;  // the word that holds element e0
+      uint32_t word[kWords + 1];
+#pragma unroll
+      for (int j = 0; j <= kWords; ++j) {
+        const int e = 2 * (w0 + j);  // word w0 + j: elements e, e + 1
+        const bool lo = e >= 0 && e < n, hi = e + 1 >= 0 && e + 1 < n;
+        word[j] = lo && hi ? __ldg(q + w0 + j)
+                           : (lo ? uint32_t(__ldg(h + e)) : 0u) | (hi ? uint32_t(__ldg(h + e + 1)) << 16 : 0u);
+      }
+      const unsigned sh = unsigned(odd) * 16u;
+#pragma unroll
+      for (int j = 0; j < kWords; ++j) w[j] = __funnelshift_r(word[j], word[j + 1], sh);
+    }
+  }
   // Elements [valid, VEC) set to the bit pattern `bits` (T's width), e.g.
   // -inf so that padding drops out of a max and of a sum of exponentials.
   __host__ __device__ __forceinline__ void fill_tail(int valid, uint32_t bits) {

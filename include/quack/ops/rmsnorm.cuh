@@ -415,6 +415,13 @@ inline size_t rmsnorm_fwd_scratch_bytes() { return kReducerScratchBytes; }
 constexpr int rmsnorm_reg_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
   return res_bytes == 0 ? 8 : (x_bytes == 2 && w_bytes == 4 ? 2 : 4);
 }
+// Shifted rows (kShift) of 16-bit x with a residual stream: 2 vectors (at 4
+// the head's masks and the weight's shifted words spilled 4-16 bytes, ptxas
+// -v, CUDA 13.0: f16 and bf16, RMSNorm and LayerNorm, either residual
+// dtype).
+constexpr int rmsnorm_reg_shift_max_vpt(int x_bytes, int res_bytes, int w_bytes) {
+  return x_bytes == 2 && res_bytes > 0 ? 2 : rmsnorm_reg_max_vpt(x_bytes, res_bytes, w_bytes);
+}
 // Staged clustered rows (no residual stream): 8 vectors (16 B of x) a
 // thread. 16 lost 20-30 points in both dtypes where 8 fit too (rmsnorm_sweep
 // at 8881e2b, H200; bench/results/2026-11-30-rmsnorm-fwd-reg.md, fifteenth
@@ -478,8 +485,15 @@ constexpr int kRegSmallCtaMinBlocks = 3;
 // pairs gain 2-4 points at clusters of 8-16 and lose 2-6 where the
 // parameters are light (three CTAs an SM instead of six):
 // bench/results/2026-12-03-norm-fwd-pairs.md.
+// kShift (unclustered register rows, RowTuning::shifted_rows bit 2): rows
+// whose first element lies inside a 16-byte vector, every operand's row at
+// the same offset in elements (x's; the launch checks), walked from that
+// vector -- core::RowGeom::shift's layout: the row covers cols + s columns
+// (the plan sized for N + VEC - 1), the first s of them, the head of the
+// thread at column 0, neither read nor written -- and the weight and bias,
+// column-indexed, read s elements early (RawVec::load_shifted).
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false>
 __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSmallCtaThreads : kRegRowMaxThreads,
                                   kStaged ? staged_min_blocks(kStagedEarlyW, VPT, kRows)
                                           : kSmallCta ? kRegSmallCtaMinBlocks : 1)
@@ -500,6 +514,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   static_assert(!kStagedEarlyW || kStaged, "early weights: staged rows only");
   static_assert(kRows == 1 || (kRows == 2 && kStaged && !kStagedEarlyW && sizeof(Tx) == 2),
                 "two rows a cluster: staged 16-bit rows, weight late");
+  static_assert(!kShift || (!kCluster && !kStaged && kRows == 1), "shifted rows: unclustered register rows");
   // Loops over a thread's vectors unroll fully where they index registers;
   // staged rows index shared memory, and their wide tiles (16, 32 vectors)
   // unrolled whole hoist every address out of the loop and spill (ptxas -v).
@@ -531,11 +546,26 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     const int team_id = kStaged ? 0 : slot.team_id, t = kStaged ? tid : slot.t;
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
     const int teams = kStaged ? 1 : slot.teams;
-    const int cols = int(p.cols);
+    // This team's (first) row; kRows = 2: the cluster's rows row, row + 1.
+    const int64_t row = (blk * teams + team_id) * kRows;
+    const bool active = row < p.rows;
+    // kShift: the row's elements before it in the vector that holds its
+    // first, where its pointers start (x's pointer made opaque, as the
+    // columns: a persistent loop would hold it).
+    int sh = 0;
+    if constexpr (kShift) {
+      if (active) {
+        const Tx* r0 = static_cast<const Tx*>(p.x) + row * p.x_stride;
+        asm volatile("" : "+l"(r0));
+        sh = int((reinterpret_cast<uintptr_t>(r0) & 15u) / sizeof(Tx));
+      }
+    }
+    const int cols = int(p.cols) + sh;
     const int col_step = team * VEC;                  // between a thread's vectors
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
+    const int head = kShift && col0 == 0 ? sh : 0;    // elements before the row in vector 0
     // Every vector of this thread lies inside the row: no per-vector checks.
-    const bool whole = col0 + (VPT - 1) * col_step + VEC <= cols;
+    const bool whole = head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols;
     // Runs f(std::true_type{}) where `whole` holds: straight-line code with
     // every vector's bounds, tails and predicates compiled away (LayerNorm
     // bf16 N = 4K executed 997 instructions a thread with them, ncu), and
@@ -558,21 +588,27 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       else f(std::false_type{});
     };
 
-    // Loads this thread's vectors of a row (zeros past its end).
-    auto load_row = [&](auto (&v)[VPT], const auto* row, auto whole_c) {
+    // Elements of vector i before the row (a shifted row's head).
+    auto lo_at = [&](int i) { return kShift && i == 0 ? head : 0; };
+    // Loads this thread's vectors of a row (zeros outside it).
+    auto load_row = [&](auto (&v)[VPT], const auto* row_ptr, auto whole_c) {
       constexpr bool kWhole = decltype(whole_c)::value;
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         const int c = col0 + i * col_step;
-        if (kWhole || c + VEC <= cols) v[i].load(row + c);
-        else if (c < cols) v[i].load_partial(row + c, cols - c);
-        else v[i].zero();
+        if (kWhole || c + VEC <= cols) {
+          v[i].load(row_ptr + c);
+          if constexpr (kShift && !kWhole) {
+            if (lo_at(i) > 0) v[i].fill_head(lo_at(i), 0u);
+          }
+        } else if (c < cols) {
+          v[i].load_range(row_ptr + c, lo_at(i), cols - c);
+        } else {
+          v[i].zero();
+        }
       }
     };
 
-    // This team's (first) row; kRows = 2: the cluster's rows row, row + 1.
-    const int64_t row = (blk * teams + team_id) * kRows;
-    const bool active = row < p.rows;
     // Row r of the block is there (the second of two may be past the end).
     auto row_on = [&](int r) { return r == 0 || row + r < p.rows; };
     float acc[kRows] = {};
@@ -611,6 +647,12 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     // loads stay after the previous vector's stores (RawVec::load_ordered).
     auto load_wb = [&](const Tw* src, int i, RawVec<Tw, VEC>& v, auto whole_c, auto ordered_c) {
       const int c = col0 + i * col_step, valid = valid_at(i, whole_c);
+      if constexpr (kShift) {
+        if (sh > 0) {  // (columns c - sh ..: zeros outside the operand's p.cols)
+          if (src != nullptr && valid > 0) v.load_shifted(src, c, sh, int(p.cols));
+          return;
+        }
+      }
       if (src != nullptr) {
         if (valid == VEC) {
           if constexpr (decltype(ordered_c)::value) v.load_ordered(src + c);
@@ -635,13 +677,13 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     };
     float h[kRes ? VPT : 1][VEC];
     if (active) {
-      const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride;
+      const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride - sh;
       if constexpr (kRes) {
         RawVec<Tx, VEC> xr[VPT];
         by_whole_io([&](auto wc) { load_row(xr, xrow, wc); });
         if (p.res != nullptr) {
           RawVec<Tr, VEC> rr[VPT];
-          const Tr* rrow = static_cast<const Tr*>(p.res) + row * p.res_stride;
+          const Tr* rrow = static_cast<const Tr*>(p.res) + row * p.res_stride - sh;
           by_whole_io([&](auto wc) { load_row(rr, rrow, wc); });
 #pragma unroll
           for (int i = 0; i < VPT; ++i) {
@@ -787,7 +829,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
             const int valid = valid_at(i, wc);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
-              const float d = decltype(wc)::value || j < valid ? f[j] - cta_mean[0] : 0.0f;
+              const float d = decltype(wc)::value || (j < valid && j >= lo_at(i)) ? f[j] - cta_mean[0] : 0.0f;
               dev[0] = fmaf(d, d, dev[0]);
             }
           }
@@ -843,20 +885,21 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       }
     }
 
-    Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride;
-    TrOrX* rorow = kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride : nullptr;
+    Tx* orow = static_cast<Tx*>(p.out) + row * p.out_stride - sh;
+    TrOrX* rorow =
+        kRes && p.res_out != nullptr ? static_cast<TrOrX*>(p.res_out) + row * p.res_out_stride - sh : nullptr;
     // Writes vector i of row r (its first `valid` elements) from its weight
     // and bias.
     auto write_vec = [&](int r, int i, int valid, const RawVec<Tw, VEC>& wv, const RawVec<Tw, VEC>& bv) {
-      const int c = col0 + i * col_step;
+      const int c = col0 + i * col_step, lo = lo_at(i);
       float f[VEC];
       h_at(i, f, r);
       if constexpr (kRes) {
         if (rorow != nullptr) {
           RawVec<TrOrX, VEC> o;
           o.narrow(f);
-          if (valid == VEC) o.store(rorow + c);
-          else o.store_partial(rorow + c, valid);
+          if (valid == VEC && lo == 0) o.store(rorow + c);
+          else o.store_range(rorow + c, lo, valid);
         }
       }
       if constexpr (kCentre) {
@@ -884,8 +927,8 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       RawVec<Tx, VEC> o;
       o.narrow(f);
       Tx* const dst = r == 0 ? orow : orow + r * p.out_stride;
-      if (valid == VEC) o.store(dst + c);
-      else o.store_partial(dst + c, valid);
+      if (valid == VEC && lo == 0) o.store(dst + c);
+      else o.store_range(dst + c, lo, valid);
     };
     if constexpr (kStaged && !kEarlyW) {
       // Staged rows hold x in shared memory, so the registers are free here:
@@ -977,20 +1020,26 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   static core::KernelAttrCache cache;
   return core::launch_row_kernel(
-      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows>, cache,
-      device, core::launch_shape(cfg), stream, p);
+      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows, kShift>,
+      cache, device, core::launch_shape(cfg), stream, p);
 }
 
-template <typename Tx, typename Tw, typename Tr, bool kCentre>
+// kShift: shifted rows (rmsnorm_fwd_reg_kernel), unclustered register rows
+// only.
+template <typename Tx, typename Tw, typename Tr, bool kCentre, bool kShift = false>
 Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
   constexpr int kResBytes = std::is_void_v<Tr> ? 0 : int(sizeof(std::conditional_t<std::is_void_v<Tr>, char, Tr>));
-  constexpr int kMax = rmsnorm_reg_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
+  constexpr int kMax = kShift ? rmsnorm_reg_shift_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw))
+                              : rmsnorm_reg_max_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
   constexpr int kCl = rmsnorm_reg_cluster_vpt(sizeof(Tx), kResBytes, sizeof(Tw));
-  if (cfg.staged) {  // clustered, no residual stream, a staged tile (config.cpp)
+  if constexpr (kShift) {
+    if (cfg.staged || cfg.cluster > 1)
+      return {Code::kUnsupported, "rmsnorm: shifted rows take unclustered register tiles only"};
+  } else if (cfg.staged) {  // clustered, no residual stream, a staged tile (config.cpp)
     if constexpr (std::is_void_v<Tr>) {
       constexpr int kSt = kRMSNormStagedVpt;
       if constexpr (std::is_same_v<Tw, Tx>) {
@@ -1016,56 +1065,79 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
     }
   } else if (cfg.cluster > 1) {  // always the clustered tile (config.cpp)
     if (cfg.vpt == kCl) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, kCl, true>(p, cfg, device, stream);
-  } else switch (cfg.vpt) {
-    case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 1>(p, cfg, device, stream);
-    case 2: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 2>(p, cfg, device, stream);
-    case 4:
-      if constexpr (kMax >= 4) return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 4>(p, cfg, device, stream);
-      break;
-    case 8:
-      if constexpr (kMax >= 8) {
-        // 16-bit x with an fp32 weight in a small CTA: the instance whose
-        // loads and output loop are straight-line too (kSmallCta).
-        if constexpr (sizeof(Tw) == 4 && sizeof(Tx) == 2) {
-          if (cfg.threads <= kRegSmallCtaThreads && p.small_cta)
-            return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, false, false, false, true>(p, cfg, device,
-                                                                                                   stream);
+  }
+  if (!cfg.staged && cfg.cluster == 1) {
+    switch (cfg.vpt) {
+      case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 1, false, false, false, false, 1, kShift>(p, cfg, device, stream);
+      case 2:
+        if constexpr (kMax >= 2)
+          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 2, false, false, false, false, 1, kShift>(p, cfg, device,
+                                                                                                          stream);
+        break;
+      case 4:
+        if constexpr (kMax >= 4)
+          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 4, false, false, false, false, 1, kShift>(p, cfg, device,
+                                                                                                          stream);
+        break;
+      case 8:
+        if constexpr (kMax >= 8) {
+          // 16-bit x with an fp32 weight in a small CTA: the instance whose
+          // loads and output loop are straight-line too (kSmallCta).
+          if constexpr (sizeof(Tw) == 4 && sizeof(Tx) == 2) {
+            if (cfg.threads <= kRegSmallCtaThreads && p.small_cta)
+              return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, false, false, false, true, 1, kShift>(
+                  p, cfg, device, stream);
+            // (shifted: the small CTA only -- the 1024-thread instance spilled
+            // 24 bytes, ptxas -v; the plan sends such rows elsewhere)
+            if constexpr (kShift) break;
+          }
+          if constexpr (!(kShift && sizeof(Tw) == 4 && sizeof(Tx) == 2))
+            return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8, false, false, false, false, 1, kShift>(
+                p, cfg, device, stream);
         }
-        return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 8>(p, cfg, device, stream);
-      }
-      break;
+        break;
+    }
   }
   return {Code::kUnsupported, "rmsnorm: no register-resident kernel with " + std::to_string(cfg.vpt) +
                                   " vectors per thread (cluster " + std::to_string(cfg.cluster) +
                                   ") for this dtype combination"};
 }
 
-template <typename Tx, typename Tw, bool kCentre>
+template <typename Tx, typename Tw, bool kCentre, bool kShift>
 Status launch_rmsnorm_fwd_reg_res(const RMSNormFwdParams& p, const RegRowConfig& cfg, RegRes res, int device,
                                   cudaStream_t stream) {
   switch (res) {
-    case RegRes::kNone: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, void, kCentre>(p, cfg, device, stream);
-    case RegRes::kSameAsX: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, Tx, kCentre>(p, cfg, device, stream);
-    case RegRes::kFloat32: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, float, kCentre>(p, cfg, device, stream);
+    case RegRes::kNone: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, void, kCentre, kShift>(p, cfg, device, stream);
+    case RegRes::kSameAsX: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, Tx, kCentre, kShift>(p, cfg, device, stream);
+    case RegRes::kFloat32: return launch_rmsnorm_fwd_reg_vpt<Tx, Tw, float, kCentre, kShift>(p, cfg, device, stream);
   }
   return {Code::kUnsupported, "rmsnorm: unknown residual mode"};
 }
 
+template <typename Tx, typename Tw, bool kCentre>
+Status launch_rmsnorm_fwd_reg_shift(const RMSNormFwdParams& p, const RegRowConfig& cfg, RegRes res, bool shift,
+                                    int device, cudaStream_t stream) {
+  if (shift) return launch_rmsnorm_fwd_reg_res<Tx, Tw, kCentre, true>(p, cfg, res, device, stream);
+  return launch_rmsnorm_fwd_reg_res<Tx, Tw, kCentre, false>(p, cfg, res, device, stream);
+}
+
 // Launches the register-resident kernel for x's element type; w_f32: weight
-// and bias are fp32 (else x's dtype). Instantiated with launch_rmsnorm_fwd.
+// and bias are fp32 (else x's dtype); shift: shifted rows (kShift).
+// Instantiated with launch_rmsnorm_fwd.
 template <DType kX, bool kCentre>
-Status launch_rmsnorm_fwd_reg(const RMSNormFwdParams& p, const RegRowConfig& cfg, bool w_f32, RegRes res,
+Status launch_rmsnorm_fwd_reg(const RMSNormFwdParams& p, const RegRowConfig& cfg, bool w_f32, RegRes res, bool shift,
                               int device, cudaStream_t stream) {
   using Tx = typename core::TypeOf<kX>::type;
-  if (w_f32 && !std::is_same_v<Tx, float>) return launch_rmsnorm_fwd_reg_res<Tx, float, kCentre>(p, cfg, res, device, stream);
-  return launch_rmsnorm_fwd_reg_res<Tx, Tx, kCentre>(p, cfg, res, device, stream);
+  if (w_f32 && !std::is_same_v<Tx, float>)
+    return launch_rmsnorm_fwd_reg_shift<Tx, float, kCentre>(p, cfg, res, shift, device, stream);
+  return launch_rmsnorm_fwd_reg_shift<Tx, Tx, kCentre>(p, cfg, res, shift, device, stream);
 }
 
 #define QUACK_RMSNORM_FWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                \
   EXTERN template Status launch_rmsnorm_fwd<DT, CENTRE>(const RMSNormFwdParams&, const RowConfig&, bool, bool,    \
                                                         int, cudaStream_t);                                       \
   EXTERN template Status launch_rmsnorm_fwd_reg<DT, CENTRE>(const RMSNormFwdParams&, const RegRowConfig&, bool, \
-                                                            RegRes, int, cudaStream_t);
+                                                            RegRes, bool, int, cudaStream_t);
 #ifndef QUACK_RMSNORM_FWD_TU
 QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat32, false)
 QUACK_RMSNORM_FWD_INSTANTIATION(extern, DType::kFloat16, false)

@@ -16,6 +16,7 @@
 
 #include "quack/core/config.hpp"
 #include "quack/core/row_tile.cuh"
+#include "support/cuda_test.hpp"
 
 namespace quack {
 namespace {
@@ -204,6 +205,73 @@ TEST(RawVecFill, HeadAndTailSetExactlyTheirElements) {
   check_fills<__nv_bfloat16, 8>(0xff80u);
   check_fills<__half, 8>(0xfc00u);
   check_fills<__nv_bfloat16, 8>(0u);
+}
+
+// RawVec::load_shifted (the norm forward's weight beside a shifted row):
+// elements c - s .. c - s + VEC - 1 of an operand of n elements, zeros
+// outside [0, n), for every vector position c of a shifted row (0 ..
+// n + VEC - 1) and every shift s, on the GPU (it is device code). Each
+// operand sits in its own allocation of exactly n elements, so memcheck
+// (the sanitize part, *LoadShifted*) reports any read outside it.
+template <typename T, int VEC>
+__global__ void load_shifted_kernel(const T* base, int n, int positions, uint32_t* out) {
+  using V = core::RawVec<T, VEC>;
+  const int k = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (k >= positions * (VEC - 1)) return;
+  const int c = (k / (VEC - 1)) * VEC, s = 1 + k % (VEC - 1);
+  V v;
+  v.load_shifted(base, c, s, n);
+  for (int i = 0; i < V::kWords; ++i) out[size_t(k) * V::kWords + i] = v.w[i];
+}
+
+template <typename T, int VEC>
+void check_load_shifted(int n) {
+  SCOPED_TRACE("element bytes " + std::to_string(sizeof(T)) + " VEC " + std::to_string(VEC) + " n " +
+               std::to_string(n));
+  using V = core::RawVec<T, VEC>;
+  constexpr int kBits = 8 * int(sizeof(T));
+  const uint32_t elem_mask = kBits == 32 ? 0xffffffffu : 0xffffu;
+  std::vector<uint32_t> vals(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) vals[size_t(i)] = (0x9e37u * uint32_t(i + 1)) & elem_mask;
+  std::vector<unsigned char> bytes(size_t(n) * sizeof(T));
+  for (int i = 0; i < n; ++i)
+    for (int b = 0; b < int(sizeof(T)); ++b) bytes[size_t(i) * sizeof(T) + b] = uint8_t(vals[size_t(i)] >> (8 * b));
+  const int positions = (n + VEC - 1 + VEC - 1) / VEC;  // a shifted row's vectors: n + VEC - 1 columns
+  const int threads = positions * (VEC - 1);
+  void* base = nullptr;
+  uint32_t* out = nullptr;
+  QUACK_ASSERT_CUDA(cudaMalloc(&base, bytes.size()));
+  QUACK_ASSERT_CUDA(cudaMalloc(&out, size_t(threads) * V::kWords * 4));
+  QUACK_ASSERT_CUDA(cudaMemcpy(base, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  QUACK_ASSERT_CUDA(cudaMemset(out, 0xab, size_t(threads) * V::kWords * 4));
+  load_shifted_kernel<T, VEC><<<(threads + 127) / 128, 128>>>(static_cast<const T*>(base), n, positions, out);
+  QUACK_ASSERT_CUDA(cudaGetLastError());
+  std::vector<uint32_t> got(size_t(threads) * V::kWords);
+  QUACK_ASSERT_CUDA(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
+  QUACK_ASSERT_CUDA(cudaFree(base));
+  QUACK_ASSERT_CUDA(cudaFree(out));
+  int bad = 0;
+  for (int k = 0; k < threads; ++k) {
+    const int c = (k / (VEC - 1)) * VEC, s = 1 + k % (VEC - 1);
+    for (int j = 0; j < VEC; ++j) {
+      const int per = 32 / kBits, e = c - s + j;
+      const uint32_t word = got[size_t(k) * V::kWords + size_t(j / per)];
+      const uint32_t g = kBits == 32 ? word : (word >> (kBits * (j % per))) & 0xffffu;
+      const uint32_t want = e >= 0 && e < n ? vals[size_t(e)] : 0u;
+      if (g != want && ++bad <= 5) ADD_FAILURE() << "c " << c << " s " << s << " lane " << j << ": " << g << ", expected " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(RawVecLoadShifted, EveryPositionAndShiftReadsItsElementsAndZerosOutside) {
+  QUACK_REQUIRE_SM90();
+  for (int n : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1001}) {
+    check_load_shifted<__nv_bfloat16, 8>(n);
+    check_load_shifted<__half, 8>(n);
+    check_load_shifted<float, 4>(n);
+    check_load_shifted<float, 8>(n);  // an fp32 weight of 16-bit x
+  }
 }
 
 }  // namespace

@@ -589,6 +589,68 @@ std::vector<FwdCase> small_cta_cases() {
 INSTANTIATE_TEST_SUITE_P(SmallCtaCases, RMSNormFwdGpuSmallCta, testing::ValuesIn(small_cta_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
+// Shifted rows (RowTuning::shifted_rows bit 2, built in the forty-seventh
+// session, off by default): rows that are not whole 16-byte vectors, every
+// operand's row at x's offset inside a vector -- odd N in contiguous
+// tensors (each row at another offset: 4101 bf16 cycles through all
+// eight), a misaligned base with whole-vector pitches, an fp32 residual of
+// 16-bit x, rows shorter than a vector, in place -- through the register
+// kernel from the vector that holds each row's first element; the test
+// checks that the call takes it (" shifted"), and the bytes around every
+// output row stay poison (the head and tail vectors are the neighbours').
+std::vector<FwdCase> shifted_cases() {
+  std::vector<FwdCase> v;
+  v.push_back(FwdCase("N4100_bf16_M300_w", 300, 4100, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N4101_bf16_M77_w_b_rstd", 77, 4101, kBF16).with(kW, kBF16).with(kB, kBF16).with_rstd());
+  v.push_back(FwdCase("N1001_f32_M40_res_w_b_resout_rstd", 40, 1001, kF32)
+                  .with(kRes, kF32).with(kW, kF32).with(kB, kF32).with(kResOut, kF32).with_rstd());
+  v.push_back(FwdCase("N3_bf16_M199_w", 199, 3, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N1_f16_M33_w_b", 33, 1, kF16).with(kW, kF16).with(kB, kF16));
+  v.push_back(FwdCase("N7_f16_M300_res_resout_w", 300, 7, kF16).with(kRes, kF16).with(kResOut, kF16).with(kW, kF16));
+  v.push_back(FwdCase("N5003_bf16_M64_f32res_resout_f32w", 64, 5003, kBF16)
+                  .with(kRes, kF32).with(kResOut, kF32).with(kW, kF32));
+  v.push_back(FwdCase("N2051_bf16_M64_f32w_b_rstd", 64, 2051, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
+  // Each tile the shifted kernels are built with (the plans, H200 limits:
+  // 4 vectors, fp32 x at 8, an fp32 residual at 4, 16-bit x with a
+  // residual at 2 -- the shifted cap -- and 8 with an fp32 weight in the
+  // small CTA).
+  v.push_back(FwdCase("N6001_bf16_M1000_w", 1000, 6001, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N2051_bf16_M2000_f32w_b", 2000, 2051, kBF16).with(kW, kF32).with(kB, kF32));
+  v.push_back(FwdCase("N4099_f32_M500_w_rstd", 500, 4099, kF32).with(kW, kF32).with_rstd());
+  v.push_back(FwdCase("N8191_f32_M600_res_w_b_resout", 600, 8191, kF32)
+                  .with(kRes, kF32).with(kW, kF32).with(kB, kF32).with(kResOut, kF32));
+  v.push_back(FwdCase("N12001_f16_M300_f32res_resout_w_b", 300, 12001, kF16)
+                  .with(kRes, kF32).with(kResOut, kF32).with(kW, kF16).with(kB, kF16));
+  v.push_back(FwdCase("N16001_bf16_M1000_f32w_b_small_cta", 1000, 16001, kBF16).with(kW, kF32).with(kB, kF32));
+  v.push_back(FwdCase("N32001_bf16_M20_w_rstd", 20, 32001, kBF16).with(kW, kBF16).with_rstd());
+  v.push_back(FwdCase("N3001_bf16_M40_w_hostile_moments", 40, 3001, kBF16).with(kW, kBF16).with_hostile_moments());
+  v.push_back(FwdCase("N2048_bf16_M30_res_w_off3", 30, 2048, kBF16)
+                  .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16)
+                  .offset(kX, 3).offset(kOut, 3).offset(kRes, 3).offset(kResOut, 3));
+  v.push_back(FwdCase("N999_f16_M50_w_pad5", 50, 999, kF16).with(kW, kF16).pad(kX, 5).pad(kOut, 5));
+  FwdCase in_place = FwdCase("N4097_bf16_M65_res_resout_w_in_place", 65, 4097, kBF16)
+                         .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16);
+  in_place.in_place = true;
+  v.push_back(in_place);
+  return v;
+}
+
+void shifted_norm_rows(RowTuning& t) { t.shifted_rows |= 4; }
+using RMSNormFwdGpuShifted = RMSNormFwdGpuTuned<shifted_norm_rows>;
+
+TEST_P(RMSNormFwdGpuShifted, MatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), false, PlanCheck{"reg", {" shifted"}, {}});
+}
+
+TEST_P(RMSNormFwdGpuShifted, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam(), true, PlanCheck{"reg", {" shifted"}, {}});
+}
+
+INSTANTIATE_TEST_SUITE_P(ShiftedCases, RMSNormFwdGpuShifted, testing::ValuesIn(shifted_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
 // The cases whose rows every dtype stages in shared memory when the tuning
 // allows (reg_staged = ln_staged = 3): no residual stream, 16-byte-aligned operands, out
 // in x's dtype, weight and bias in x's dtype or fp32, and a row that needs a

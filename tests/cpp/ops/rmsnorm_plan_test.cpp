@@ -660,5 +660,97 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_FALSE(choose_norm_fwd_grid_config(1, int64_t(132) * 8192 + 4, 4, true, lim, t, &c));
 }
 
+// Shifted rows (RowTuning::shifted_rows bit 2, off by default): rows that
+// are not whole 16-byte vectors, every operand's row at x's offset, take
+// the register plan of N + VEC - 1 columns where it is one unclustered CTA
+// (" shifted"), else the element-wise staged kernel; an fp32 residual of
+// 16-bit x shares the offsets in elements; a weight not 16-byte aligned,
+// or an operand at another offset, keeps the element-wise kernel.
+TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
+  auto at = test::fake_device_ptr;
+  auto contiguous = [&](int64_t rows, int64_t cols, DType x, DType w, bool res, DType r) {
+    RMSNormFwdArgs a;
+    a.rows = rows;
+    a.cols = cols;
+    a.x = {at(1, 0, x), x, cols};
+    a.weight = {at(2, 0, w), w};
+    a.bias = {at(6, 0, w), w};
+    a.out = {at(3, 0, x), x, cols};
+    if (res) {
+      a.residual = {at(4, 0, r), r, cols};
+      a.residual_out = {at(5, 0, r), r, cols};
+    }
+    return a;
+  };
+  EXPECT_EQ(default_row_tuning().shifted_rows & 4, 0) << "off until measured";
+  for (bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    struct Cell {
+      int64_t cols;
+      DType x, w;
+      bool res;
+      DType r;
+    };
+    for (const Cell& c : {Cell{4100, kBF16, kBF16, false, kBF16}, Cell{4101, kBF16, kBF16, true, kBF16},
+                          Cell{5003, kBF16, kF32, true, kF32}, Cell{1001, kF32, kF32, true, kF32},
+                          Cell{3, kF16, kF16, false, kF16}, Cell{32001, kBF16, kBF16, false, kBF16},
+                          Cell{2051, kBF16, kF32, false, kBF16}}) {
+      const int64_t vec = 16 / dtype_size(c.x);
+      SCOPED_TRACE("N " + std::to_string(c.cols));
+      const RMSNormFwdArgs a = contiguous(4096, c.cols, c.x, c.w, c.res, c.r);
+      set_row_tuning(nullptr);
+      EXPECT_NE(norm_fwd_plan_description(a, ln, DeviceLimits{}).find("(element-wise)"), std::string::npos)
+          << "the default: element by element";
+      RowTuning t = default_row_tuning();
+      t.shifted_rows |= 4;
+      set_row_tuning(&t);
+      const std::string got = norm_fwd_plan_description(a, ln, DeviceLimits{});
+      // the aligned plan of the row's vectors (a pitch that keeps x's
+      // rows whole: the plan reads only the shape and the alignment)
+      RMSNormFwdArgs b = contiguous(4096, c.cols + vec - 1, c.x, c.w, c.res, c.r);
+      b.x.row_stride = b.out.row_stride = (c.cols + vec - 1 + vec - 1) / vec * vec;
+      if (c.res) b.residual.row_stride = b.residual_out.row_stride = b.x.row_stride;
+      const std::string aligned = norm_fwd_plan_description(b, ln, DeviceLimits{});
+      EXPECT_EQ(got.rfind("reg", 0), 0u) << got;
+      if (c.res && dtype_size(c.x) == 2) {
+        // (16-bit x with a residual stream: 2 vectors a thread, the
+        // shifted tiles' cap, ops::rmsnorm_reg_shift_max_vpt)
+        int team = 0, thr = 0, cl = 0, vpt = 0;
+        ASSERT_EQ(std::sscanf(got.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt), 4) << got;
+        const int64_t nvec = (c.cols + vec - 1 + vec - 1) / vec;
+        EXPECT_TRUE(cl == 1 && vpt == 2 && thr == (nvec + 63) / 64 * 32) << got;
+        EXPECT_NE(got.find(" shifted"), std::string::npos) << got;
+      } else {
+        EXPECT_EQ(got, aligned + " shifted");
+      }
+    }
+    // Refused: the 1024-thread fp32-weight tile of 16-bit x (not built for
+    // shifted rows), a clustered row, a misaligned weight, a residual at
+    // another offset.
+    RowTuning t = default_row_tuning();
+    t.shifted_rows |= 4;
+    set_row_tuning(&t);
+    for (const RMSNormFwdArgs& a : {contiguous(4096, 20001, kBF16, kF32, false, kBF16),
+                                    contiguous(64, 300001, kBF16, kBF16, false, kBF16)}) {
+      const std::string got = norm_fwd_plan_description(a, ln, DeviceLimits{});
+      EXPECT_EQ(got.find("shifted"), std::string::npos) << "N " << a.cols << ": " << got;
+    }
+    RMSNormFwdArgs w = contiguous(4096, 4100, kBF16, kBF16, false, kBF16);
+    w.weight.ptr = at(2, 1, kBF16);
+    EXPECT_NE(norm_fwd_plan_description(w, ln, DeviceLimits{}).find("(element-wise)"), std::string::npos);
+    RMSNormFwdArgs r = contiguous(4096, 4100, kBF16, kBF16, true, kBF16);
+    r.residual.ptr = at(4, 1, kBF16);
+    EXPECT_NE(norm_fwd_plan_description(r, ln, DeviceLimits{}).find("(element-wise)"), std::string::npos);
+    // A misaligned base with whole-vector pitches is shifted too.
+    RMSNormFwdArgs m = contiguous(4096, 4096, kBF16, kBF16, true, kF32);
+    m.x.ptr = at(1, 3, kBF16);
+    m.out.ptr = at(3, 3, kBF16);
+    m.residual.ptr = at(4, 3, kF32);
+    m.residual_out.ptr = at(5, 3, kF32);
+    EXPECT_NE(norm_fwd_plan_description(m, ln, DeviceLimits{}).find(" shifted"), std::string::npos);
+    set_row_tuning(nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace quack
