@@ -597,6 +597,16 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       for (int i = 0; i < VPT; ++i) {
         const int c = col0 + i * col_step;
         if (kWhole || c + VEC <= cols) {
+          // (32-byte vectors -- an fp32 residual of 16-bit x -- whose head
+          // holds 4 or more elements: its first 16 bytes lie wholly before
+          // the row, perhaps before the operand's allocation: only the row's
+          // elements are read)
+          if constexpr (kShift && !kWhole && sizeof(v[i]) > 16) {
+            if (lo_at(i) >= 16 / int(sizeof(v[i]) / VEC)) {
+              v[i].load_range(row_ptr + c, lo_at(i), VEC);
+              continue;
+            }
+          }
           v[i].load(row_ptr + c);
           if constexpr (kShift && !kWhole) {
             if (lo_at(i) > 0) v[i].fill_head(lo_at(i), 0u);

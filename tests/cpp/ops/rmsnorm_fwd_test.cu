@@ -628,6 +628,12 @@ std::vector<FwdCase> shifted_cases() {
                   .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16)
                   .offset(kX, 3).offset(kOut, 3).offset(kRes, 3).offset(kResOut, 3));
   v.push_back(FwdCase("N999_f16_M50_w_pad5", 50, 999, kF16).with(kW, kF16).pad(kX, 5).pad(kOut, 5));
+  // An fp32 residual one element into its buffer beside x five in: row 0's
+  // head (5 elements, 20 bytes of the residual) starts before the
+  // residual's first 16 bytes (read element by element).
+  v.push_back(FwdCase("N2048_bf16_M30_f32res_resout_w_off5_1", 30, 2048, kBF16)
+                  .with(kRes, kF32).with(kResOut, kF32).with(kW, kBF16)
+                  .offset(kX, 5).offset(kOut, 5).offset(kRes, 1).offset(kResOut, 1));
   FwdCase in_place = FwdCase("N4097_bf16_M65_res_resout_w_in_place", 65, 4097, kBF16)
                          .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16);
   in_place.in_place = true;
