@@ -29,6 +29,10 @@
 #              initcheck over them, then rmsnorm_sweep (RMSNorm, LayerNorm;
 #              bf16, fp32) at odd N beside aligned neighbours, the defaults
 #              (element by element) and shifted_rows=7 side by side
+#   bwd_swings  why the norm backward's power-of-two plans swing between
+#              widths (the forty-seventh session's widths): the widths at
+#              M*N = 2^27 and 2^28, the defaults and bwd_pipe_fit_team=1,
+#              then ncu of LayerNorm fp32 at a dip and a peak of each plan
 #   widths     model widths (2048 .. 16384: 2560, 3072, 3584, 5120, 6144,
 #              7168, 12288 beside the powers of two): the forty-sixth
 #              session's hypothesis (config.cpp, bwd_pipe_fit_team: the norm
@@ -155,17 +159,18 @@ native_and_memcheck() {
 # folder) for dtype DT, in the array `cmd` -- rmsnorm, layernorm (rmsnorm_sweep
 # with QUACK_SWEEP_LAYERNORM=1), softmax, cross_entropy, rmsnorm_bwd,
 # layernorm_bwd; any other OP: rmsnorm. $SWEEP_NS / $SOFTMAX_NS / $CE_NS narrow the
-# sizes. (The sweep and ab parts.)
+# sizes, $SWEEP_TOTAL (default 2^28) the elements M*N of each when they are
+# given. (The sweep and ab parts.)
 sweep_cmd() {
-  local dir=$1 op=$2 dt=$3
+  local dir=$1 op=$2 dt=$3 total=${SWEEP_TOTAL:-268435456}
   # shellcheck disable=SC2206
   case $op in
-    softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+268435456 $SOFTMAX_NS}) ;;
-    cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt" ${CE_NS:+268435456 $CE_NS}) ;;
-    rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-    layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-    layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
-    *) cmd=("$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+268435456 $SWEEP_NS}) ;;
+    softmax) cmd=("$dir/softmax_sweep" "$dt" 0 ${SOFTMAX_NS:+$total $SOFTMAX_NS}) ;;
+    cross_entropy) cmd=("$dir/cross_entropy_sweep" "$dt" ${CE_NS:+$total $CE_NS}) ;;
+    rmsnorm_bwd) cmd=("$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+$total $SWEEP_NS}) ;;
+    layernorm_bwd) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_bwd_sweep" "$dt" ${SWEEP_NS:+$total $SWEEP_NS}) ;;
+    layernorm) cmd=(env QUACK_SWEEP_LAYERNORM=1 "$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+$total $SWEEP_NS}) ;;
+    *) cmd=("$dir/rmsnorm_sweep" "$dt" ${SWEEP_NS:+$total $SWEEP_NS}) ;;
   esac
 }
 
@@ -220,6 +225,26 @@ for part in $parts; do
         SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=7} \
         SWEEP_NS=${SWEEP_NS:-$n_odd} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
+    bwd_swings)
+      # The forty-seventh session's open question (docs/KERNELS.md, model
+      # widths): the norm backward's power-of-two plans swing 73-98% of
+      # copy from width to width. The widths again at M*N = 2^27 and 2^28
+      # (each in its own folder, m<total>/), the fit beside the defaults,
+      # then ncu of a dip and a peak of one plan (LayerNorm fp32 +dw,db
+      # 5120 at 1024 threads, 6144 likewise; 2560 and 3072 at 512).
+      w="2560 3072 4096 5120 6144 7168 8192 12288"
+      for total in 134217728 268435456; do
+        mkdir -p "$out/m$total"
+        OUT="$out/m$total" SWEEP_TOTAL=$total SWEEP_OPS=${SWEEP_OPS:-rmsnorm_bwd layernorm_bwd} \
+          SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_NS=${SWEEP_NS:-$w} \
+          SWEEP_TUNES=${SWEEP_TUNES:-bwd_pipe_fit_team=1} \
+          bash "$root/scripts/gpu_session.sh" "$commit" sweep || status=1
+      done
+      # (NCU_SKIP 47: the sweep calls each option 22 times -- a check, a
+      # warm-up, 20 timed -- dx, then +dw, then +dw,db: the 48th launch is
+      # +dw,db's fourth)
+      NCU_SKIP=${NCU_SKIP:-47} NCU_RUNS=${NCU_RUNS:-"rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 5120;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 6144;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 2560;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 3072"} \
+        bash "$root/scripts/gpu_session.sh" "$commit" ncu || status=1 ;;
     widths)
       w="2048 2560 3072 3584 4096 5120 6144 7168 8192 12288 16384"
       SWEEP_OPS=${SWEEP_OPS:-rmsnorm_bwd layernorm_bwd rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} \
