@@ -23,12 +23,14 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
-#   norm_shifted  the forty-seventh session's shifted norm rows
-#              (RowTuning::shifted_rows bit 2, off by default): `cases` of
-#              RMSNormFwdGpuShifted and RawVecLoadShifted, memcheck and
-#              initcheck over them, then rmsnorm_sweep (RMSNorm, LayerNorm;
-#              bf16, fp32) at odd N beside aligned neighbours, the defaults
-#              (element by element) and shifted_rows=7 side by side
+#   norm_shifted  the forty-seventh session's shifted rows, off by default:
+#              the norm forward's (RowTuning::shifted_rows bit 2) and
+#              cross-entropy's bulk forward (bit 3): `cases` of
+#              RMSNormFwdGpuShifted, CrossEntropyGpuBulkShifted and
+#              RawVecLoadShifted, memcheck and initcheck over them, then
+#              rmsnorm_sweep (RMSNorm, LayerNorm) and cross_entropy_sweep
+#              (bf16, fp32) at odd N beside aligned neighbours, the
+#              defaults and shifted_rows=15 side by side
 #   bwd_swings  why the norm backward's power-of-two plans swing between
 #              widths (the forty-seventh session's widths): the widths at
 #              M*N = 2^27 and 2^28, the defaults and bwd_pipe_fit_team=1,
@@ -219,11 +221,12 @@ for part in $parts; do
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     norm_shifted)
       n_odd="4096 4100 4101 8192 8200 16384 16392 32000 32001 5120 5123"
-      CASES_FILTER=${CASES_FILTER:-'*RMSNormFwdGpuShifted*:RawVec*:RowGeom*'} \
-        SANITIZE_FILTER=${SANITIZE_FILTER:-'*RMSNormFwdGpuShifted*:RawVecLoadShifted*'} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150} \
-        SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm} \
-        SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=7} \
-        SWEEP_NS=${SWEEP_NS:-$n_odd} \
+      CASES_FILTER=${CASES_FILTER:-'*RMSNormFwdGpuShifted*:*CrossEntropyGpuBulkShifted*:RawVec*:RowGeom*'} \
+        SANITIZE_FILTER=${SANITIZE_FILTER:-'*RMSNormFwdGpuShifted*:*CrossEntropyGpuBulkShifted*:RawVecLoadShifted*'} \
+        SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150} SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} \
+        SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm cross_entropy} \
+        SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=15} \
+        SWEEP_NS=${SWEEP_NS:-$n_odd} CE_NS=${CE_NS:-4096 4100 8192 8200 12288 12301 16384 16392} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     bwd_swings)
       # The forty-seventh session's open question (docs/KERNELS.md, model

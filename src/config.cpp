@@ -283,8 +283,16 @@ RowTuning default_row_tuning() {
   // bf16 4100 / 24580 / 32001, 20-25% of copy element by element (H200,
   // 742ffa2; logs/2026-12-05-unaligned-rows-sweep-742ffa2.log), rise to
   // within ~5 points of their aligned neighbours (97%): the x and output
-  // traffic is the aligned kernel's; the weight costs a second L1-hit load
-  // and ~15 selects and funnel shifts a vector.
+  // traffic is the aligned kernel's; the weight costs 5 L1-hit word loads
+  // and 4 funnel shifts a vector instead of one 16-byte load.
+  // Bit 3 (cross-entropy's bulk forward of shifted rows, built likewise)
+  // stays off until CrossEntropyGpuBulkShifted passes and a sweep measures
+  // it. Prediction: the plain loss-only forward of short odd rows -- bf16
+  // 4100 / 12301 at 48.1 / 60.7% of copy in the fitted register tiles
+  // (H100, 7123574; logs/2026-12-05-short-odd-rows-fit-sweep-7123574-h100*)
+  // -- rises to within ~3 points of the aligned bulk rows (88.3% at 4096):
+  // the same whole-vector copies a row, and lane 0 folds up to three
+  // vectors from global memory at its end instead of one.
   t.shifted_rows = 3;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,

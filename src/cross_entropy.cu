@@ -310,6 +310,11 @@ Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, b
 bool shifted_fwd_stream(int64_t cols, int es, bool wide, const RowTuning& tune) {
   return wide && (tune.shifted_rows & 2) && cols * es >= tune.ce_fwd_stream_min_bytes;
 }
+// ... and the bulk kernel's kShift (bit 3, off until measured), where the
+// aligned rows' rules (ce_fwd_bulk) would take it.
+bool shifted_fwd_bulk(int64_t rows, int64_t cols, int es, bool wide, const RowTuning& tune) {
+  return (tune.shifted_rows & 8) && ce_fwd_bulk(rows, cols, es, wide, tune);
+}
 
 Status cuda_check(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -336,6 +341,7 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
     return buf;
   };
   if (shifted) {
+    if (shifted_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk shifted";
     if (shifted_fwd_stream(cols, es, wide, tune)) return "fwd-stream";
     return describe(shifted_plan(rows, cols, es, lim, wide, grad));
   }
@@ -612,11 +618,12 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
                     : vec_io         ? plan_rows(a.rows, a.cols, es, lim, wide)
                                      : Plan{};
   auto launch_rows = [&]() -> Status {
-    if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune)) {
+    const bool bulk_shifted = shifted && shifted_fwd_bulk(a.rows, a.cols, es, wide, tune);
+    if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune) || bulk_shifted) {
       const int64_t grid = std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps,
                                              int64_t(lim.num_sms) * ops::kCEBulkCtasPerSm);
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-        return ops::launch_ce_fwd_bulk<decltype(dt)::value>(p, grid, device, stream);
+        return ops::launch_ce_fwd_bulk<decltype(dt)::value>(p, grid, bulk_shifted, device, stream);
       });
     }
     if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {

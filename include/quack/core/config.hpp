@@ -162,7 +162,11 @@ struct RowTuning {
   // unclustered CTA (every operand's row at x's offset, an fp32 residual of
   // 16-bit x too; the weight and bias read s elements early,
   // RawVec::load_shifted), else the element-wise staged kernel; off until
-  // measured (the forty-seventh session built it without a device).
+  // measured (the forty-seventh session built it without a device). Bit
+  // 3: cross-entropy's plain forward of shifted rows in the bulk-copy
+  // kernel (ce_fwd_bulk_kernel's kShift) where the aligned rows' rules
+  // take it, rather than the register tiles; off until measured (built
+  // likewise).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for

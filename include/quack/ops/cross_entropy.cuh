@@ -882,6 +882,14 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
 // least one whole vector a row (the dispatch asks for 1 KB).
 // (Written against the hypothesis in docs/KERNELS.md: a read-only row kernel
 // needs twice the bytes in flight of softmax's register kernel.)
+// kShift (RowTuning::shifted_rows bit 3): rows whose first logit lies s
+// elements into a 16-byte vector (odd V, a misaligned base) copy the same
+// V / VEC whole vectors from that vector on -- row elements -s .. V - s -
+// 1, inside the row's own 16-byte segments -- so every row still has the
+// same chunks; the first vector (its s head lanes before the row) is left
+// out of the chunk folds, and lane 0 folds its row lanes, and the row's
+// last V % VEC + s elements (up to two vectors), from global memory at the
+// end of the row.
 constexpr int kCEBulkWarps = 8;
 constexpr int kCEBulkThreads = 32 * kCEBulkWarps;
 constexpr int kCEBulkMaxStages = 16;
@@ -905,7 +913,7 @@ struct CEBulkRing {
   size_t smem_bytes() const { return size_t(kCEBulkBarBytes) + size_t(kCEBulkWarps) * stages * slot_bytes; }
 };
 
-template <typename T, bool kSum>
+template <typename T, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     ce_fwd_bulk_kernel(const CEParams p, const int stages, const int slot_bytes) {
   using namespace core;
@@ -934,11 +942,22 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
   // (bf16 364 us, fp32 378 us at 1024 columns: the same time a row).
   int64_t prow = wid, pc = 0, pq = 0;
   int pslot = 0;
+  // Row `row`'s first element's offset in its 16-byte vector (kShift; else
+  // 0), and the row's vectors' start.
+  auto shift_of = [&](int64_t row_i) {
+    return kShift ? int((reinterpret_cast<uintptr_t>(static_cast<const T*>(p.x) + row_i * p.x_stride) & 15u) /
+                        sizeof(T))
+                  : 0;
+  };
+  auto row_vecs = [&](int64_t row_i) { return static_cast<const T*>(p.x) + row_i * p.x_stride - shift_of(row_i); };
+  // The copied vectors a row's folds start from: 1 where its head vector is
+  // lane 0's (kShift, s > 0), else 0.
+  auto k_first_of = [](int s_row) { return kShift && s_row > 0 ? 1 : 0; };
   auto issue_next = [&]() {
     const uint32_t bar = bars + 8 * uint32_t(pslot);
     const int64_t off = pc * slot_bytes;
     const uint32_t bytes = uint32_t(min(int64_t(slot_bytes), row_bytes - off));
-    const char* src = reinterpret_cast<const char*>(static_cast<const T*>(p.x) + prow * p.x_stride) + off;
+    const char* src = reinterpret_cast<const char*>(row_vecs(prow)) + off;
     mbar_arrive_expect_tx(bar, bytes);
     bulk_g2s(ring + uint32_t(pslot) * uint32_t(slot_bytes), src, bytes, bar);
     if (++pslot == stages) pslot = 0;
@@ -965,10 +984,11 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
   // The consumer: chunk c of the warp's row ri (global row `row`) in slot
   // `slot_i`, whose barrier completes phase `phase` for it.
   int64_t c = 0, ri = 0, row = wid;
-  int slot_i = 0;
+  int slot_i = 0, sh = 0;
   uint32_t phase = 0;
   for (int64_t q = 0; q < total; ++q) {
     if (c == 0) {
+      sh = shift_of(row);
       m = -INFINITY;
       b = kLog2BaseFloor;
       s = 0.0f;
@@ -984,20 +1004,24 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     const int nv = int(min(int64_t(slot_bytes), row_bytes - c * slot_bytes) / 16);
     const uint32_t slot = ring + uint32_t(slot_i) * uint32_t(slot_bytes);
     mbar_wait(bars + 8 * uint32_t(slot_i), phase);
-    // x'_t, when this chunk holds it.
-    if (lane == 0 && r.tl >= c * slot_elems && r.tl < c * slot_elems + int64_t(nv) * VEC) {
+    // x'_t, when this chunk holds it (kShift: sh further in).
+    const int64_t tls = !kShift ? r.tl : r.tl >= 0 ? r.tl + sh : -1;
+    if (lane == 0 && tls >= c * slot_elems && tls < c * slot_elems + int64_t(nv) * VEC) {
       V v{};
-      v.w[0] = lds_bits<sizeof(T)>(slot + uint32_t(r.tl - c * slot_elems) * uint32_t(sizeof(T)));
+      v.w[0] = lds_bits<sizeof(T)>(slot + uint32_t(tls - c * slot_elems) * uint32_t(sizeof(T)));
       float f[VEC];
       v.widen(f);
       xt = f[0];
     }
+    // (kShift: the row's first vector, its head before the row, is lane 0's
+    // at the end of the row)
+    const int k_first = c == 0 ? k_first_of(sh) : 0;
     for (int k0 = lane; k0 < nv; k0 += B * 32) {
       V v[B];
 #pragma unroll
       for (int u = 0; u < B; ++u) {
         const int k = k0 + u * 32;
-        if (k < nv) {
+        if (k < nv && (!kShift || k >= k_first)) {
           const uint4 w = lds128(slot + uint32_t(k) * 16);
           v[u].w[0] = w.x;
           v[u].w[1] = w.y;
@@ -1007,7 +1031,8 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
           v[u].fill_tail(0, neg_inf_bits<T>());
         }
       }
-      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv; }, m, b, s, d);
+      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv && (!kShift || k0 + u * 32 >= k_first); }, m, b, s,
+                          d);
     }
     __syncwarp();  // every lane has read the slot: it may be refilled
     if (lane == 0 && pq < total) {  // the next chunk into the slot just read
@@ -1023,18 +1048,44 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
       // of log2 units' range: chunk k / per of the row, its vector
       // lane + 32 (k % per).
       const int64_t per = (slot_bytes / 16 + 31) / 32;
+      const T* const xa = row_vecs(row);
       s = ce_fold_finish<T, VEC>(m, b, s, [&](int k, V& v) {
         const int64_t ck = k / per, kk = lane + 32 * (k % per);
         if (ck >= nch) return false;
-        if (kk < min(int64_t(slot_bytes), row_bytes - ck * slot_bytes) / 16)
-          v.load(static_cast<const T*>(p.x) + row * p.x_stride + (ck * (slot_bytes / 16) + kk) * VEC);
+        if (kk < min(int64_t(slot_bytes), row_bytes - ck * slot_bytes) / 16 && !(kShift && ck == 0 && kk < k_first_of(sh)))
+          v.load(xa + (ck * (slot_bytes / 16) + kk) * VEC);
         else
           v.fill_tail(0, neg_inf_bits<T>());
         return true;
       });
-      if (lane == 0 && tail > 0) {
+      // Lane 0: the row's lanes [lo, hi) of the vector at xa + e (row
+      // columns e - sh ..), from global memory, in natural units as the
+      // fold's sum now is.
+      auto fold_vec = [&](int64_t e, int lo, int hi) {
         V v[1];
-        v[0].load_partial(static_cast<const T*>(p.x) + row * p.x_stride + nfull * VEC, tail);
+        v[0].load_range(xa + e, lo, hi);
+        v[0].fill_tail(hi, neg_inf_bits<T>());
+        v[0].fill_head(lo, neg_inf_bits<T>());
+        float f[VEC];
+        v[0].widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          if (e - sh + j == r.tl) xt = f[j];  // the target here (lanes outside [lo, hi) are no column of the row)
+        const float nm = fmaxf(m, max_of(v));
+        s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
+        ce_accumulate<false, true>(p, f, 0, lo, hi, nm == -INFINITY ? 0.0f : nm, s, d);
+        m = nm;
+      };
+      if constexpr (kShift) {
+        if (lane == 0) {
+          if (sh > 0) fold_vec(0, sh, int(min(int64_t(VEC), sh + p.cols)));  // the head vector's row lanes
+          const int rest = tail + sh;                                         // after the copied vectors
+          if (rest > 0) fold_vec(nfull * VEC, 0, min(rest, VEC));
+          if (rest > VEC) fold_vec((nfull + 1) * VEC, 0, rest - VEC);
+        }
+      } else if (lane == 0 && tail > 0) {  // (the aligned rows' partial last vector)
+        V v[1];
+        v[0].load_partial(xa + nfull * VEC, tail);
         v[0].fill_tail(tail, neg_inf_bits<T>());
         float f[VEC];
         v[0].widen(f);
@@ -1414,12 +1465,19 @@ Status launch_ce_fwd_stream_shifted(const CEParams& p, int64_t grid, int device,
 
 // The plain forward's bulk-copy kernel: `grid` CTAs (persistent, two an SM
 // at most), the ring for rows of `row_bytes` whole vectors.
+// shift: shifted rows (kShift).
 template <DType kX>
-Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, int device, cudaStream_t stream) {
+Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, bool shift, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const CEBulkRing ring = CEBulkRing::of((p.cols / (16 / int64_t(sizeof(T)))) * 16);
   const core::LaunchShape shape{grid, kCEBulkThreads, ring.smem_bytes(), 1, false};
-  if (ce_sums_logits(p))
+  const bool sum = ce_sums_logits(p);
+  if (shift) {
+    if (sum)
+      return launch_ce_kernel<ce_fwd_bulk_kernel<T, true, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+    return launch_ce_kernel<ce_fwd_bulk_kernel<T, false, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+  }
+  if (sum)
     return launch_ce_kernel<ce_fwd_bulk_kernel<T, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
   return launch_ce_kernel<ce_fwd_bulk_kernel<T, false>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
 }
@@ -1442,7 +1500,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
                                               cudaStream_t);                                                    \
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
   EXTERN template Status launch_ce_fwd_stream_shifted<DT>(const CEParams&, int64_t, int, cudaStream_t);         \
-  EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, int, cudaStream_t);                   \
+  EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);             \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool, bool,  \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

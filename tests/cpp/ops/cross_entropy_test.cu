@@ -1095,6 +1095,72 @@ std::vector<CeCase> bulk_cases() {
 INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
+// Shifted rows through the bulk-copy forward (RowTuning::shifted_rows bit
+// 3, built in the forty-seventh session, off by default): plain forwards of
+// rows whose first logit lies inside a 16-byte vector (odd V, a misaligned
+// base), with the bulk kernel for every plain forward of 1 KB or more --
+// the head vector's row lanes and the last V % VEC + s elements folded by
+// lane 0, the target anywhere in the row; the call must take it.
+RowTuning bulk_for_shifted_rows() {
+  RowTuning t = bulk_for_every_row();
+  t.shifted_rows |= 8;
+  return t;
+}
+
+class CrossEntropyGpuBulkShifted : public testing::TestWithParam<CeCase> {
+ protected:
+  void SetUp() override {
+    const RowTuning t = bulk_for_shifted_rows();
+    set_row_tuning(&t);
+  }
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuBulkShifted, MatchesFloat64Reference) {
+  EXPECT_EQ(case_plan(GetParam()), "fwd-bulk shifted");
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+std::vector<CeCase> bulk_shifted_cases() {
+  std::vector<CeCase> v;
+  v.push_back(C(kBF16, 3000, 1001, kMean).nograd());
+  v.push_back(C(kF32, 1500, 4099, kNone).nograd());
+  v.push_back(C(kF16, 1100, 515, kSum).smooth(0.1f).zl(1e-4f).nograd());
+  v.push_back(C(kBF16, 1025, 32003, kMean).badt().nograd());
+  v.push_back(C(kBF16, 1024, 4100, kMean).nograd());
+  v.push_back(C(kBF16, 300, 12301, kSum).nograd());
+  v.push_back(C(kBF16, 64, 4096, kMean).mis(3, 0).nograd());  // a misaligned base, whole-vector pitch
+  v.push_back(C(kF32, 77, 2049, kMean).mis(1, 2).big().nograd());
+  std::vector<CeCase> out;
+  for (const CeCase& c : v)
+    if (case_shifted(c)) out.push_back(c);
+  return out;
+}
+
+// (Off by default: the same rows take the shifted register tiles or the
+// shifted stream.)
+TEST(CrossEntropyBulkShiftedPlan, OffByDefaultOnWithBit3) {
+  ASSERT_EQ(bulk_shifted_cases().size(), 8u);
+  EXPECT_EQ(default_row_tuning().shifted_rows & 8, 0);
+  for (const CeCase& c : bulk_shifted_cases()) {
+    set_row_tuning(nullptr);
+    EXPECT_NE(case_plan(c), "fwd-bulk shifted") << c.name();
+    RowTuning t = default_row_tuning();
+    t.shifted_rows |= 8;
+    set_row_tuning(&t);
+    // (the default bulk range: 1024 rows or more, 8 KB to 128 KB 16-bit
+    // rows, 4 KB fp32)
+    const bool in_range = test::case_rows(c.rows, c.cols) >= 1024 &&
+                          c.cols * dtype_size(c.dtype) >= (c.dtype == kF32 ? 4096 : 8192);
+    EXPECT_EQ(case_plan(c) == "fwd-bulk shifted", in_range) << c.name() << ": " << case_plan(c);
+  }
+  set_row_tuning(nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(BulkShiftedCases, CrossEntropyGpuBulkShifted, testing::ValuesIn(bulk_shifted_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
 // The staged fused gradient (ce_staged_kernel) from short rows:
 // CTAs of 64 threads, every row wider than a 32-thread register team
 // staged where a cluster of 2..16 holds it, at the tile `vpt`.
