@@ -297,16 +297,17 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
 // Shifted rows (every row's first logit inside a 16-byte vector, logits
 // and dlogits at the same offset: odd V, a misaligned base): the plan of
 // V + VEC - 1 columns, the register tiles (ce_reg_kernel's kShift) or, for
-// a fused gradient (staged), ce_staged_kernel's kShift -- never the bulk
-// or two-pass kernels (whole vectors) -- where RowTuning::shifted_rows
-// allows (bit 1); else none (the streaming kernel).
+// a fused gradient (staged), ce_staged_kernel's kShift -- never the
+// two-pass kernels (whole vectors), the bulk forward only under bit 3
+// (shifted_fwd_bulk) -- where RowTuning::shifted_rows allows (bit 1); else
+// none (the streaming kernel).
 Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide, bool staged) {
   if (!(current_row_tuning().shifted_rows & 2)) return Plan{};
   return plan_rows(rows, cols + 16 / es - 1, es, lim, wide, staged);
 }
 // A plain forward (wide) of shifted rows that ce_fwd_stream_kernel's kShift
-// takes: from ce_fwd_stream_min_bytes, as aligned rows (the bulk kernel,
-// which copies whole vectors, serves none).
+// takes: from ce_fwd_stream_min_bytes, as aligned rows (where the bulk
+// kernel's kShift, bit 3, does not take them first).
 bool shifted_fwd_stream(int64_t cols, int es, bool wide, const RowTuning& tune) {
   return wide && (tune.shifted_rows & 2) && cols * es >= tune.ce_fwd_stream_min_bytes;
 }

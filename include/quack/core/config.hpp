@@ -647,8 +647,8 @@ size_t norm_fwd_workspace_bytes(const RMSNormFwdArgs& args, bool layernorm, cons
 // shifted: logits (and dlogits) whose rows start inside a 16-byte vector,
 // all at the same offset (odd V): the register kernels from the vector
 // holding each row's first logit ("reg ...", "stage ...", the plain
-// forward's "fwd-stream") where RowTuning::shifted_rows allows, else
-// "stream".
+// forward's "fwd-stream", or under bit 3 "fwd-bulk shifted") where
+// RowTuning::shifted_rows allows, else "stream".
 std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dtype, const DeviceLimits& lim,
                                           bool forward = false, bool general = false, bool shifted = false);
 
