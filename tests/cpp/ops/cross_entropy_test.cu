@@ -1101,20 +1101,12 @@ INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_
 // base), with the bulk kernel for every plain forward of 1 KB or more --
 // the head vector's row lanes and the last V % VEC + s elements folded by
 // lane 0, the target anywhere in the row; the call must take it.
-RowTuning bulk_for_shifted_rows() {
-  RowTuning t = bulk_for_every_row();
+void bulk_for_shifted_rows(RowTuning& t) {
+  t = bulk_for_every_row();
   t.shifted_rows |= 8;
-  return t;
 }
 
-class CrossEntropyGpuBulkShifted : public testing::TestWithParam<CeCase> {
- protected:
-  void SetUp() override {
-    const RowTuning t = bulk_for_shifted_rows();
-    set_row_tuning(&t);
-  }
-  void TearDown() override { set_row_tuning(nullptr); }
-};
+class CrossEntropyGpuBulkShifted : public test::TunedSuite<CeCase, bulk_for_shifted_rows> {};
 
 TEST_P(CrossEntropyGpuBulkShifted, MatchesFloat64Reference) {
   EXPECT_EQ(case_plan(GetParam()), "fwd-bulk shifted");
