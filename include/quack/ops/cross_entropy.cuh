@@ -1083,19 +1083,8 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
           if (rest > 0) fold_vec(nfull * VEC, 0, min(rest, VEC));
           if (rest > VEC) fold_vec((nfull + 1) * VEC, 0, rest - VEC);
         }
-      } else if (lane == 0 && tail > 0) {  // (the aligned rows' partial last vector)
-        V v[1];
-        v[0].load_partial(xa + nfull * VEC, tail);
-        v[0].fill_tail(tail, neg_inf_bits<T>());
-        float f[VEC];
-        v[0].widen(f);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          if (nfull * VEC + j == r.tl) xt = f[j];  // the target in the partial last vector
-        const float nm = fmaxf(m, max_of(v));
-        s = m == -INFINITY ? s * 0.0f : s * fast_exp2((m - nm) * kLog2e);
-        ce_accumulate<false, true>(p, f, 0, tail, nm == -INFINITY ? 0.0f : nm, s, d);
-        m = nm;
+      } else if (lane == 0 && tail > 0) {
+        fold_vec(nfull * VEC, 0, tail);  // the aligned rows' partial last vector
       }
       const MaxSumDot st = warp_reduce<MaxSumDotOp>(MaxSumDot{m, s, kSum ? d : 0.0f, 0.0f});
       if (lane == 0) ce_write_row(p, r, st, xt, row);
