@@ -277,23 +277,30 @@ RowTuning default_row_tuning() {
   // Aligned N within 1.5% either way (noise). Their GPU cases (221, the
   // shifted, staged, register and balanced suites) passed, memcheck and
   // initcheck clean (73 cases): ...-shifted-cases-sanitizers-013ec5b-h100.txt.
-  // Bit 2 (the norm forward's shifted rows, built in the forty-seventh
-  // session without a device) stays off until its GPU suite
-  // (RMSNormFwdGpuShifted) passes and a sweep measures it. Prediction:
-  // bf16 4100 / 24580 / 32001, 20-25% of copy element by element (H200,
-  // 742ffa2; logs/2026-12-05-unaligned-rows-sweep-742ffa2.log), rise to
-  // within ~5 points of their aligned neighbours (97%): the x and output
-  // traffic is the aligned kernel's; the weight costs 5 L1-hit word loads
-  // and 4 funnel shifts a vector instead of one 16-byte load.
-  // Bit 3 (cross-entropy's bulk forward of shifted rows, built likewise)
-  // stays off until CrossEntropyGpuBulkShifted passes and a sweep measures
-  // it. Prediction: the plain loss-only forward of short odd rows -- bf16
-  // 4100 / 12301 at 48.1 / 60.7% of copy in the fitted register tiles
-  // (H100, 7123574; logs/2026-12-05-short-odd-rows-fit-sweep-7123574-h100*)
-  // -- rises to within ~3 points of the aligned bulk rows (88.3% at 4096):
-  // the same whole-vector copies a row, and lane 0 folds up to three
-  // vectors from global memory at its end instead of one.
-  t.shifted_rows = 3;
+  // Bits 2 and 3 (built in the forty-seventh session without a device) are
+  // on since the forty-eighth: their GPU cases passed (53, memcheck and
+  // initcheck clean over 49; logs/2026-12-05-norm-shifted-cases-sanitizers-
+  // 08b29c5-h100.txt) and the sweep (rmsnorm_sweep, cross_entropy_sweep at
+  // 08b29c5, NVIDIA H100, M*N = 2^28, % of copy, defaults -> shifted_rows=15;
+  // logs/2026-12-05-norm-shifted-rows-sweep-08b29c5-h100-tables.md) lost
+  // nothing beyond noise (aligned N, the same plans: -1.1..+2.0%):
+  //   bit 2, the norm forward, element by element -> shifted register rows:
+  //   RMSNorm bf16 4100 / 4101 / 5123 / 32001 32.4 / 32.3 / 32.7 / 26.7 ->
+  //   64.8 / 58.3 / 57.2 / 64.3, fp32 4101 / 5123 46.4 / 48.1 -> 98.3 /
+  //   98.9; LayerNorm bf16 (fp32 weight) 4100 / 4101 / 5123 24.7 / 24.6 /
+  //   23.9 -> 56.0 / 47.0 / 46.3, fp32 4101 / 5123 / 32001 39.2 / 40.7 /
+  //   35.2 -> 97.3 / 98.1 / 88.1. The prediction (within ~5 points of the
+  //   aligned 97-100%) held for fp32 and missed for 16-bit x, whose rows
+  //   run 47-65% (docs/KERNELS.md, shifted norm rows: an open question).
+  //   Rows the sweep left element by element (fp32 RMSNorm 32001, whose
+  //   aligned plan is staged; LayerNorm bf16 32001 with an fp32 weight at
+  //   8 vectors in 512 threads, not built shifted) take unstaged tiles since
+  //   (src/rmsnorm.cu, plan_norm_fwd).
+  //   bit 3, cross-entropy's plain forward of short odd rows, fitted register
+  //   tiles -> the shifted bulk copy: bf16 4100 / 12301 48.0 / 60.5 -> 81.2
+  //   / 83.3 (the prediction, within ~3 points of aligned 4096's 88.8,
+  //   missed by 4-7 points), fp32 12301 (the stream) 88.5 -> 90.3.
+  t.shifted_rows = 15;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

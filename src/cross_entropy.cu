@@ -311,7 +311,8 @@ Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, b
 bool shifted_fwd_stream(int64_t cols, int es, bool wide, const RowTuning& tune) {
   return wide && (tune.shifted_rows & 2) && cols * es >= tune.ce_fwd_stream_min_bytes;
 }
-// ... and the bulk kernel's kShift (bit 3, off until measured), where the
+// ... and the bulk kernel's kShift (bit 3, on since the forty-eighth
+// session: config.cpp cites the sweep), where the
 // aligned rows' rules (ce_fwd_bulk) would take it.
 bool shifted_fwd_bulk(int64_t rows, int64_t cols, int es, bool wide, const RowTuning& tune) {
   return (tune.shifted_rows & 8) && ce_fwd_bulk(rows, cols, es, wide, tune);

@@ -98,9 +98,10 @@ RowProblem rmsnorm_fwd_problem(const RMSNormFwdArgs& a) {
 // residual_out in one dtype (x's or fp32), and a row that fits the tiles.
 // The caller has checked 16-byte vector alignment.
 // shifted: the row's vectors of shifted rows (a.cols is then N + VEC - 1;
-// kShift's tiles, ops::rmsnorm_reg_shift_max_vpt).
+// kShift's tiles, ops::rmsnorm_reg_shift_max_vpt). max_vpt: a lower cap on
+// the tile (vectors a thread).
 bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, const RowTuning& tune, RegRowConfig* cfg,
-              ops::RegRes* res, bool* w_f32, bool shifted = false) {
+              ops::RegRes* res, bool* w_f32, bool shifted = false, int max_vpt = 8) {
   const DType x = a.x.dtype;
   if (a.out.dtype != x) return false;
   DType w = x;
@@ -125,8 +126,8 @@ bool reg_path(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim, con
   prob.rows = a.rows;
   prob.cols = a.cols;
   prob.x_elem_bytes = dtype_size(x);
-  prob.max_vpt = shifted ? ops::rmsnorm_reg_shift_max_vpt(dtype_size(x), res_bytes, dtype_size(w))
-                         : ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w));
+  prob.max_vpt = std::min(max_vpt, shifted ? ops::rmsnorm_reg_shift_max_vpt(dtype_size(x), res_bytes, dtype_size(w))
+                                            : ops::rmsnorm_reg_max_vpt(dtype_size(x), res_bytes, dtype_size(w)));
   // 16-bit rows from norm_fwd_vpt16_min_cols: 8 vectors a thread (max_vpt
   // caps it).
   if (tune.norm_fwd_vpt16_min_cols > 0 && dtype_size(x) == 2 && a.cols >= tune.norm_fwd_vpt16_min_cols)
@@ -249,12 +250,30 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
   plan.vec_io = fwd_vec_io(a);
   plan.reg = plan.vec_io && reg_path(a, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32);
   // Shifted rows (RowTuning::shifted_rows bit 2): the register plan of N +
-  // VEC - 1 columns, where it is a tile of one unclustered CTA.
+  // VEC - 1 columns, where it is a tile of one unclustered CTA. Never
+  // staged: rows whose aligned plan stages x in a cluster (fp32 RMSNorm
+  // from 16K, tune.reg_staged) take the widest register CTA instead, up to
+  // 1024 threads at 8 vectors -- fp32 N = 32001 was element by element at
+  // 45% of copy, where LayerNorm's 1024-thread shifted tile of the same row
+  // ran 88% (08b29c5, H100, logs/2026-12-05-norm-shifted-rows-sweep-*).
+  // 16-bit x with an fp32 weight takes 8 vectors only in the small CTA
+  // (the 1024-thread instance spilled 24 bytes with the shifted weight's
+  // loads, ptxas -v, CUDA 13.0: not built); larger rows take 4 vectors in
+  // up to 1024 threads (LayerNorm bf16 N = 32001 with fp32 weight and bias
+  // was element by element at 24% in that sweep).
   if (!plan.vec_io && (tune.shifted_rows & 4) && fwd_shift_io(a)) {
     RMSNormFwdArgs sa = a;
     sa.cols += 16 / dtype_size(a.x.dtype) - 1;
-    plan.shifted = reg_path(sa, centre, lim, tune, &plan.reg_cfg, &plan.res, &plan.w_f32, true) && !plan.reg_cfg.staged &&
-                   plan.reg_cfg.cluster == 1 && plan.reg_cfg.rows_per_cluster == 1;
+    RowTuning st = tune;
+    st.reg_staged = 0;
+    auto shifted_tile = [&](int max_vpt) {
+      return reg_path(sa, centre, lim, st, &plan.reg_cfg, &plan.res, &plan.w_f32, true, max_vpt) &&
+             !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 && plan.reg_cfg.rows_per_cluster == 1;
+    };
+    plan.shifted = shifted_tile(8);
+    if (plan.shifted && plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 &&
+        !(tune.reg_small_cta != 0 && plan.reg_cfg.threads <= ops::kRegSmallCtaThreads))
+      plan.shifted = shifted_tile(4);
     plan.reg = plan.shifted;
   }
   plan.grid = grid_path(a, centre, plan.vec_io, lim, tune, &plan.gcfg, &plan.grid_w_f32);
@@ -270,8 +289,8 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;
     // (Shifted rows of 16-bit x with an fp32 weight at 8 vectors only in
-    // the small CTA: the 1024-thread instance spilled 24 bytes with the
-    // shifted weight's loads, ptxas -v, CUDA 13.0; it is not built.)
+    // the small CTA, as above: the shifted plan took 4 vectors otherwise,
+    // so this never refuses one; it guards the launch's missing instance.)
     if (!(plan.shifted && plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 && !plan.small_cta))
       return plan;
     plan.reg = plan.shifted = false;

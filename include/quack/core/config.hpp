@@ -159,14 +159,14 @@ struct RowTuning {
   // gradient, its staged fused gradient, its plain streaming forward and
   // cross_entropy_scale_grad; else the element-wise kernels). Bit 2: the
   // RMSNorm / LayerNorm forward, where the row's register plan is one
-  // unclustered CTA (every operand's row at x's offset, an fp32 residual of
-  // 16-bit x too; the weight and bias read s elements early,
-  // RawVec::load_shifted), else the element-wise staged kernel; off until
-  // measured (the forty-seventh session built it without a device). Bit
-  // 3: cross-entropy's plain forward of shifted rows in the bulk-copy
-  // kernel (ce_fwd_bulk_kernel's kShift) where the aligned rows' rules
-  // take it, rather than the register tiles; off until measured (built
-  // likewise).
+  // unclustered, unstaged CTA (every operand's row at x's offset, an fp32
+  // residual of 16-bit x too; the weight and bias read s elements early,
+  // RawVec::load_shifted), else the element-wise staged kernel. Bit 3:
+  // cross-entropy's plain forward of shifted rows in the bulk-copy kernel
+  // (ce_fwd_bulk_kernel's kShift) where the aligned rows' rules take it,
+  // rather than the register tiles. All four on by default (config.cpp
+  // cites the sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth
+  // session).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for

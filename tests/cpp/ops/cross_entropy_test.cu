@@ -1096,7 +1096,8 @@ INSTANTIATE_TEST_SUITE_P(BulkCases, CrossEntropyGpuBulk, testing::ValuesIn(bulk_
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // Shifted rows through the bulk-copy forward (RowTuning::shifted_rows bit
-// 3, built in the forty-seventh session, off by default): plain forwards of
+// 3, built in the forty-seventh session, on by default since the
+// forty-eighth): plain forwards of
 // rows whose first logit lies inside a 16-byte vector (odd V, a misaligned
 // base), with the bulk kernel for every plain forward of 1 KB or more --
 // the head vector's row lanes and the last V % VEC + s elements folded by
@@ -1130,17 +1131,17 @@ std::vector<CeCase> bulk_shifted_cases() {
   return out;
 }
 
-// (Off by default: the same rows take the shifted register tiles or the
-// shifted stream.)
-TEST(CrossEntropyBulkShiftedPlan, OffByDefaultOnWithBit3) {
+// (On by default, in the aligned rows' bulk range; without bit 3 the same
+// rows take the shifted register tiles or the shifted stream.)
+TEST(CrossEntropyBulkShiftedPlan, OnByDefaultOffWithoutBit3) {
   ASSERT_EQ(bulk_shifted_cases().size(), 8u);
-  EXPECT_EQ(default_row_tuning().shifted_rows & 8, 0);
+  EXPECT_EQ(default_row_tuning().shifted_rows & 8, 8);
   for (const CeCase& c : bulk_shifted_cases()) {
-    set_row_tuning(nullptr);
+    RowTuning off = default_row_tuning();
+    off.shifted_rows &= ~8;
+    set_row_tuning(&off);
     EXPECT_NE(case_plan(c), "fwd-bulk shifted") << c.name();
-    RowTuning t = default_row_tuning();
-    t.shifted_rows |= 8;
-    set_row_tuning(&t);
+    set_row_tuning(nullptr);
     // (the default bulk range: 1024 rows or more, 8 KB to 128 KB 16-bit
     // rows, 4 KB fp32)
     const bool in_range = test::case_rows(c.rows, c.cols) >= 1024 &&

@@ -590,7 +590,8 @@ INSTANTIATE_TEST_SUITE_P(SmallCtaCases, RMSNormFwdGpuSmallCta, testing::ValuesIn
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
 // Shifted rows (RowTuning::shifted_rows bit 2, built in the forty-seventh
-// session, off by default): rows that are not whole 16-byte vectors, every
+// session, on by default since the forty-eighth; the suite sets it
+// whatever the default): rows that are not whole 16-byte vectors, every
 // operand's row at x's offset inside a vector -- odd N in contiguous
 // tensors (each row at another offset: 4101 bf16 cycles through all
 // eight), a misaligned base with whole-vector pitches, an fp32 residual of
@@ -623,6 +624,15 @@ std::vector<FwdCase> shifted_cases() {
                   .with(kRes, kF32).with(kResOut, kF32).with(kW, kF16).with(kB, kF16));
   v.push_back(FwdCase("N16001_bf16_M1000_f32w_b_small_cta", 1000, 16001, kBF16).with(kW, kF32).with(kB, kF32));
   v.push_back(FwdCase("N32001_bf16_M20_w_rstd", 20, 32001, kBF16).with(kW, kBF16).with_rstd());
+  // Rows whose aligned plan stages x in a cluster (fp32 RMSNorm from 16K,
+  // 16-bit rows past a 512-thread team) take the widest register CTA,
+  // unstaged; 16-bit x with an fp32 weight past the small CTA, 4 vectors
+  // a thread (1024 threads at 32001).
+  v.push_back(FwdCase("N32001_f32_M30_w_rstd", 30, 32001, kF32).with(kW, kF32).with_rstd());
+  v.push_back(FwdCase("N24581_f32_M40_w_b", 40, 24581, kF32).with(kW, kF32).with(kB, kF32));
+  v.push_back(FwdCase("N50257_bf16_M16_w", 16, 50257, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N32001_bf16_M40_f32w_b_rstd", 40, 32001, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
+  v.push_back(FwdCase("N20001_bf16_M64_f32w", 64, 20001, kBF16).with(kW, kF32));
   v.push_back(FwdCase("N3001_bf16_M40_w_hostile_moments", 40, 3001, kBF16).with(kW, kBF16).with_hostile_moments());
   v.push_back(FwdCase("N2048_bf16_M30_res_w_off3", 30, 2048, kBF16)
                   .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16)

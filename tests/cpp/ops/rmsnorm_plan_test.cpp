@@ -660,12 +660,15 @@ TEST(NormFwdGridConfig, Invariants) {
   EXPECT_FALSE(choose_norm_fwd_grid_config(1, int64_t(132) * 8192 + 4, 4, true, lim, t, &c));
 }
 
-// Shifted rows (RowTuning::shifted_rows bit 2, off by default): rows that
-// are not whole 16-byte vectors, every operand's row at x's offset, take
-// the register plan of N + VEC - 1 columns where it is one unclustered CTA
-// (" shifted"), else the element-wise staged kernel; an fp32 residual of
-// 16-bit x shares the offsets in elements; a weight not 16-byte aligned,
-// or an operand at another offset, keeps the element-wise kernel.
+// Shifted rows (RowTuning::shifted_rows bit 2, on by default since the
+// forty-eighth session): rows that are not whole 16-byte vectors, every
+// operand's row at x's offset, take the register plan of N + VEC - 1
+// columns where it is one unclustered CTA (" shifted") -- never staged:
+// where the aligned plan stages x in a cluster, the widest register CTA --
+// else the element-wise staged kernel; an fp32 residual of 16-bit x shares
+// the offsets in elements; 16-bit x with an fp32 weight takes 8 vectors
+// only in the small CTA, else 4; a weight not 16-byte aligned, or an
+// operand at another offset, keeps the element-wise kernel.
 TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
   auto at = test::fake_device_ptr;
   auto contiguous = [&](int64_t rows, int64_t cols, DType x, DType w, bool res, DType r) {
@@ -682,7 +685,7 @@ TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
     }
     return a;
   };
-  EXPECT_EQ(default_row_tuning().shifted_rows & 4, 0) << "off until measured";
+  EXPECT_EQ(default_row_tuning().shifted_rows & 4, 4) << "on since the forty-eighth session's sweep";
   for (bool ln : {false, true}) {
     SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
     struct Cell {
@@ -698,12 +701,12 @@ TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
       const int64_t vec = 16 / dtype_size(c.x);
       SCOPED_TRACE("N " + std::to_string(c.cols));
       const RMSNormFwdArgs a = contiguous(4096, c.cols, c.x, c.w, c.res, c.r);
-      set_row_tuning(nullptr);
+      RowTuning off = default_row_tuning();
+      off.shifted_rows &= ~4;
+      set_row_tuning(&off);
       EXPECT_NE(norm_fwd_plan_description(a, ln, DeviceLimits{}).find("(element-wise)"), std::string::npos)
-          << "the default: element by element";
-      RowTuning t = default_row_tuning();
-      t.shifted_rows |= 4;
-      set_row_tuning(&t);
+          << "bit 2 off: element by element";
+      set_row_tuning(nullptr);
       const std::string got = norm_fwd_plan_description(a, ln, DeviceLimits{});
       // the aligned plan of the row's vectors (a pitch that keeps x's
       // rows whole: the plan reads only the shape and the alignment)
@@ -724,14 +727,36 @@ TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
         EXPECT_EQ(got, aligned + " shifted");
       }
     }
-    // Refused: the 1024-thread fp32-weight tile of 16-bit x (not built for
-    // shifted rows), a clustered row, a misaligned weight, a residual at
-    // another offset.
-    RowTuning t = default_row_tuning();
-    t.shifted_rows |= 4;
-    set_row_tuning(&t);
-    for (const RMSNormFwdArgs& a : {contiguous(4096, 20001, kBF16, kF32, false, kBF16),
-                                    contiguous(64, 300001, kBF16, kBF16, false, kBF16)}) {
+    // Rows whose aligned plan is staged (fp32 RMSNorm from 16K) take the
+    // widest register CTA, unstaged: 1024 threads at 8 vectors for N =
+    // 32001 (LayerNorm's fp32 rows are not staged: the aligned plan).
+    set_row_tuning(nullptr);
+    {
+      const std::string got = norm_fwd_plan_description(contiguous(8388, 32001, kF32, kF32, false, kF32), ln,
+                                                        DeviceLimits{});
+      EXPECT_EQ(got.rfind("reg     team 1024 thr 1024 cl  1 vpt  8 ", 0), 0u) << got;
+      EXPECT_NE(got.find(" shifted"), std::string::npos) << got;
+      if (!ln) {
+        const std::string aligned = norm_fwd_plan_description(contiguous(8388, 32004, kF32, kF32, false, kF32), ln,
+                                                              DeviceLimits{});
+        EXPECT_EQ(aligned.rfind("stage", 0), 0u) << "the aligned row is staged: " << aligned;
+      }
+    }
+    // 16-bit x with an fp32 weight past the small CTA: 4 vectors a thread
+    // (the 8-vector tile's 1024-thread instance is not built for shifted
+    // rows), in the fewest whole warps -- 2501 vectors, 626 threads.
+    for (const int64_t n : {int64_t(20001), int64_t(32001)}) {
+      const std::string got =
+          norm_fwd_plan_description(contiguous(4096, n, kBF16, kF32, false, kBF16), ln, DeviceLimits{});
+      int team = 0, thr = 0, cl = 0, vpt = 0;
+      ASSERT_EQ(std::sscanf(got.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt), 4) << got;
+      EXPECT_TRUE(cl == 1 && vpt == 4 && thr == ((n + 7 + 7) / 8 + 4 * 32 - 1) / (4 * 32) * 32) << got;
+      EXPECT_NE(got.find(" shifted"), std::string::npos) << got;
+    }
+    // Refused: a row past one CTA's register tile (a cluster), a
+    // misaligned weight, a residual at another offset.
+    {
+      const RMSNormFwdArgs a = contiguous(64, 300001, kBF16, kBF16, false, kBF16);
       const std::string got = norm_fwd_plan_description(a, ln, DeviceLimits{});
       EXPECT_EQ(got.find("shifted"), std::string::npos) << "N " << a.cols << ": " << got;
     }
