@@ -23,14 +23,16 @@
 #              fp32) at odd N beside their aligned neighbours, the defaults
 #              (the streams) and shifted_rows=3 side by side; each variable
 #              below may be set to override
-#   norm_shifted  the forty-seventh session's shifted rows, off by default:
+#   norm_shifted  the forty-seventh session's shifted rows (on by default
+#              since the forty-eighth, whose call of this part measured them):
 #              the norm forward's (RowTuning::shifted_rows bit 2) and
 #              cross-entropy's bulk forward (bit 3): `cases` of
 #              RMSNormFwdGpuShifted, CrossEntropyGpuBulkShifted and
 #              RawVecLoadShifted, memcheck and initcheck over them, then
 #              rmsnorm_sweep (RMSNorm, LayerNorm) and cross_entropy_sweep
 #              (bf16, fp32) at odd N beside aligned neighbours, the
-#              defaults and shifted_rows=15 side by side
+#              defaults and shifted_rows=15 side by side (set SWEEP_TUNES
+#              to a variant now that 15 is the default)
 #   bwd_swings  why the norm backward's power-of-two plans swing between
 #              widths (the forty-seventh session's widths): the widths at
 #              M*N = 2^27 and 2^28, the defaults and bwd_pipe_fit_team=1,
@@ -247,7 +249,11 @@ for part in $parts; do
       # warm-up, 20 timed -- dx, then +dw, then +dw,db: the 48th launch is
       # +dw,db's fourth)
       NCU_SKIP=${NCU_SKIP:-47} NCU_RUNS=${NCU_RUNS:-"rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 5120;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 6144;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 2560;rmsnorm_bwd_pipe||env QUACK_SWEEP_LAYERNORM=1 build/rmsnorm_bwd_sweep f32 268435456 3072"} \
-        bash "$root/scripts/gpu_session.sh" "$commit" ncu || status=1 ;;
+        bash "$root/scripts/gpu_session.sh" "$commit" ncu || status=1
+      # The device tool brings back a bounded number of files: the two
+      # folders as one bwd_swings.tgz (the forty-eighth session's first
+      # call lost them, 7 files left out).
+      (cd "$out" && tar czf bwd_swings.tgz m134217728 m268435456 && rm -rf m134217728 m268435456) || status=1 ;;
     widths)
       w="2048 2560 3072 3584 4096 5120 6144 7168 8192 12288 16384"
       SWEEP_OPS=${SWEEP_OPS:-rmsnorm_bwd layernorm_bwd rmsnorm layernorm} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} \
