@@ -295,7 +295,10 @@ RowTuning default_row_tuning() {
   //   Rows the sweep left element by element (fp32 RMSNorm 32001, whose
   //   aligned plan is staged; LayerNorm bf16 32001 with an fp32 weight at
   //   8 vectors in 512 threads, not built shifted) take unstaged tiles since
-  //   (src/rmsnorm.cu, plan_norm_fwd).
+  //   (src/rmsnorm.cu, plan_norm_fwd): 45.6 -> 97.1% and 24.1 -> 45.1%
+  //   (a016783, logs/2026-12-05-shifted-vpt16-stages-sweep-a016783-h100*,
+  //   whose norm_fwd_vpt16_min_cols=2048 column lifts shifted bf16 4100 /
+  //   4101 further, RMSNorm 64.5 / 58.1 -> 79.8 / 79.0: the next rule).
   //   bit 3, cross-entropy's plain forward of short odd rows, fitted register
   //   tiles -> the shifted bulk copy: bf16 4100 / 12301 48.0 / 60.5 -> 81.2
   //   / 83.3 (the prediction, within ~3 points of aligned 4096's 88.8,

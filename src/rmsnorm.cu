@@ -255,12 +255,14 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
   // from 16K, tune.reg_staged) take the widest register CTA instead, up to
   // 1024 threads at 8 vectors -- fp32 N = 32001 was element by element at
   // 45% of copy, where LayerNorm's 1024-thread shifted tile of the same row
-  // ran 88% (08b29c5, H100, logs/2026-12-05-norm-shifted-rows-sweep-*).
+  // ran 88% (08b29c5, H100, logs/2026-12-05-norm-shifted-rows-sweep-*);
+  // so planned it ran 97.1% (a016783, H100,
+  // logs/2026-12-05-shifted-vpt16-stages-sweep-a016783-h100*).
   // 16-bit x with an fp32 weight takes 8 vectors only in the small CTA
   // (the 1024-thread instance spilled 24 bytes with the shifted weight's
   // loads, ptxas -v, CUDA 13.0: not built); larger rows take 4 vectors in
-  // up to 1024 threads (LayerNorm bf16 N = 32001 with fp32 weight and bias
-  // was element by element at 24% in that sweep).
+  // up to 1024 threads (LayerNorm bf16 N = 32001 with fp32 weight and bias:
+  // element by element 24.1%, so 45.1%, the same sweeps).
   if (!plan.vec_io && (tune.shifted_rows & 4) && fwd_shift_io(a)) {
     RMSNormFwdArgs sa = a;
     sa.cols += 16 / dtype_size(a.x.dtype) - 1;
