@@ -244,6 +244,13 @@ bool fwd_shift_io(const RMSNormFwdArgs& a) {
   return true;
 }
 
+// The register plan's 8-vector tile of 16-bit x with an fp32 weight in a
+// CTA of at most kRegSmallCtaThreads threads (kSmallCta: 80 registers).
+bool small_cta_tile(const RegRowConfig& c, DType x, bool w_f32, const RowTuning& tune) {
+  return tune.reg_small_cta != 0 && !c.staged && c.cluster == 1 && c.vpt == 8 && w_f32 && dtype_size(x) == 2 &&
+         c.threads <= ops::kRegSmallCtaThreads;
+}
+
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
   const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
@@ -274,7 +281,7 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     };
     plan.shifted = shifted_tile(8);
     if (plan.shifted && plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 &&
-        !(tune.reg_small_cta != 0 && plan.reg_cfg.threads <= ops::kRegSmallCtaThreads))
+        !small_cta_tile(plan.reg_cfg, a.x.dtype, plan.w_f32, tune))
       plan.shifted = shifted_tile(4);
     plan.reg = plan.shifted;
   }
@@ -285,17 +292,10 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
   if (plan.reg) {
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
                           plan.reg_cfg.rows_per_cluster == 1 && wants_early_w(a.x.dtype, plan.w_f32, tune);
-    plan.small_cta = tune.reg_small_cta != 0 && !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 &&
-                     plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 &&
-                     plan.reg_cfg.threads <= ops::kRegSmallCtaThreads;
+    plan.small_cta = small_cta_tile(plan.reg_cfg, a.x.dtype, plan.w_f32, tune);
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;
-    // (Shifted rows of 16-bit x with an fp32 weight at 8 vectors only in
-    // the small CTA, as above: the shifted plan took 4 vectors otherwise,
-    // so this never refuses one; it guards the launch's missing instance.)
-    if (!(plan.shifted && plan.reg_cfg.vpt == 8 && plan.w_f32 && dtype_size(a.x.dtype) == 2 && !plan.small_cta))
-      return plan;
-    plan.reg = plan.shifted = false;
+    return plan;
   }
   const RowProblem prob = rmsnorm_fwd_problem(a);
   plan.cfg = choose_row_config(prob, lim, tune);
