@@ -275,6 +275,11 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     sa.cols += 16 / dtype_size(a.x.dtype) - 1;
     RowTuning st = tune;
     st.reg_staged = 0;
+    // 16-bit rows from norm_fwd_shift_vpt16_min_cols aim for 8 vectors a
+    // thread (config.cpp cites the sweep).
+    const int v16 = tune.norm_fwd_shift_vpt16_min_cols;
+    if (v16 > 0 && (st.norm_fwd_vpt16_min_cols <= 0 || v16 < st.norm_fwd_vpt16_min_cols))
+      st.norm_fwd_vpt16_min_cols = v16;
     auto shifted_tile = [&](int max_vpt) {
       return reg_path(sa, centre, lim, st, &plan.reg_cfg, &plan.res, &plan.w_f32, true, max_vpt) &&
              !plan.reg_cfg.staged && plan.reg_cfg.cluster == 1 && plan.reg_cfg.rows_per_cluster == 1;

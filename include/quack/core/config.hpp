@@ -93,6 +93,10 @@ struct RowTuning {
   // reg_vpt_target; with a residual stream the tile is at most 4, or 2
   // with fp32 weights, as ever); 0: off.
   int norm_fwd_vpt16_min_cols;
+  // The same for shifted rows (RowTuning::shifted_rows bit 2), counted in
+  // the shifted tile's columns, N + VEC - 1; 0: as norm_fwd_vpt16_min_cols.
+  // Where both are set the smaller applies.
+  int norm_fwd_shift_vpt16_min_cols;
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Unclustered register rows of one team a CTA (more than a warp) in the

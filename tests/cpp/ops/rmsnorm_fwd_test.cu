@@ -612,9 +612,11 @@ std::vector<FwdCase> shifted_cases() {
                   .with(kRes, kF32).with(kResOut, kF32).with(kW, kF32));
   v.push_back(FwdCase("N2051_bf16_M64_f32w_b_rstd", 64, 2051, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
   // Each tile the shifted kernels are built with (the plans, H200 limits:
-  // 4 vectors, fp32 x at 8, an fp32 residual at 4, 16-bit x with a
-  // residual at 2 -- the shifted cap -- and 8 with an fp32 weight in the
-  // small CTA).
+  // 16-bit x at 4 vectors below 2048 columns (N1999, N999) and at 8 from
+  // there (N4100, N6001: RowTuning::norm_fwd_shift_vpt16_min_cols), fp32
+  // x at 8, an fp32 residual at 4, 16-bit x with a residual at 2 -- the
+  // shifted cap -- and 8 with an fp32 weight in the small CTA).
+  v.push_back(FwdCase("N1999_bf16_M500_w_b", 500, 1999, kBF16).with(kW, kBF16).with(kB, kBF16));
   v.push_back(FwdCase("N6001_bf16_M1000_w", 1000, 6001, kBF16).with(kW, kBF16));
   v.push_back(FwdCase("N2051_bf16_M2000_f32w_b", 2000, 2051, kBF16).with(kW, kF32).with(kB, kF32));
   v.push_back(FwdCase("N4099_f32_M500_w_rstd", 500, 4099, kF32).with(kW, kF32).with_rstd());

@@ -709,11 +709,16 @@ TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
       set_row_tuning(nullptr);
       const std::string got = norm_fwd_plan_description(a, ln, DeviceLimits{});
       // the aligned plan of the row's vectors (a pitch that keeps x's
-      // rows whole: the plan reads only the shape and the alignment)
+      // rows whole: the plan reads only the shape and the alignment), at
+      // the shifted rows' 8-vector threshold
       RMSNormFwdArgs b = contiguous(4096, c.cols + vec - 1, c.x, c.w, c.res, c.r);
       b.x.row_stride = b.out.row_stride = (c.cols + vec - 1 + vec - 1) / vec * vec;
       if (c.res) b.residual.row_stride = b.residual_out.row_stride = b.x.row_stride;
+      RowTuning v16 = default_row_tuning();
+      v16.norm_fwd_vpt16_min_cols = v16.norm_fwd_shift_vpt16_min_cols;
+      set_row_tuning(&v16);
       const std::string aligned = norm_fwd_plan_description(b, ln, DeviceLimits{});
+      set_row_tuning(nullptr);
       EXPECT_EQ(got.rfind("reg", 0), 0u) << got;
       if (c.res && dtype_size(c.x) == 2) {
         // (16-bit x with a residual stream: 2 vectors a thread, the
@@ -741,6 +746,37 @@ TEST_F(NormFwdPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
                                                               DeviceLimits{});
         EXPECT_EQ(aligned.rfind("stage", 0), 0u) << "the aligned row is staged: " << aligned;
       }
+    }
+    // Shifted 16-bit rows from norm_fwd_shift_vpt16_min_cols (2048 by
+    // default) take 8 vectors a thread where the aligned row of the same
+    // width takes 4 (bf16 4100: 96 threads at 8, not 160 at 4); below it
+    // and with the knob off, 4.
+    {
+      EXPECT_EQ(default_row_tuning().norm_fwd_shift_vpt16_min_cols, 2048);
+      EXPECT_EQ(default_row_tuning().norm_fwd_vpt16_min_cols, 0) << "aligned rows: off";
+      const std::string on = norm_fwd_plan_description(contiguous(4096, 4100, kBF16, kBF16, false, kBF16), ln,
+                                                       DeviceLimits{});
+      EXPECT_EQ(on.rfind("reg     team   96 thr   96 cl  1 vpt  8 ", 0), 0u) << on;
+      const std::string aligned = norm_fwd_plan_description(contiguous(4096, 4104, kBF16, kBF16, false, kBF16), ln,
+                                                            DeviceLimits{});
+      EXPECT_EQ(aligned.rfind("reg     team  160 thr  160 cl  1 vpt  4 ", 0), 0u) << aligned;
+      const std::string below = norm_fwd_plan_description(contiguous(4096, 2033, kBF16, kBF16, false, kBF16), ln,
+                                                          DeviceLimits{});
+      EXPECT_NE(below.find(" vpt  4 "), std::string::npos) << below;
+      EXPECT_NE(below.find(" shifted"), std::string::npos) << below;
+      RowTuning off = default_row_tuning();
+      off.norm_fwd_shift_vpt16_min_cols = 0;
+      set_row_tuning(&off);
+      const std::string was = norm_fwd_plan_description(contiguous(4096, 4100, kBF16, kBF16, false, kBF16), ln,
+                                                        DeviceLimits{});
+      EXPECT_EQ(was.rfind("reg     team  160 thr  160 cl  1 vpt  4 ", 0), 0u) << was;
+      off.norm_fwd_shift_vpt16_min_cols = 2048;
+      off.norm_fwd_vpt16_min_cols = 1024;  // the smaller of the two applies
+      set_row_tuning(&off);
+      const std::string smaller = norm_fwd_plan_description(contiguous(4096, 2033, kBF16, kBF16, false, kBF16), ln,
+                                                            DeviceLimits{});
+      EXPECT_NE(smaller.find(" vpt  8 "), std::string::npos) << smaller;
+      set_row_tuning(nullptr);
     }
     // 16-bit x with an fp32 weight past the small CTA: 4 vectors a thread
     // (the 8-vector tile's 1024-thread instance is not built for shifted
