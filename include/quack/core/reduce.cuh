@@ -292,12 +292,19 @@ __device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typenam
 }
 
 // Reduction over one team of a CTA that holds several: a sub-warp team
-// (team <= 32: a butterfly over aligned groups of `team` lanes, no shared
-// memory), or a team of whole warps (team a multiple of 32 dividing
-// blockDim.x: warp partials through `scratch`, 32 values, then every warp
-// reads its own team's partials in warp order). block_reduce is the case
-// team == blockDim.x. Every thread of the CTA must call it; consecutive calls
-// ping-pong between two scratch buffers, as for block_reduce.
+// (team < 32, a power of two: a butterfly over aligned groups of `team`
+// lanes, no shared memory), or a team of whole warps -- a power of two
+// dividing blockDim.x, or any number of warps that owns the CTA
+// (RowTuning::bwd_pipe_fit_team): warp partials through `scratch`, 32
+// values, then every warp reads its own team's partials in warp order from
+// its team's first warp (a mask where the team is a power of two, 0 where
+// it owns the CTA: no division, whose modulo took ~20 instructions).
+// block_reduce is the case team == blockDim.x. Every thread of the CTA
+// must call it; consecutive calls ping-pong between two scratch buffers,
+// as for block_reduce. (The pipelined norm backward reduces every row
+// here: its fixed cost a warp a row, docs/KERNELS.md. Its first level's
+// butterflies without a test a level, for teams of whole warps, spilled
+// its f16 64-register tiles 8-12 bytes: ptxas -v, CUDA 13.0.)
 template <class Op>
 __device__ __forceinline__ typename Op::T team_reduce(typename Op::T v, int team, typename Op::T* scratch) {
   v = warp_reduce<Op>(v, team < 32 ? team : 32);
@@ -305,7 +312,8 @@ __device__ __forceinline__ typename Op::T team_reduce(typename Op::T v, int team
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpt = team >> 5;
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < wpt ? scratch[warp - warp % wpt + lane] : Op::identity();
+  const int first_warp = team == int(blockDim.x) ? 0 : warp & -wpt;
+  v = lane < wpt ? scratch[first_warp + lane] : Op::identity();
   return warp_reduce<Op>(v);
 }
 

@@ -421,21 +421,23 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // address as (row * stride + column) * size + base, ~5 integer
       // instructions a copy where a row pointer and an offset take 1-2.
       asm volatile("" : "+l"(hr), "+l"(dr), "+l"(ro));
-      if (g.whole) {
+      // Plain 16-byte copies of the vectors inside the row, tested a vector
+      // (a thread short of its last vector copies the others as fast: the
+      // zero-filling path cost ~30 instructions a vector more, SASS of the
+      // fp32 LayerNorm tile); the row's partial last vector zero-filled;
+      // none of a vector past the row's end (the same in every row: its
+      // slots are never read -- the sums below stop at it).
 #pragma unroll
-        for (int i = 0; i < VPT; ++i) {
+      for (int i = 0; i < VPT; ++i) {
+        if (g.col(i) + VEC <= g.cols) {
           cp_async16(my0 + so + uint32_t(i) * vstride, hr + g.col(i));
           cp_async16(my0 + so + uint32_t(VPT + i) * vstride, dr + g.col(i));
           if (ntens == 3) cp_async16(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i));
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-          const int n = g.valid(i);
-          const int off = n > 0 ? g.col(i) : 0;
-          cp_async_zfill<16>(my0 + so + uint32_t(i) * vstride, hr + off, n * int(sizeof(T)));
-          cp_async_zfill<16>(my0 + so + uint32_t(VPT + i) * vstride, dr + off, n * int(sizeof(T)));
-          if (ntens == 3) cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + off, n * int(sizeof(T)));
+        } else if (g.col(i) < g.cols) {
+          const int bytes = (g.cols - g.col(i)) * int(sizeof(T));
+          cp_async_zfill<16>(my0 + so + uint32_t(i) * vstride, hr + g.col(i), bytes);
+          cp_async_zfill<16>(my0 + so + uint32_t(VPT + i) * vstride, dr + g.col(i), bytes);
+          if (ntens == 3) cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i), bytes);
         }
       }
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
@@ -513,6 +515,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // 16-bit tiles; the data is in shared memory, a few cycles away.)
 #pragma unroll 1
       for (int i = 0; i < VPT; ++i) {
+        if (g.col(i) >= g.cols) break;  // (past the row: never copied)
         float hf[VEC], gf[VEC];
         lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
         lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, gf);
@@ -524,7 +527,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
         }
       }
     }
-    // Padding (zero-filled h and dy) adds nothing to the sums.
+    // The partial vector's zero-filled tail adds nothing to the sums.
     DT dots = team_reduce<typename Dots::Op>(Dots::make(dot, gsum), g.team, scratch + 32 * parity);
     if constexpr (kCluster) dots = cx.reduce(dots, p.cluster, crank);
     parity ^= 1;
@@ -535,9 +538,18 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
       T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
       asm volatile("" : "+l"(dxrow), "+l"(dresrow));  // (as in issue)
-#pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        if (g.valid(i) == 0) continue;
+      // Vector i's dx (and dresidual) and its sums; kWhole: the vector lies
+      // inside the row -- straight 16-byte stores (the checked stores, with
+      // the element count recomputed for each, cost ~10 instructions a
+      // vector a row, SASS of the fp32 LayerNorm tile, CUDA 13.0). Tested
+      // a vector, not for the thread's whole tile: a thread short of its
+      // last vector (the power-of-two CTAs' threads past the row's end,
+      // 3/4 of fp32 5120's) takes the fast path for the vectors it holds.
+      // Not in the 16-bit 64-register tiles nor the 4-vector one, where
+      // the second copy of the body spilled 4-8 bytes (ptxas -v, CUDA 13.0).
+      constexpr bool kSplitOut = sizeof(T) == 4 || (kSmallCta && VPT == 2);
+      auto emit = [&](int i, auto whole) {
+        constexpr bool kWhole = decltype(whole)::value;
         float hf[VEC], df[VEC], out[VEC];
         lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
         lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, df);
@@ -585,8 +597,18 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
         }
         RawVec<T, VEC> o;
         o.narrow(out);
-        g.store(o, dxrow, i);
-        if (dresrow != nullptr) g.store(o, dresrow, i);
+        if constexpr (kWhole) {
+          o.store(dxrow + g.col(i));
+          if (dresrow != nullptr) o.store(dresrow + g.col(i));
+        } else {
+          g.store(o, dxrow, i);
+          if (dresrow != nullptr) g.store(o, dresrow, i);
+        }
+      };
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        if (kSplitOut && g.col(i) + VEC <= g.cols) emit(i, std::true_type{});
+        else if (g.valid(i) > 0) emit(i, std::false_type{});
       }
     }
     cur = cur + stage_bytes == wrap ? 0 : cur + stage_bytes;

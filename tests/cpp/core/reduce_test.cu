@@ -1,6 +1,7 @@
 // GPU tests of the reduction stack (quack/core/reduce.cuh): warp_reduce over
 // every team width, block_reduce over CTA sizes that are and are not powers of
-// two, team_reduce over teams of 1..1024 threads sharing a CTA,
+// two, team_reduce over teams of 1..1024 threads sharing a CTA (and teams
+// of whole warps in CTAs of any warp count),
 // cluster_reduce and RowReducer over every cluster size 1..16, for SumOp,
 // MaxOp, MaxSumOp and MaxSumMaxFirstOp (MaxSumOp's pair reduced max first
 // in a warp: the softmax forwards'), against a float64 reference on the
@@ -379,6 +380,25 @@ TEST_P(TeamReduce, EveryThreadOfATeamGetsTheTeamResult) {
       run_and_check<Op, int>(team_reduce_kernel<Op>, k, Shape{3, block, 0, team, team}, team);
     }
   });
+}
+
+// Teams of whole warps in CTAs of other warp counts: a fitted team that
+// owns its CTA (the pipelined norm backward's RowTuning::bwd_pipe_fit_team:
+// 96, 160, 640, 992 threads), and three teams of 64 sharing a CTA of 192
+// -- every warp reads its team's partials from its first warp.
+TEST(TeamReduceWholeWarps, EveryThreadOfATeamGetsTheTeamResultInCtasOfAnyWarpCount) {
+  QUACK_REQUIRE_SM90();
+  for (const OpKind k : {OpKind::kSum, OpKind::kMax, OpKind::kMaxSum, OpKind::kMaxSumMaxFirst}) {
+    with_op(k, [&](auto op) {
+      using Op = decltype(op);
+      for (const auto& [block, team] : {std::pair{96, 96}, std::pair{160, 160}, std::pair{640, 640},
+                                        std::pair{992, 992}, std::pair{192, 64}}) {
+        SCOPED_TRACE("op " + std::to_string(int(k)) + ", team of " + std::to_string(team) + " in a CTA of " +
+                     std::to_string(block));
+        run_and_check<Op, int>(team_reduce_kernel<Op>, k, Shape{3, block, 0, team, team}, team);
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, TeamReduce,
