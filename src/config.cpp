@@ -103,16 +103,23 @@ RowTuning default_row_tuning() {
   // passes (49ddfb4; 8 lost 1-5 points at N <= 1K there, 2K-8K
   // unreported).
   t.norm_fwd_vpt16_min_cols = 0;
-  // Shifted 16-bit rows from 2048 elements take 8 vectors a thread
+  // Shifted 16-bit rows from 3000 elements take 8 vectors a thread
   // (rmsnorm_sweep at a016783, NVIDIA H100, M*N = 2^28, % of copy, defaults
   // -> norm_fwd_vpt16_min_cols=2048, every other plan unchanged; logs/
   // 2026-12-05-shifted-vpt16-stages-sweep-a016783-h100-tables.md): RMSNorm
   // bf16 4100 / 4101 64.5 / 58.1 -> 79.8 / 79.0 (160 threads at 4 vectors
   // -> 96 at 8), LayerNorm bf16 with fp32 weight and bias 56.3 / 47.2 ->
   // 64.9 / 56.3 (the small CTA); 24580 .. 50257 the same plans (+-0.7%).
+  // Then (45219de, NVIDIA H200, this knob 2048 against 0; logs/
+  // 2026-12-05-norm-shifted-vpt16-45219de-h200-tables.md): RMSNorm bf16
+  // 3001 / 4100 / 4101 48.4 / 47.7 / 42.1 -> 65.0 / 61.1 / 60.2, LayerNorm
+  // 35.0 / 40.5 / 33.8 -> 41.7 / 46.7 / 40.2, but 2050 lost (RMSNorm 67.7
+  // -> 49.1, LayerNorm 42.3 -> 36.1: 2 warps of 64 threads for 33 at 8
+  // vectors against 3 at 4), so from 3000, the smallest width measured to
+  // win; 2051 .. 2999 unmeasured.
   // The aligned rows' knob stays off: it lost 0.4-1.1% at 2048-32768
   // (013ec5b, logs/2026-12-05-norm-vpt16-sweep-013ec5b-h100-tables.md).
-  t.norm_fwd_shift_vpt16_min_cols = 2048;
+  t.norm_fwd_shift_vpt16_min_cols = 3000;
   t.reg_wide_team = 1024;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /

@@ -612,7 +612,7 @@ std::vector<FwdCase> shifted_cases() {
                   .with(kRes, kF32).with(kResOut, kF32).with(kW, kF32));
   v.push_back(FwdCase("N2051_bf16_M64_f32w_b_rstd", 64, 2051, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
   // Each tile the shifted kernels are built with (the plans, H200 limits:
-  // 16-bit x at 4 vectors below 2048 columns (N1999, N999) and at 8 from
+  // 16-bit x at 4 vectors below 3000 columns (N1999, N999) and at 8 from
   // there (N4100, N6001: RowTuning::norm_fwd_shift_vpt16_min_cols), fp32
   // x at 8, an fp32 residual at 4, 16-bit x with a residual at 2 -- the
   // shifted cap -- and 8 with an fp32 weight in the small CTA).
