@@ -320,6 +320,9 @@ RowTuning default_row_tuning() {
   //   tiles -> the shifted bulk copy: bf16 4100 / 12301 48.0 / 60.5 -> 81.2
   //   / 83.3 (the prediction, within ~3 points of aligned 4096's 88.8,
   //   missed by 4-7 points), fp32 12301 (the stream) 88.5 -> 90.3.
+  // Bit 4 (the norm backward's shifted rows, fiftieth session) stays off:
+  // built and checked on the CPU machine only (no device was lent), its GPU
+  // cases and sweep not yet run (docs/KERNELS.md, "Shifted norm backward").
   t.shifted_rows = 15;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,

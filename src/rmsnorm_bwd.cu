@@ -79,6 +79,10 @@ constexpr int64_t kGeneralMaxWorkspace = int64_t(256) << 20;
 
 struct Plan {
   bool pipe = false;  // the pipelined kernel (cfg.stages > 0)
+  // ... of shifted rows (kShift), every P = 1 << shift_log2 rows a class
+  // of its own CTAs (shift_rows_log2)
+  bool shifted = false;
+  int shift_log2 = 0;
   bool reg = false;   // the register kernel with shared-memory accumulators
   bool w_f32 = false;
   RegRowConfig cfg;
@@ -100,9 +104,31 @@ struct Plan {
   NormGridConfig gcfg;
 };
 
+// Shifted rows (the pipelined kernel's kShift): h, dy, dx, dresidual_out
+// and dresidual (one dtype) start every row at one offset inside a 16-byte
+// vector, row for row (detail::same_vector_offsets: contiguous rows whose
+// pitch is not whole vectors, bf16 N = 4101; a misaligned base). A row's
+// offset repeats every P = 16 / gcd(16, pitch in bytes) rows: returns
+// log2 P (0: every row at the base's offset), or -1 where the operands'
+// offsets differ.
+int shift_rows_log2(const RMSNormBwdArgs& a) {
+  const int es = dtype_size(a.h.dtype);
+  using detail::same_vector_offsets;
+  const void* h = a.h.ptr;
+  const int64_t hs = a.h.row_stride;
+  if (!same_vector_offsets(h, hs, a.dy.ptr, a.dy.row_stride, es) ||
+      !same_vector_offsets(h, hs, a.dx.ptr, a.dx.row_stride, es) ||
+      !same_vector_offsets(h, hs, a.dresidual_out.ptr, a.dresidual_out.row_stride, es) ||
+      !same_vector_offsets(h, hs, a.dresidual.ptr, a.dresidual.row_stride, es))
+    return -1;
+  return RowClasses::period_log2(hs * es);
+}
+
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
 // dresidual) in one dtype, the weight in it or fp32, every operand 16-byte
-// aligned, rows within its tiles. Everything else takes the general kernel.
+// aligned, rows within its tiles; the pipelined kernel those and, where
+// RowTuning::shifted_rows bit 4 allows, shifted rows of one CTA.
+// Everything else takes the general kernel.
 Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   Plan plan;
   const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
@@ -116,11 +142,15 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
                  detail::vec_ok(a.dresidual_out.ptr, t, a.dresidual_out.row_stride, vec) &&
                  detail::vec_ok(a.dresidual.ptr, t, a.dresidual.row_stride, vec) &&
                  (a.weight.ptr == nullptr || uintptr_t(a.weight.ptr) % 16 == 0);
-  if (uniform && aligned) {
+  // Shifted rows (bit 4): the pipelined plan of N + VEC - 1 columns (the
+  // row from the 16-byte vector that holds its first element), where one
+  // CTA holds it.
+  const int shift_log2 = uniform && !aligned && (tune.shifted_rows & 16) ? shift_rows_log2(a) : -1;
+  if (uniform && (aligned || shift_log2 >= 0)) {
     plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
     NormBwdPipeProblem pp;
     pp.rows = a.rows;
-    pp.cols = a.cols;
+    pp.cols = a.cols + (aligned ? 0 : vec - 1);
     pp.x_elem_bytes = dtype_size(t);
     pp.weight = a.weight.ptr != nullptr;
     pp.tensors = a.dresidual_out.ptr != nullptr ? 3 : 2;
@@ -131,6 +161,21 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.pipe = choose_norm_bwd_pipe_config(pp, lim, tune, &plan.cfg) &&
                 check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;
+    if (!aligned) {
+      plan.pipe = plan.pipe && plan.cfg.cluster == 1;
+      plan.shifted = plan.pipe;
+      plan.shift_log2 = shift_log2;
+    }
+    if (plan.shifted) {
+      // P classes of rows, each its own CTAs (ops/rmsnorm_bwd.cuh, kShift):
+      // the resident CTAs shared out evenly, or one a row block where the
+      // rows are fewer.
+      const int64_t classes = int64_t(1) << shift_log2, teams = plan.cfg.teams_per_cta();
+      const int64_t class_blocks = ((a.rows + classes - 1) / classes + teams - 1) / teams;
+      const int64_t per_class =
+          plan.cfg.grid >= plan.cfg.row_blocks ? class_blocks : std::max<int64_t>(1, plan.cfg.grid / classes);
+      plan.cfg.grid = per_class * classes;
+    }
   }
   if (uniform && aligned && !plan.pipe) {
     RegRowProblem prob;
@@ -274,6 +319,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.partial = fallback_partial;  // the plan without the grid kernel
     }
     if (plan.pipe) {
+      p.shift_log2 = plan.shift_log2;
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
@@ -283,8 +329,8 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.teams = plan.cfg.teams_per_cta();
       p.db_sums = a.dbias.ptr != nullptr;
       return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
-        return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, device, stream,
-                                                                          &launched);
+        return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, plan.shifted,
+                                                                          device, stream, &launched);
       });
     }
     if (plan.reg) {
@@ -342,7 +388,8 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   }
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
-           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "");
+           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "") +
+           (plan.shifted ? " shifted classes=" + num(int64_t(1) << plan.shift_log2) : "");
   if (plan.reg)
     return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +
            num(c.vpt) + " grid=" + num(c.grid);

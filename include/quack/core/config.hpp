@@ -168,9 +168,14 @@ struct RowTuning {
   // RawVec::load_shifted), else the element-wise staged kernel. Bit 3:
   // cross-entropy's plain forward of shifted rows in the bulk-copy kernel
   // (ce_fwd_bulk_kernel's kShift) where the aligned rows' rules take it,
-  // rather than the register tiles. All four on by default (config.cpp
-  // cites the sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth
-  // session).
+  // rather than the register tiles. Bit 4: the RMSNorm / LayerNorm
+  // backward, in the pipelined kernel where one CTA holds the row (h, dy,
+  // dx and the residual gradients at one offset; each CTA walks one class
+  // of rows, every P-th, that share it: ops/rmsnorm_bwd.cuh, kShift), else
+  // the element-wise kernels. Bits 0-3 on by default (config.cpp cites the
+  // sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth session);
+  // bit 4 built in the fiftieth session without a device: off until
+  // measured.
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
@@ -467,6 +472,28 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 // threads an SM, 80 registers each, the db sums in registers (no shared
 // memory for them).
 constexpr int kNormBwdPipeSmallCtaThreads = 256;
+
+// Shifted rows in classes (the pipelined norm backward's kShift): rows
+// whose pitch is p bytes start at one offset inside a 16-byte vector every
+// P = 16 / gcd(16, p) rows, 1 << period_log2(p). Class c holds rows c,
+// c + P, c + 2P, ...; CTA b of a grid walks class of(b) as that class's
+// (b >> lg)-th of its ctas() CTAs. Every row is walked once where the grid
+// has at least P CTAs (NormBwdPlan.RowClassesWalkEveryRowOnce). Constexpr:
+// the kernel calls the same functions.
+struct RowClasses {
+  static constexpr int period_log2(int64_t pitch_bytes) {
+    const unsigned p = unsigned(pitch_bytes & 15);
+    int zeros = 0;  // gcd(16, p) = 1 << zeros
+    while (p != 0 && !((p >> zeros) & 1u)) ++zeros;
+    return p == 0 ? 0 : 4 - zeros;
+  }
+  static constexpr int of(unsigned cta, int lg) { return int(cta & ((1u << lg) - 1u)); }
+  static constexpr int64_t rows(int64_t rows, int c, int lg) { return rows > c ? ((rows - c - 1) >> lg) + 1 : 0; }
+  static constexpr int64_t row(int c, int64_t m, int lg) { return int64_t(c) + (m << lg); }
+  static constexpr int64_t ctas(unsigned grid, int c, int lg) {
+    return int64_t((grid - unsigned(c) + (1u << lg) - 1u) >> lg);
+  }
+};
 constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
 // The small-CTA kernel's 4-vector tile (16-bit x; tune.bwd_pipe_vpt16 = 4):
 // 32 elements a thread, their dw and db sums in 64 registers, so at most

@@ -72,6 +72,10 @@ struct RMSNormBwdParams {
   int team_log2;  // the pipelined kernel: ceil(log2 team) (a fitted team is below 1 << team_log2)
   int teams;      // and its teams a CTA
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
+  // The pipelined kernel's shifted rows (kShift): log2 of P, the rows after
+  // which a row's offset inside its 16-byte vector repeats (1 << shift_log2
+  // classes of rows, each walked by its own CTAs).
+  int shift_log2;
   int64_t row_blocks;
   // The grid kernel (2''): CTAs a row (ranks of a group), row groups, a
   // CTA's tile of 16-byte vectors, the rows a collect trails its publish,
@@ -363,7 +367,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // for every 4 elements of every row. Its 4-vector tile (16-bit x,
 // kNormBwdPipeWideVpt) is built for kNormBwdPipeWideThreadsPerSm threads an
 // SM, 128 registers.
-template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false>
+template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false, bool kShift = false>
 __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kRegRowMaxThreads,
                                   !kSmallCta                  ? 1
                                   : VPT == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm / kNormBwdPipeSmallCtaThreads
@@ -378,9 +382,48 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   using DT = typename Dots::T;
   extern __shared__ __align__(16) unsigned char smem[];
   const int crank = kCluster ? cluster_cta_rank() : 0;
+  static_assert(!(kShift && kCluster), "shifted rows: rows of one CTA");
+  // kShift (RowTuning::shifted_rows bit 4): rows that start inside a
+  // 16-byte vector, every operand at the same offset. A row's offset
+  // repeats every P = 1 << p.shift_log2 rows, so the rows fall into P
+  // classes (row % P), and CTA b walks only the rows of class b % P: all
+  // its rows share one offset s, and each thread's vectors -- the aligned
+  // 16-byte pieces from the one that holds the row's first element
+  // (RowGeom::shift: the row covers cols + s columns, the first s of them
+  // not the row's) -- hold the same columns of every row it walks, c - s
+  // for the piece's column c. So the kernel is the aligned one, with its
+  // row pointers s elements early, the head of the thread at column 0
+  // masked, and the per-column state (the weight, the dweight / dbias
+  // sums) at c - s. (Planned for N + VEC - 1 columns; a row of one CTA.)
+  // (The class and what follows from it are recomputed where used, from a
+  // volatile read of the CTA index: held across the row loop, the class's
+  // row count, step and bound spilled the 64-register 16-bit tiles, 8-16
+  // bytes, ptxas -v, CUDA 13.0.)
+  auto cls = [&]() -> int {
+    if constexpr (!kShift) return 0;
+    unsigned b;
+    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
+    return RowClasses::of(b, p.shift_log2);
+  };
+  auto shift = [&]() -> int {
+    if constexpr (!kShift) return 0;
+    const uintptr_t a = uintptr_t(p.h) + uintptr_t(int64_t(cls()) * p.h_stride * int64_t(sizeof(T)));
+    return int((a & 15u) / sizeof(T));
+  };
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
-  auto geom = [&]() { return RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.team, p.teams, p.cols, crank); };
+  auto geom = [&]() {
+    auto g = RowGeom<VEC, VPT>::make_pow2(p.team_log2, p.team, p.teams, p.cols, crank);
+    if constexpr (kShift) g.shift(shift());
+    return g;
+  };
+  // Rows: row m of this CTA's class is class_row(m); class_rows() of them
+  // (every row unshifted, the class alone shifted).
+  auto class_rows = [&]() -> int64_t {
+    if constexpr (!kShift) return p.rows;
+    return RowClasses::rows(p.rows, cls(), p.shift_log2);
+  };
+  auto class_row = [&](int64_t m) -> int64_t { return kShift ? RowClasses::row(cls(), m, p.shift_log2) : m; };
   // Scratch: the team reduction's [2][32] values, then (clustered) the
   // exchange's.
   ClusterExchange<typename Dots::Op> cx;
@@ -412,11 +455,13 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   // that every iteration waits for the same count).
   auto issue = [&](int64_t blk, uint32_t so) {
     const auto g = geom();
-    const int64_t row = blk * g.teams + g.team_id;
-    if (blk < p.row_blocks && row < p.rows) {
-      const T* hr = hbase + row * p.h_stride;
-      const T* dr = dybase + row * p.dy_stride;
-      const T* ro = ntens == 3 ? drobase + row * p.dres_out_stride : nullptr;
+    const int64_t m = blk * g.teams + g.team_id;
+    if (kShift ? m < class_rows() : blk < p.row_blocks && m < p.rows) {
+      const int64_t row = class_row(m);
+      const int s = shift();  // (0 unshifted)
+      const T* hr = hbase + row * p.h_stride - s;
+      const T* dr = dybase + row * p.dy_stride - s;
+      const T* ro = ntens == 3 ? drobase + row * p.dres_out_stride - s : nullptr;
       // Opaque row pointers: otherwise ptxas re-associates every vector's
       // address as (row * stride + column) * size + base, ~5 integer
       // instructions a copy where a row pointer and an offset take 1-2.
@@ -426,7 +471,9 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // zero-filling path cost ~30 instructions a vector more, SASS of the
       // fp32 LayerNorm tile); the row's partial last vector zero-filled;
       // none of a vector past the row's end (the same in every row: its
-      // slots are never read -- the sums below stop at it).
+      // slots are never read -- the sums below stop at it). A shifted row's
+      // first vector is copied whole, its head (the bytes before the row in
+      // that 16-byte piece, RowGeom::load's) masked where it is read.
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         if (g.col(i) + VEC <= g.cols) {
@@ -452,25 +499,38 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     else cp_async_wait_group<3>();
   };
 
-  // The weight, once, as fp32 w + weight_offset (0 past the row).
+  // The weight, once, as fp32 w + weight_offset (0 outside the row: past
+  // its end, and a shifted row's head).
   if constexpr (kWeight) {
     const auto g = geom();
+    const int s = shift();
     const TwOrT* w = static_cast<const TwOrT*>(p.w);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-      const int n = g.valid(i);
+      const int n = g.valid(i), lo = g.lo(i);
       float wf[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) wf[j] = j < n ? to_float(w[g.col(i) + j]) + p.weight_offset : 0.0f;
+      for (int j = 0; j < VEC; ++j)
+        wf[j] = j >= lo && j < n ? to_float(w[g.col(i) + j - s]) + p.weight_offset : 0.0f;
 #pragma unroll
       for (int q = 0; q < VEC / 4; ++q)
         sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
     }
   }
-  // This CTA's (cluster's) row blocks: every step-th from first.
-  const int64_t first = kCluster ? cluster_index() : int64_t(blockIdx.x);
-  const int64_t step = kCluster ? cluster_count() : int64_t(gridDim.x);
-  for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
+  // This CTA's (cluster's) row blocks: every step-th from first (shifted:
+  // of its class's blocks, the class's CTAs in turn).
+  const int64_t first = kCluster ? cluster_index() : int64_t(blockIdx.x >> (kShift ? p.shift_log2 : 0));
+  const int64_t aligned_step = kCluster ? cluster_count() : int64_t(gridDim.x);
+  auto step = [&]() -> int64_t {
+    if constexpr (kShift) return RowClasses::ctas(gridDim.x, cls(), p.shift_log2);
+    return aligned_step;
+  };
+  // The row blocks (shifted: the class's).
+  auto blocks = [&]() -> int64_t {
+    if constexpr (kShift) return (class_rows() + p.teams - 1) / p.teams;
+    return p.row_blocks;
+  };
+  for (int s = 0; s < stages - 1; ++s) issue(first + s * step(), uint32_t(s) * stage_bytes);
 
   float aw[E], ab[kSmallCta ? E : 1];
 #pragma unroll
@@ -499,14 +559,15 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       }
     }
   };
-  for (int64_t blk = first; blk < p.row_blocks; blk += step) {
+  for (int64_t blk = first; blk < blocks(); blk += step()) {
     // The stage this thread read in the last iteration takes the block
     // stages - 1 ahead.
-    issue(blk + int64_t(stages - 1) * step, cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
+    issue(blk + int64_t(stages - 1) * step(), cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
     wait();
     const auto g = geom();
-    const int64_t row = blk * g.teams + g.team_id;
-    const bool active = row < p.rows;
+    const int64_t m = blk * g.teams + g.team_id;
+    const bool active = m < class_rows();
+    const int64_t row = class_row(m);
     float rstd = 0.0f, mean = 0.0f, dot = 0.0f, gsum = 0.0f;
     if (active) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
@@ -517,8 +578,22 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       for (int i = 0; i < VPT; ++i) {
         if (g.col(i) >= g.cols) break;  // (past the row: never copied)
         float hf[VEC], gf[VEC];
-        lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
-        lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, gf);
+        if constexpr (kShift) {
+          // A shifted row's head (what precedes the row in its first
+          // 16-byte piece: any bits) zeroed, so that it adds nothing to the
+          // sums; its dx is not stored.
+          RawVec<T, VEC> hv, dv;
+          lds<16>(my0 + cur + uint32_t(i) * vstride, hv.w);
+          lds<16>(my0 + cur + uint32_t(VPT + i) * vstride, dv.w);
+          const int lo = i == 0 ? g.lo(0) : 0;
+          hv.fill_head(lo, 0u);
+          dv.fill_head(lo, 0u);
+          hv.widen(hf);
+          dv.widen(gf);
+        } else {
+          lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
+          lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, gf);
+        }
         scale(i, gf);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
@@ -535,8 +610,9 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // (1 / N from the host: a division a row is ~15 instructions, a slow
       // path and a call; a register held across the loop spilled.)
       const float c = Dots::gh(dots) * rstd * p.inv_cols, gm = kCentre ? Dots::g_mean(dots, 1.0f) * p.inv_cols : 0.0f;
-      T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride;
-      T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride : nullptr;
+      const int s = shift();
+      T* dxrow = static_cast<T*>(p.dx) + row * p.dx_stride - s;
+      T* dresrow = p.dres != nullptr ? static_cast<T*>(p.dres) + row * p.dres_stride - s : nullptr;
       asm volatile("" : "+l"(dxrow), "+l"(dresrow));  // (as in issue)
       // Vector i's dx (and dresidual) and its sums; kWhole: the vector lies
       // inside the row -- straight 16-byte stores (the checked stores, with
@@ -607,8 +683,8 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       };
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        if (kSplitOut && g.col(i) + VEC <= g.cols) emit(i, std::true_type{});
-        else if (g.valid(i) > 0) emit(i, std::false_type{});
+        if (kSplitOut && g.col(i) + VEC <= g.cols && g.lo(i) == 0) emit(i, std::true_type{});
+        else if (g.valid(i) > g.lo(i)) emit(i, std::false_type{});
       }
     }
     cur = cur + stage_bytes == wrap ? 0 : cur + stage_bytes;
@@ -617,7 +693,8 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   if constexpr (kCluster) cx.finish();
   if (!grads) return;
   const auto g = geom();
-  float2* out = p.partial + first * p.cols;
+  // (Shifted: this CTA's partial row, its element c - s for column c.)
+  float2* out = p.partial + (kShift ? int64_t(blockIdx.x) : first) * p.cols - shift();
   // dw and db of this thread's element e.
   auto sums = [&](int e, float& w, float& b) {
     w = aw[e];
@@ -631,12 +708,12 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   if (g.teams == 1) {
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-      const int n = g.valid(i);
+      const int n = g.valid(i), lo = g.lo(i);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         float w, b;
         sums(i * VEC + j, w, b);
-        if (j < n) out[g.col(i) + j] = make_float2(w, b);
+        if (j >= lo && j < n) out[g.col(i) + j] = make_float2(w, b);
       }
     }
     return;
@@ -656,10 +733,10 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   if (g.team_id != 0) return;
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
-    const int n = g.valid(i);
+    const int n = g.valid(i), lo = g.lo(i);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      if (j >= n) continue;
+      if (j < lo || j >= n) continue;
       float2 sum = make_float2(0.0f, 0.0f);
       for (int k = 0; k < g.teams; ++k) {
         float v[2];
@@ -1317,15 +1394,46 @@ constexpr int rmsnorm_bwd_pipe_max_vpt(DType x, bool centre) {
 // The pipelined kernel (cfg.stages > 0): a persistent grid of cfg.grid CTAs
 // (the resident ones); rows past one CTA (cfg.cluster > 1) at 2 vectors a
 // thread, or 4 in small CTAs (kNormBwdPipeWideVpt), in clusters, clamped at
-// launch to the clusters that fit.
+// launch to the clusters that fit. shifted: the rows start inside a
+// 16-byte vector (kShift; p.shift_log2), rows of one CTA only.
 template <DType kX, bool kCentre>
-Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, int device,
-                               cudaStream_t stream, int64_t* launched) {
+Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, bool shifted,
+                               int device, cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
+  // The unclustered tiles of shifted rows.
+  auto shifted_tile = [&](auto tw, auto small_cta) -> Status {
+    using Tw = typename decltype(tw)::type;
+    constexpr bool kSmallCta = decltype(small_cta)::value;
+    constexpr int kWide = kSmallCta && rmsnorm_bwd_pipe_max_vpt(kX, kCentre) == kNormBwdPipeWideVpt
+                              ? kNormBwdPipeWideVpt
+                              : kRMSNormBwdPipeMaxVpt;
+    if (cfg.cluster != 1)
+      return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel of shifted rows in clusters"};
+    if (cfg.vpt == 1) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta, true>, cache, device,
+                                     shape, stream, p);
+    }
+    if (cfg.vpt == 2) {
+      static core::KernelAttrCache cache;
+      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta, true>, cache, device,
+                                     shape, stream, p);
+    }
+    if constexpr (kWide == kNormBwdPipeWideVpt) {
+      if (cfg.vpt == kWide) {
+        static core::KernelAttrCache cache;
+        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, false, true, true>, cache,
+                                       device, shape, stream, p);
+      }
+    }
+    return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel of shifted rows with " +
+                                    std::to_string(cfg.vpt) + " vectors per thread"};
+  };
   auto tile = [&](auto tw, auto small_cta) -> Status {
     using Tw = typename decltype(tw)::type;
     constexpr bool kSmallCta = decltype(small_cta)::value;
+    if (shifted) return shifted_tile(tw, small_cta);
     if (cfg.vpt == 1 && cfg.cluster == 1) {
       static core::KernelAttrCache cache;
       return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta>, cache, device, shape,
@@ -1404,8 +1512,8 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& 
 #define QUACK_RMSNORM_BWD_INSTANTIATION(EXTERN, DT, CENTRE)                                                        \
   EXTERN template Status launch_rmsnorm_bwd_reg<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
                                                             cudaStream_t, int64_t*);                              \
-  EXTERN template Status launch_rmsnorm_bwd_pipe<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, int, \
-                                                             cudaStream_t, int64_t*);                             \
+  EXTERN template Status launch_rmsnorm_bwd_pipe<DT, CENTRE>(const RMSNormBwdParams&, const RegRowConfig&, bool, bool, \
+                                                             int, cudaStream_t, int64_t*);                        \
   EXTERN template Status launch_rmsnorm_bwd_grid<DT, CENTRE>(const RMSNormBwdParams&, const NormGridConfig&, bool, \
                                                              int, cudaStream_t, bool*);
 #ifndef QUACK_RMSNORM_BWD_TU

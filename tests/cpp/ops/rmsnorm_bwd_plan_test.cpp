@@ -4,11 +4,13 @@
 // invariants for every row length it serves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
@@ -29,6 +31,8 @@ struct Call {
   bool dres_out = false;
   int64_t x_offset = 0;   // elements past a 256-byte boundary (1: misaligned)
   int bias = -1;          // dbias asked for (-1: for LayerNorm only, as the benchmarks do)
+  int64_t pad = 0;        // every matrix's row stride is N + pad
+  bool offset_all = false;  // every matrix at x_offset, not h's alone
 };
 
 // Arguments with fake device pointers (the plan reads none: only their
@@ -38,15 +42,16 @@ RMSNormBwdArgs args_of(const Call& c, bool layernorm) {
   RMSNormBwdArgs a;
   a.rows = c.rows;
   a.cols = c.cols;
-  a.h = {at(1, c.x_offset, c.x), c.x, c.cols};
-  a.dy = {at(2, 0, c.x), c.x, c.cols};
-  a.dx = {at(3, 0, c.x), c.x, c.cols};
+  const int64_t stride = c.cols + c.pad, off = c.offset_all ? c.x_offset : 0;
+  a.h = {at(1, c.x_offset, c.x), c.x, stride};
+  a.dy = {at(2, off, c.x), c.x, stride};
+  a.dx = {at(3, off, c.x), c.x, stride};
   if (c.weight) {
     a.weight = {at(4, 0, c.w), c.w};
     a.dweight = {at(5, 0, c.w), c.w};
   }
   if (c.bias > 0 || (c.bias < 0 && layernorm)) a.dbias = {at(6, 0, c.w), c.w};
-  if (c.dres_out) a.dresidual_out = {at(7, 0, c.x), c.x, c.cols};
+  if (c.dres_out) a.dresidual_out = {at(7, off, c.x), c.x, stride};
   a.rstd = static_cast<const float*>(at(8, 0, kF32));
   return a;
 }
@@ -498,6 +503,142 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   set_row_tuning(&t);
   EXPECT_EQ(plan({65536, 4096, kBF16, kF32}).vpt, 4);
   EXPECT_EQ(plan({65536, 512, kBF16, kF32}, true).vpt, 4);
+}
+
+// The pipelined kernel's walk of shifted rows (RowClasses, the kernel's own
+// functions): every row of a class starts at one offset in its 16-byte
+// vector, P is the offset's period (rows P / 2 apart differ), and with at
+// least P CTAs -- a multiple of P or not -- every row is walked exactly
+// once, by a CTA of its class.
+TEST_F(NormBwdPlan, RowClassesWalkEveryRowOnce) {
+  for (const int64_t es : {2, 4})
+    for (int64_t stride = 1; stride <= 40; ++stride) {
+      const int lg = RowClasses::period_log2(stride * es);
+      const int64_t period = int64_t(1) << lg, pitch = stride * es;
+      for (int64_t base = 0; base < 16; base += es) {
+        for (int64_t r = 0; r < 64; ++r)
+          EXPECT_EQ((base + r * pitch) % 16, (base + (r % period) * pitch) % 16) << es << " " << stride << " " << r;
+        if (lg > 0) {
+          EXPECT_NE((base + (period / 2) * pitch) % 16, base % 16) << es << " " << stride;
+        }
+      }
+    }
+  for (int lg = 0; lg <= 3; ++lg)
+    for (const int64_t rows : {0, 1, 2, 5, 7, 8, 9, 31, 100, 1001})
+      for (const int teams : {1, 3, 8})
+        for (const unsigned grid : {1u << lg, (1u << lg) + 1, 2u << lg, 13u, 128u, 132u}) {
+          if (grid < (1u << lg)) continue;
+          std::vector<int> visits(size_t(rows), 0);
+          for (unsigned b = 0; b < grid; ++b) {
+            const int c = RowClasses::of(b, lg);
+            const int64_t class_rows = RowClasses::rows(rows, c, lg), blocks = (class_rows + teams - 1) / teams;
+            const int64_t step = RowClasses::ctas(grid, c, lg);
+            ASSERT_GE(step, 1);
+            for (int64_t blk = int64_t(b >> lg); blk < blocks; blk += step)
+              for (int t = 0; t < teams; ++t) {
+                const int64_t m = blk * teams + t;
+                if (m >= class_rows) continue;
+                const int64_t row = RowClasses::row(c, m, lg);
+                ASSERT_TRUE(row >= 0 && row < rows) << row;
+                EXPECT_EQ(row % (int64_t(1) << lg), c);
+                ++visits[size_t(row)];
+              }
+          }
+          EXPECT_EQ(std::count(visits.begin(), visits.end(), 1), rows)
+              << "lg=" << lg << " rows=" << rows << " teams=" << teams << " grid=" << grid;
+        }
+}
+
+// Shifted rows (RowTuning::shifted_rows bit 4, off by default): with the
+// bit, rows that start inside a 16-byte vector, every matrix at one offset,
+// take the pipelined kernel at the tile of N + VEC - 1 aligned columns
+// where that tile is one CTA, its grid a whole number of CTAs for each of
+// the P classes of rows (P = 16 / gcd(16, pitch bytes)); rows whose tile
+// would be clustered, mixed offsets or dtypes stay element by element.
+TEST_F(NormBwdPlan, ShiftedRows) {
+  // Off by default: odd rows take the general kernel.
+  EXPECT_EQ(plan({65536, 4101, kBF16, kBF16}).kind, "general");
+  EXPECT_EQ(plan({65536, 4101, kF32, kF32}, true).kind, "general");
+  RowTuning t = default_row_tuning();
+  t.shifted_rows |= 16;
+  set_row_tuning(&t);
+  struct Cell {
+    Call call;
+    bool layernorm;
+    int classes;  // 0: not shifted (the general kernel)
+  };
+  const Cell cells[] = {
+      {{65536, 4101, kBF16, kBF16}, false, 8},
+      {{65536, 4101, kBF16, kF32}, true, 8},
+      {{65536, 4101, kF32, kF32}, false, 4},
+      {{65536, 2001, kF32, kF32, true, true}, true, 4},  // dresidual_out
+      {{65536, 4101, kF32, kF32, true, true}, true, 0},  // ... whose 1024-thread stages do not fit one CTA
+      {{65536, 4098, kBF16, kBF16}, false, 4},
+      {{65536, 4100, kBF16, kBF16}, false, 2},
+      {{65536, 4102, kF32, kF32}, false, 2},
+      {{65536, 63, kBF16, kBF16}, false, 8},             // sub-warp teams
+      {{3, 4101, kF16, kF16}, false, 8},                 // fewer rows than classes
+      {{65536, 4096, kBF16, kBF16, true, false, 3, -1, 0, true}, false, 1},  // every row 3 elements in
+      {{65536, 2000, kF16, kF16, true, false, 1, -1, 3, true}, true, 8},     // and an odd pitch
+      {{65536, 16383, kBF16, kBF16}, false, 0},   // N + 7 needs a cluster
+      {{65536, 4101, kBF16, kBF16, true, false, 1}, false, 0},  // h alone off by one element
+  };
+  for (const Cell& c : cells) {
+    const Kernel k = plan(c.call, c.layernorm);
+    SCOPED_TRACE(std::to_string(c.call.cols) + (c.layernorm ? " LayerNorm: " : " RMSNorm: ") + k.text);
+    if (c.classes == 0) {
+      EXPECT_EQ(k.kind, "general");
+      continue;
+    }
+    ASSERT_EQ(k.kind, "pipe");
+    EXPECT_NE(k.text.find(" shifted classes=" + std::to_string(c.classes)), std::string::npos);
+    EXPECT_EQ(k.cluster, 1);
+    EXPECT_EQ(k.grid % c.classes, 0);
+    // The tile of the N + VEC - 1 columns from the first element's vector,
+    // rows of that length aligned (their pitch padded to whole vectors).
+    const int vec = c.call.x == kF32 ? 4 : 8;
+    Call aligned = c.call;
+    aligned.cols = c.call.cols + vec - 1;
+    aligned.pad = (vec - aligned.cols % vec) % vec;
+    aligned.x_offset = 0;
+    aligned.offset_all = false;
+    const Kernel a = plan(aligned, c.layernorm);
+    EXPECT_EQ(a.kind, "pipe") << a.text;
+    EXPECT_EQ(k.team, a.team) << a.text;
+    EXPECT_EQ(k.threads, a.threads) << a.text;
+    EXPECT_EQ(k.vpt, a.vpt) << a.text;
+    EXPECT_EQ(k.stages, a.stages) << a.text;
+    EXPECT_EQ(k.smem, a.smem) << a.text;
+    EXPECT_EQ(a.text.find("shifted"), std::string::npos) << a.text;
+    // The resident CTAs shared out by class (the aligned grid rounded down
+    // to whole classes), or a CTA a row block of each class where the rows
+    // are fewer.
+    const int64_t teams = k.threads / k.team;
+    const int64_t class_blocks = ((c.call.rows + c.classes - 1) / c.classes + teams - 1) / teams;
+    if (a.grid < (c.call.rows + teams - 1) / teams) {
+      EXPECT_EQ(k.grid, a.grid / c.classes * c.classes) << a.text;
+    } else {
+      EXPECT_EQ(k.grid, class_blocks * c.classes) << a.text;
+    }
+  }
+  // The workspace holds a partial row for each launched CTA.
+  RMSNormBwdArgs a = args_of({3, 4101, kF16, kF16}, false);
+  EXPECT_GE(rmsnorm_bwd_workspace_bytes(a, DeviceLimits{}), size_t(8) * 4101 * 8);
+  // Odd rows of every length up to 20K: the shifted pipelined kernel wherever the
+  // tile of N + VEC - 1 columns is one CTA, else the general kernel.
+  for (const DType x : {kBF16, kF32})
+    for (int64_t n = 1; n <= 20000; n += (n < 300 ? 2 : 74)) {
+      const Kernel k = plan({65536, n, x, x});
+      const int vec = x == kF32 ? 4 : 8;
+      Call aligned{65536, n + vec - 1, x, x};
+      aligned.pad = (vec - aligned.cols % vec) % vec;
+      const Kernel a = plan(aligned);
+      const bool one_cta = a.kind == "pipe" && a.cluster == 1;
+      EXPECT_EQ(k.kind, one_cta ? "pipe" : "general") << n << " " << k.text << " / " << a.text;
+      if (one_cta) {
+        EXPECT_GE(int64_t(a.team) * a.vpt * vec, n + vec - 1) << n;
+      }
+    }
 }
 
 // The grid kernel (src/config.cpp: aligned rows of one dtype, fp32 past

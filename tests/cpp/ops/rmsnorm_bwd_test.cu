@@ -16,7 +16,10 @@
 // clusters up to 16 CTAs at N = 256K), the general kernel
 // (misaligned pointers, odd strides, mixed dtypes, rows beyond the register
 // tiles), every optional operand, weight_offset, fp32 weights for 16-bit
-// rows, and rows = 0 (weight gradients of zero).
+// rows, and rows = 0 (weight gradients of zero). Shifted rows (every matrix
+// at one offset inside a 16-byte vector: odd N, a misaligned base) take the
+// general kernel by default and the pipelined kernel's shifted rows under
+// RowTuning::shifted_rows bit 4 (ShiftedRowsMatchFloat64).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,7 +56,15 @@ struct BwdCase {
   int64_t pad = 0;           // row stride = N + pad for every matrix
   DType dy_t = DType(-1);    // != t: mixed dtypes
   DType dx_t = DType(-1);
+  bool offset_all = false;   // every matrix starts `offset` elements past its guard (h's alone otherwise)
 };
+
+// A case whose every matrix starts `offset` elements into a 16-byte vector
+// (shifted rows from a misaligned base).
+BwdCase offset_all(BwdCase c) {
+  c.offset_all = true;
+  return c;
+}
 
 std::vector<BwdCase> cases() {
   std::vector<BwdCase> v;
@@ -144,6 +155,32 @@ std::vector<BwdCase> cases() {
   add({"N262147_bf16_M9_grid_tail", 9, 262147, kBF16, kBF16, true, true, true, false, false, 0.0f, 0, 5});
   add({"N139264_f16_M3_grid_rows_lt_groups", 3, 139264, kF16, kF16, true, true, true, true, true});
   add({"N393216_bf16_M40_grid_noweight_dbias", 40, 393216, kBF16, kBF16, false, false, true});
+  // Shifted rows (ShiftedRowsMatchFloat64, RowTuning::shifted_rows bit 4):
+  // every row starting inside a 16-byte vector, every matrix at the same
+  // offset, so the pipelined kernel walks each class of rows (every P-th)
+  // in its own CTAs from the vector that holds the row's first element.
+  // Odd contiguous rows (P = 8 for 16-bit, 4 for fp32): bf16 4101 with
+  // dbias, fp32 4101 with dresidual and 2001 with both residual gradients
+  // (4101's three staged tensors do not fit one CTA), bf16 with an fp32 weight
+  // and a weight offset, fp16 without a weight; short rows of sub-warp teams
+  // sharing a CTA (63, 7 columns); rows of an even pitch (bf16 4098: P = 4;
+  // 4100: P = 2); a misaligned base with whole-vector pitches (P = 1, every
+  // row 3 elements in), and with an odd padded pitch (P = 8); fewer rows
+  // than classes. Then odd rows the kernel does not hold in one CTA (bf16
+  // 16383: its N + 7 columns need a cluster), which stay element by element.
+  add({"N4101_bf16_M600_shift", 600, 4101, kBF16, kBF16});
+  add({"N4101_f32_M300_dres_shift", 300, 4101, kF32, kF32, true, true, true, false, true});
+  add({"N2001_f32_M400_dres_out_dres_shift", 400, 2001, kF32, kF32, true, true, true, true, true});
+  add({"N5123_bf16_M1000_fp32w_offset_shift", 1000, 5123, kBF16, kF32, true, true, true, false, false, 1.0f});
+  add({"N1001_f16_M2000_noweight_dbias_shift", 2000, 1001, kF16, kF16, false, false, true});
+  add({"N63_bf16_M5000_dres_out_shift", 5000, 63, kBF16, kBF16, true, true, true, true, false});
+  add({"N7_f32_M3000_shift", 3000, 7, kF32, kF32});
+  add({"N4098_bf16_M700_shift", 700, 4098, kBF16, kBF16, true, true, false});
+  add({"N4100_f16_M500_fp32w_shift", 500, 4100, kF16, kF32});
+  add(offset_all({"N4096_bf16_M300_base3_shift", 300, 4096, kBF16, kBF16, true, true, true, true, true, 0.0f, 3}));
+  add(offset_all({"N2000_f16_M77_base1_pad3_shift", 77, 2000, kF16, kF16, true, true, true, false, false, 0.5f, 1, 3}));
+  add({"N3001_f32_M5_few_rows_shift", 5, 3001, kF32, kF32, true, true, true, true, false});
+  add({"N16383_bf16_M40_odd_past_one_cta", 40, 16383, kBF16, kBF16});
   return v;
 }
 
@@ -180,7 +217,8 @@ double tiny_of(DType t) { return t == kF16 ? std::ldexp(1.0, -24) : std::ldexp(1
 enum class InPlace { kNone, kOverDy, kOverH };
 
 // want_in_plan: words the call's plan (norm_bwd_plan_description) must
-// contain, or the test fails (empty: not checked).
+// contain, or the test fails (empty: not checked); '&' between pieces that
+// must each be there.
 void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "", InPlace in_place = InPlace::kNone) {
   const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
   const int64_t M = test::case_rows(c.rows, c.cols), N = c.cols, stride = N + c.pad;
@@ -211,8 +249,9 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
     rstd[size_t(r)] = float(1.0 / std::sqrt(ss / double(N) + 1e-6));
   }
 
-  GuardedTensor th({c.t, M, N, stride, c.offset}), tdy({dy_t, M, N, stride, 0}), tdx({dx_t, M, N, stride, 0});
-  GuardedTensor tdro({c.t, c.dres_out ? M : 0, N, stride, 0}), tdres({c.t, c.dres ? M : 0, N, stride, 0});
+  const int64_t off = c.offset_all ? c.offset : 0;  // the other matrices'
+  GuardedTensor th({c.t, M, N, stride, c.offset}), tdy({dy_t, M, N, stride, off}), tdx({dx_t, M, N, stride, off});
+  GuardedTensor tdro({c.t, c.dres_out ? M : 0, N, stride, off}), tdres({c.t, c.dres ? M : 0, N, stride, off});
   GuardedTensor tw({c.wt, 1, N, N, 0}), tdw({c.wt, 1, N, N, 0}), tdb({c.wt, 1, N, N, 0}), trstd({kF32, 1, M, M, 0});
   GuardedTensor tmean({kF32, 1, M, M, 0});
   for (const GuardedTensor* t : {&th, &tdy, &tdx, &tdro, &tdres, &tw, &tdw, &tdb, &trstd, &tmean})
@@ -251,7 +290,12 @@ void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "
   a.weight_offset = c.weight_offset;
   if (!want_in_plan.empty()) {
     const std::string plan = norm_bwd_plan_description(a, centre, DeviceLimits{});
-    ASSERT_NE(plan.find(want_in_plan), std::string::npos) << "the call does not take the kernel under test: " << plan;
+    for (size_t at = 0; at <= want_in_plan.size();) {
+      const size_t end = std::min(want_in_plan.find('&', at), want_in_plan.size());
+      ASSERT_NE(plan.find(want_in_plan.substr(at, end - at)), std::string::npos)
+          << "the call does not take the kernel under test (" << want_in_plan << "): " << plan;
+      at = end + 1;
+    }
   }
   size_t ws_bytes = 0;
   {
@@ -495,6 +539,41 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
   t.bwd_grid_stages16 = t.bwd_grid_stages32 = 2;
   t.bwd_grid_lag = 1;
   run_both_under(t, GetParam(), "stages=2 lag=1", serves);
+}
+
+// Shifted rows (RowTuning::shifted_rows bit 4, off by default until
+// measured): the "_shift" cases must take the pipelined kernel's shifted
+// rows (the plan says "shifted"), at the default tiles, in place (dx over
+// dy: the head of a row's first vector is the previous row's tail, which
+// other CTAs write meanwhile), at one vector a thread (up to 1024 vectors;
+// two beyond) with up to four stages in the 64-register kernel, and at 4
+// vectors in small CTAs (16-bit x; not
+// fp16 LayerNorm, which has no small CTA); every other case runs under the
+// same tunings and must stay right wherever it goes.
+TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.shifted_rows |= 16;
+  const auto shifted = [](const BwdCase& c, bool) { return c.name.find("_shift") != std::string::npos; };
+  run_both_under(t, GetParam(), " shifted", shifted);
+  if (HasFatalFailure()) return;
+  if (shifted(GetParam(), false)) {
+    TuningScope scope(t);
+    run_case(GetParam(), false, " shifted", InPlace::kOverDy);
+    if (HasFatalFailure()) return;
+  }
+  RowTuning one = t;
+  one.bwd_pipe_stages = 4;
+  one.bwd_pipe_vpt16 = one.bwd_pipe_vpt32 = 1;
+  one.bwd_pipe_db_regs = one.bwd_pipe_small_cta = 0;
+  run_both_under(one, GetParam(), " shifted", shifted);
+  if (HasFatalFailure()) return;
+  RowTuning four = t;
+  four.bwd_pipe_vpt16 = 4;
+  four.bwd_pipe_wide_min_cols = four.bwd_pipe_wide_min_cols_ln = 0;
+  run_both_under(four, GetParam(), "vpt=4& shifted", [](const BwdCase& c, bool centre) {
+    return c.name.find("_shift") != std::string::npos && c.t != kF32 && !(centre && c.t == kF16);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
