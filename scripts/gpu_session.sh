@@ -33,6 +33,12 @@
 #              (bf16, fp32) at odd N beside aligned neighbours, the
 #              defaults and shifted_rows=15 side by side (set SWEEP_TUNES
 #              to a variant now that 15 is the default)
+#   norm_bwd_shifted  the fiftieth session's shifted rows of the norm
+#              backward (RowTuning::shifted_rows bit 4, off by default):
+#              `cases` of RMSNormBwdGpu.ShiftedRowsMatchFloat64, memcheck
+#              and initcheck over its "_shift" cases, then rmsnorm_bwd_sweep
+#              (RMSNorm, LayerNorm; bf16, fp32) at odd N beside aligned
+#              neighbours, the defaults and shifted_rows=31 side by side
 #   bwd_swings  why the norm backward's power-of-two plans swing between
 #              widths (the forty-seventh session's widths): the widths at
 #              M*N = 2^27 and 2^28, the defaults and bwd_pipe_fit_team=1,
@@ -229,6 +235,23 @@ for part in $parts; do
         SWEEP_OPS=${SWEEP_OPS:-rmsnorm layernorm cross_entropy} \
         SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=15} \
         SWEEP_NS=${SWEEP_NS:-$n_odd} CE_NS=${CE_NS:-4096 4100 8192 8200 12288 12301 16384 16392} \
+        bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
+    norm_bwd_shifted)
+      # The fiftieth session's shifted rows of the norm backward
+      # (RowTuning::shifted_rows bit 4, built without a device, off by
+      # default): `cases` of RMSNormBwdGpu.ShiftedRowsMatchFloat64 (every
+      # case under the bit; the "_shift" ones must take the shifted plan,
+      # in place too, at three tunings), memcheck and initcheck over the
+      # "_shift" cases, then rmsnorm_bwd_sweep (RMSNorm, LayerNorm; bf16,
+      # fp32) at odd N beside aligned neighbours -- N + VEC - 1 rounded up is
+      # the shifted row's tile (4101 -> 4104's), the defaults (element by
+      # element) and shifted_rows=31 side by side.
+      n_odd="1024 1025 2048 2049 4096 4101 4104 5120 5123 8191 8192"
+      CASES_FILTER=${CASES_FILTER:-'*RMSNormBwdGpu.ShiftedRows*'} \
+        SANITIZE_FILTER=${SANITIZE_FILTER:-'*RMSNormBwdGpu.ShiftedRows*_shift'} \
+        SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150} SANITIZE_DEADLINE=${SANITIZE_DEADLINE:-90} \
+        SWEEP_OPS=${SWEEP_OPS:-rmsnorm_bwd layernorm_bwd} SWEEP_DTYPES=${SWEEP_DTYPES:-bf16 f32} \
+        SWEEP_TUNES=${SWEEP_TUNES:-shifted_rows=31} SWEEP_NS=${SWEEP_NS:-$n_odd} \
         bash "$root/scripts/gpu_session.sh" "$commit" cases sanitize initcheck sweep || status=1 ;;
     bwd_swings)
       # The forty-seventh session's open question (docs/KERNELS.md, model
