@@ -130,9 +130,12 @@ struct RowGeom {
   __host__ __device__ __forceinline__ static int first_col(int team, int t, int crank) {
     return (crank * VPT * team + t) * VEC;
   }
-  // This thread's last vector ends inside the row.
-  __host__ __device__ __forceinline__ bool ends_inside() const { return col0 + (VPT - 1) * col_step + VEC <= cols; }
   __host__ __device__ __forceinline__ int col(int i) const { return col0 + i * col_step; }
+  // Vector i lies wholly inside the row's columns (a shifted row's: its
+  // head vector too, masked by lo()).
+  __host__ __device__ __forceinline__ bool inside(int i) const { return col(i) + VEC <= cols; }
+  // This thread's last vector ends inside the row.
+  __host__ __device__ __forceinline__ bool ends_inside() const { return inside(VPT - 1); }
   // Elements of vector i before the row: head for vector 0, else 0.
   __host__ __device__ __forceinline__ int lo(int i) const { return i == 0 ? head : 0; }
   // Elements of vector i inside the row: VEC, fewer for the row's last

@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // that 16-byte piece, RowGeom::load's) masked where it is read.
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        if (g.col(i) + VEC <= g.cols) {
+        if (g.inside(i)) {
           cp_async16(my0 + so + uint32_t(i) * vstride, hr + g.col(i));
           cp_async16(my0 + so + uint32_t(VPT + i) * vstride, dr + g.col(i));
           if (ntens == 3) cp_async16(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i));
@@ -683,7 +683,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       };
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        if (kSplitOut && g.col(i) + VEC <= g.cols && g.lo(i) == 0) emit(i, std::true_type{});
+        if (kSplitOut && g.inside(i) && g.lo(i) == 0) emit(i, std::true_type{});
         else if (g.valid(i) > g.lo(i)) emit(i, std::false_type{});
       }
     }
