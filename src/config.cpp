@@ -322,7 +322,8 @@ RowTuning default_row_tuning() {
   //   missed by 4-7 points), fp32 12301 (the stream) 88.5 -> 90.3.
   // Bit 4 (the norm backward's shifted rows, fiftieth session) stays off:
   // built and checked on the CPU machine only (no device was lent), its GPU
-  // cases and sweep not yet run (docs/KERNELS.md, "Shifted norm backward").
+  // cases and sweep not yet run (docs/KERNELS.md, "The norm backward's
+  // shifted rows").
   t.shifted_rows = 15;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,

@@ -472,7 +472,14 @@ const char* check_norm_bwd_config(const RegRowConfig& cfg, const RegRowProblem& 
 // threads an SM, 80 registers each, the db sums in registers (no shared
 // memory for them).
 constexpr int kNormBwdPipeSmallCtaThreads = 256;
-
+constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
+// The small-CTA kernel's 4-vector tile (16-bit x; tune.bwd_pipe_vpt16 = 4):
+// 32 elements a thread, their dw and db sums in 64 registers, so at most
+// kNormBwdPipeWideThreadsPerSm threads an SM, 128 registers each (the
+// layout QuACK's backward takes: twice the elements a thread past each row
+// reduction).
+constexpr int kNormBwdPipeWideVpt = 4;
+constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 // Shifted rows in classes (the pipelined norm backward's kShift): rows
 // whose pitch is p bytes start at one offset inside a 16-byte vector every
 // P = 16 / gcd(16, p) rows, 1 << period_log2(p). Class c holds rows c,
@@ -494,14 +501,6 @@ struct RowClasses {
     return int64_t((grid - unsigned(c) + (1u << lg) - 1u) >> lg);
   }
 };
-constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
-// The small-CTA kernel's 4-vector tile (16-bit x; tune.bwd_pipe_vpt16 = 4):
-// 32 elements a thread, their dw and db sums in 64 registers, so at most
-// kNormBwdPipeWideThreadsPerSm threads an SM, 128 registers each (the
-// layout QuACK's backward takes: twice the elements a thread past each row
-// reduction).
-constexpr int kNormBwdPipeWideVpt = 4;
-constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 struct NormBwdPipeProblem {
   int64_t rows = 0;
   int64_t cols = 0;
