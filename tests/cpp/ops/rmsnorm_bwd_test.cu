@@ -547,14 +547,22 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
 // dy: the head of a row's first vector is the previous row's tail, which
 // other CTAs write meanwhile), at one vector a thread (up to 1024 vectors;
 // two beyond) with up to four stages in the 64-register kernel, and at 4
-// vectors in small CTAs (16-bit x; not
-// fp16 LayerNorm, which has no small CTA); every other case runs under the
-// same tunings and must stay right wherever it goes.
+// vectors in small CTAs (16-bit x; not fp16 LayerNorm, which has no small
+// CTA); the other cases whose rows are not whole vectors (odd N, odd
+// pitches, h misaligned, mixed dtypes) run under the same tunings and must
+// stay right wherever they go. Whole-vector rows skip: the bit cannot
+// change their plan (src/rmsnorm_bwd.cu takes it only where a row is not
+// aligned), and their float64 references are the suite's slowest (the grid
+// cases: 20-74 s a test, bench/results/logs/2026-12-05-tests-1c3e9a0.txt).
 TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
+  const BwdCase& c = GetParam();
+  const int64_t vec = c.t == kF32 ? 4 : 8;
+  if (c.offset == 0 && (c.cols + c.pad) % vec == 0 && int(c.dy_t) < 0 && int(c.dx_t) < 0)
+    GTEST_SKIP() << "rows of whole vectors: the bit does not change the plan";
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
   t.shifted_rows |= 16;
-  const auto shifted = [](const BwdCase& c, bool) { return c.name.find("_shift") != std::string::npos; };
+  const auto shifted = [](const BwdCase& k, bool) { return k.name.find("_shift") != std::string::npos; };
   run_both_under(t, GetParam(), " shifted", shifted);
   if (HasFatalFailure()) return;
   if (shifted(GetParam(), false)) {
