@@ -170,8 +170,8 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
       // P classes of rows, each its own CTAs (ops/rmsnorm_bwd.cuh, kShift):
       // the resident CTAs shared out evenly, or one a row block where the
       // rows are fewer.
-      const int64_t classes = int64_t(1) << shift_log2, teams = plan.cfg.teams_per_cta();
-      const int64_t class_blocks = ((a.rows + classes - 1) / classes + teams - 1) / teams;
+      const int64_t classes = int64_t(1) << shift_log2;
+      const int64_t class_blocks = RowClasses::blocks(a.rows, 0, shift_log2, plan.cfg.teams_per_cta());
       const int64_t per_class =
           plan.cfg.grid >= plan.cfg.row_blocks ? class_blocks : std::max<int64_t>(1, plan.cfg.grid / classes);
       plan.cfg.grid = per_class * classes;

@@ -497,6 +497,11 @@ struct RowClasses {
   static constexpr int of(unsigned cta, int lg) { return int(cta & ((1u << lg) - 1u)); }
   static constexpr int64_t rows(int64_t rows, int c, int lg) { return rows > c ? ((rows - c - 1) >> lg) + 1 : 0; }
   static constexpr int64_t row(int c, int64_t m, int lg) { return int64_t(c) + (m << lg); }
+  // Blocks of `teams` rows (a CTA's teams take one block a step) of class
+  // c; class 0 has the most.
+  static constexpr int64_t blocks(int64_t rows, int c, int lg, int64_t teams) {
+    return (RowClasses::rows(rows, c, lg) + teams - 1) / teams;
+  }
   static constexpr int64_t ctas(unsigned grid, int c, int lg) {
     return int64_t((grid - unsigned(c) + (1u << lg) - 1u) >> lg);
   }

@@ -38,6 +38,14 @@ struct TeamSlot {
   }
 };
 
+// The elements before a row's first in the 16-byte vector that holds it
+// (kVecIO; else 0): the row's vectors start that far before it
+// (RowGeom::shift's s).
+template <typename T, bool kVecIO = true>
+__device__ __forceinline__ int row_shift(const T* row) {
+  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
+}
+
 template <int VEC, int VPT>
 struct RowGeom {
   int team;      // threads per row in the CTA

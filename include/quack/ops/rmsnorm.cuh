@@ -557,7 +557,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       if (active) {
         const Tx* r0 = static_cast<const Tx*>(p.x) + row * p.x_stride;
         asm volatile("" : "+l"(r0));
-        sh = int((reinterpret_cast<uintptr_t>(r0) & 15u) / sizeof(Tx));
+        sh = row_shift(r0);
       }
     }
     const int cols = int(p.cols) + sh;

@@ -405,11 +405,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
     return RowClasses::of(b, p.shift_log2);
   };
-  auto shift = [&]() -> int {
-    if constexpr (!kShift) return 0;
-    const uintptr_t a = uintptr_t(p.h) + uintptr_t(int64_t(cls()) * p.h_stride * int64_t(sizeof(T)));
-    return int((a & 15u) / sizeof(T));
-  };
+  auto shift = [&]() -> int { return row_shift<T, kShift>(static_cast<const T*>(p.h) + int64_t(cls()) * p.h_stride); };
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
   auto geom = [&]() {
@@ -527,7 +523,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   };
   // The row blocks (shifted: the class's).
   auto blocks = [&]() -> int64_t {
-    if constexpr (kShift) return (class_rows() + p.teams - 1) / p.teams;
+    if constexpr (kShift) return RowClasses::blocks(p.rows, cls(), p.shift_log2, p.teams);
     return p.row_blocks;
   };
   for (int s = 0; s < stages - 1; ++s) issue(first + s * step(), uint32_t(s) * stage_bytes);

@@ -235,12 +235,7 @@ constexpr uint32_t neg_inf_bits() {
   return sizeof(T) == 4 ? 0xff800000u : std::is_same_v<T, __half> ? 0xfc00u : 0xff80u;
 }
 
-// The elements before a row's first in the 16-byte vector that holds it
-// (kVecIO; else 0): the row's vectors start that far before it.
-template <typename T, bool kVecIO>
-__device__ __forceinline__ int row_shift(const T* row) {
-  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
-}
+using core::row_shift;
 
 // A shifted row's geometry (the register kernels' kShift): g shifted by
 // the row's row_shift, which is returned. The row pointer is made opaque so

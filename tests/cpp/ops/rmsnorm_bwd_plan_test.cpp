@@ -531,7 +531,7 @@ TEST_F(NormBwdPlan, RowClassesWalkEveryRowOnce) {
           std::vector<int> visits(size_t(rows), 0);
           for (unsigned b = 0; b < grid; ++b) {
             const int c = RowClasses::of(b, lg);
-            const int64_t class_rows = RowClasses::rows(rows, c, lg), blocks = (class_rows + teams - 1) / teams;
+            const int64_t class_rows = RowClasses::rows(rows, c, lg), blocks = RowClasses::blocks(rows, c, lg, teams);
             const int64_t step = RowClasses::ctas(grid, c, lg);
             ASSERT_GE(step, 1);
             for (int64_t blk = int64_t(b >> lg); blk < blocks; blk += step)
