@@ -121,7 +121,8 @@ int shift_rows_log2(const RMSNormBwdArgs& a) {
       !same_vector_offsets(h, hs, a.dresidual_out.ptr, a.dresidual_out.row_stride, es) ||
       !same_vector_offsets(h, hs, a.dresidual.ptr, a.dresidual.row_stride, es))
     return -1;
-  return RowClasses::period_log2(hs * es);
+  const int lg = RowClasses::period_log2(hs * es);
+  return lg <= RowClasses::kMaxLog2 ? lg : -1;  // (es >= 2: always)
 }
 
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
@@ -319,7 +320,6 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.partial = fallback_partial;  // the plan without the grid kernel
     }
     if (plan.pipe) {
-      p.shift_log2 = plan.shift_log2;
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
@@ -327,6 +327,12 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.team_log2 = 0;
       while ((1 << p.team_log2) < plan.cfg.team) ++p.team_log2;
       p.teams = plan.cfg.teams_per_cta();
+      if (plan.shifted) {  // every class walks class 0's row blocks (RowClasses)
+        p.shift_log2 = plan.shift_log2;
+        p.class_shifts = RowClasses::shifts(uint64_t(uintptr_t(a.h.ptr)), a.h.row_stride * dtype_size(a.h.dtype),
+                                            dtype_size(a.h.dtype), plan.shift_log2);
+        p.row_blocks = RowClasses::blocks(a.rows, 0, plan.shift_log2, p.teams);
+      }
       p.db_sums = a.dbias.ptr != nullptr;
       return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
         return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, plan.shifted,

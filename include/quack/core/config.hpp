@@ -482,12 +482,16 @@ constexpr int kNormBwdPipeWideVpt = 4;
 constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 // Shifted rows in classes (the pipelined norm backward's kShift): rows
 // whose pitch is p bytes start at one offset inside a 16-byte vector every
-// P = 16 / gcd(16, p) rows, 1 << period_log2(p). Class c holds rows c,
-// c + P, c + 2P, ...; CTA b of a grid walks class of(b) as that class's
-// (b >> lg)-th of its ctas() CTAs. Every row is walked once where the grid
-// has at least P CTAs (NormBwdPlan.RowClassesWalkEveryRowOnce). Constexpr:
-// the kernel calls the same functions.
+// P = 16 / gcd(16, p) rows, 1 << period_log2(p) (at most kMaxLog2: rows of
+// 2-byte elements or wider). Class c holds rows c, c + P, c + 2P, ...; in a
+// grid of whole classes (a multiple of P CTAs: the host plan's), CTA b
+// walks class of(b) as that class's (b >> lg)-th of step() CTAs, row blocks
+// (of `teams` rows) up to class 0's blocks(), skipping its rows past the
+// last. Every row is walked once (NormBwdPlan.RowClassesWalkEveryRowOnce).
+// The rows' offsets (in elements) ride in one word, 4 bits a class
+// (shifts(), shift_of()). Constexpr: the kernel calls the same functions.
 struct RowClasses {
+  static constexpr int kMaxLog2 = 3;
   static constexpr int period_log2(int64_t pitch_bytes) {
     const unsigned p = unsigned(pitch_bytes & 15);
     int zeros = 0;  // gcd(16, p) = 1 << zeros
@@ -498,13 +502,21 @@ struct RowClasses {
   static constexpr int64_t rows(int64_t rows, int c, int lg) { return rows > c ? ((rows - c - 1) >> lg) + 1 : 0; }
   static constexpr int64_t row(int c, int64_t m, int lg) { return int64_t(c) + (m << lg); }
   // Blocks of `teams` rows (a CTA's teams take one block a step) of class
-  // c; class 0 has the most.
+  // c; class 0 has the most (the walk's bound for every class).
   static constexpr int64_t blocks(int64_t rows, int c, int lg, int64_t teams) {
     return (RowClasses::rows(rows, c, lg) + teams - 1) / teams;
   }
-  static constexpr int64_t ctas(unsigned grid, int c, int lg) {
-    return int64_t((grid - unsigned(c) + (1u << lg) - 1u) >> lg);
+  // A class's CTAs in a grid of whole classes.
+  static constexpr unsigned step(unsigned grid, int lg) { return grid >> lg; }
+  // Class c's offset in elements of es bytes: rows of pitch_bytes from a
+  // base at address `base` (c < P <= 1 << kMaxLog2; es >= 2).
+  static constexpr uint32_t shifts(uint64_t base, int64_t pitch_bytes, int es, int lg) {
+    uint32_t packed = 0;
+    for (int c = 0; c < (1 << lg); ++c)
+      packed |= uint32_t(((base + uint64_t(c) * uint64_t(pitch_bytes)) & 15u) / unsigned(es)) << (4 * c);
+    return packed;
   }
+  static constexpr int shift_of(uint32_t packed, int c) { return int((packed >> (4 * c)) & 15u); }
 };
 struct NormBwdPipeProblem {
   int64_t rows = 0;

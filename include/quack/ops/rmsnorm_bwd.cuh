@@ -74,8 +74,10 @@ struct RMSNormBwdParams {
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   // The pipelined kernel's shifted rows (kShift): log2 of P, the rows after
   // which a row's offset inside its 16-byte vector repeats (1 << shift_log2
-  // classes of rows, each walked by its own CTAs).
+  // classes of rows, each walked by its own CTAs), and the classes' offsets
+  // in elements (RowClasses::shifts: 4 bits a class).
   int shift_log2;
+  uint32_t class_shifts;
   int64_t row_blocks;
   // The grid kernel (2''): CTAs a row (ranks of a group), row groups, a
   // CTA's tile of 16-byte vectors, the rows a collect trails its publish,
@@ -395,9 +397,13 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   // row pointers s elements early, the head of the thread at column 0
   // masked, and the per-column state (the weight, the dweight / dbias
   // sums) at c - s. (Planned for N + VEC - 1 columns; a row of one CTA.)
-  // (The class and what follows from it are recomputed where used, from a
-  // volatile read of the CTA index: held across the row loop, the class's
-  // row count, step and bound spilled the 64-register 16-bit tiles, 8-16
+  // The walk costs the aligned one's but a shift and an add a row: the
+  // grid is whole classes (a class's CTAs, its step, the same in every
+  // class), every class walks up to class 0's blocks (p.row_blocks), and a
+  // row past the last is inactive as in the aligned walk (row < p.rows).
+  // (The class and its offset -- p.class_shifts' 4 bits -- are recomputed
+  // where used, from a volatile read of the CTA index: held across the row
+  // loop, the class's values spilled the 64-register 16-bit tiles, 8-16
   // bytes, ptxas -v, CUDA 13.0.)
   auto cls = [&]() -> int {
     if constexpr (!kShift) return 0;
@@ -405,7 +411,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
     return RowClasses::of(b, p.shift_log2);
   };
-  auto shift = [&]() -> int { return row_shift<T, kShift>(static_cast<const T*>(p.h) + int64_t(cls()) * p.h_stride); };
+  auto shift = [&]() -> int { return kShift ? RowClasses::shift_of(p.class_shifts, cls()) : 0; };
   // The geometry is rebuilt (from opaque values) wherever it is used: held
   // across the row loop, its per-vector columns and predicates spilled.
   auto geom = [&]() {
@@ -413,12 +419,8 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     if constexpr (kShift) g.shift(shift());
     return g;
   };
-  // Rows: row m of this CTA's class is class_row(m); class_rows() of them
-  // (every row unshifted, the class alone shifted).
-  auto class_rows = [&]() -> int64_t {
-    if constexpr (!kShift) return p.rows;
-    return RowClasses::rows(p.rows, cls(), p.shift_log2);
-  };
+  // Rows: row m of this CTA's class is class_row(m) (every row unshifted,
+  // the class alone shifted).
   auto class_row = [&](int64_t m) -> int64_t { return kShift ? RowClasses::row(cls(), m, p.shift_log2) : m; };
   // Scratch: the team reduction's [2][32] values, then (clustered) the
   // exchange's.
@@ -451,9 +453,8 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   // that every iteration waits for the same count).
   auto issue = [&](int64_t blk, uint32_t so) {
     const auto g = geom();
-    const int64_t m = blk * g.teams + g.team_id;
-    if (kShift ? m < class_rows() : blk < p.row_blocks && m < p.rows) {
-      const int64_t row = class_row(m);
+    const int64_t row = class_row(blk * g.teams + g.team_id);
+    if (blk < p.row_blocks && row < p.rows) {
       const int s = shift();  // (0 unshifted)
       const T* hr = hbase + row * p.h_stride - s;
       const T* dr = dybase + row * p.dy_stride - s;
@@ -513,20 +514,11 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
         sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
     }
   }
-  // This CTA's (cluster's) row blocks: every step-th from first (shifted:
-  // of its class's blocks, the class's CTAs in turn).
+  // This CTA's (cluster's) row blocks: every step-th from first, below
+  // p.row_blocks (shifted: of its class's blocks, the class's CTAs in turn).
   const int64_t first = kCluster ? cluster_index() : int64_t(blockIdx.x >> (kShift ? p.shift_log2 : 0));
-  const int64_t aligned_step = kCluster ? cluster_count() : int64_t(gridDim.x);
-  auto step = [&]() -> int64_t {
-    if constexpr (kShift) return RowClasses::ctas(gridDim.x, cls(), p.shift_log2);
-    return aligned_step;
-  };
-  // The row blocks (shifted: the class's).
-  auto blocks = [&]() -> int64_t {
-    if constexpr (kShift) return RowClasses::blocks(p.rows, cls(), p.shift_log2, p.teams);
-    return p.row_blocks;
-  };
-  for (int s = 0; s < stages - 1; ++s) issue(first + s * step(), uint32_t(s) * stage_bytes);
+  const int64_t step = kCluster ? cluster_count() : int64_t(RowClasses::step(gridDim.x, kShift ? p.shift_log2 : 0));
+  for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
 
   float aw[E], ab[kSmallCta ? E : 1];
 #pragma unroll
@@ -555,15 +547,14 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       }
     }
   };
-  for (int64_t blk = first; blk < blocks(); blk += step()) {
+  for (int64_t blk = first; blk < p.row_blocks; blk += step) {
     // The stage this thread read in the last iteration takes the block
     // stages - 1 ahead.
-    issue(blk + int64_t(stages - 1) * step(), cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
+    issue(blk + int64_t(stages - 1) * step, cur == 0 ? wrap - stage_bytes : cur - stage_bytes);
     wait();
     const auto g = geom();
-    const int64_t m = blk * g.teams + g.team_id;
-    const bool active = m < class_rows();
-    const int64_t row = class_row(m);
+    const int64_t row = class_row(blk * g.teams + g.team_id);
+    const bool active = row < p.rows;
     float rstd = 0.0f, mean = 0.0f, dot = 0.0f, gsum = 0.0f;
     if (active) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));

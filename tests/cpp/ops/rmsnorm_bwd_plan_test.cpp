@@ -507,39 +507,47 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
 
 // The pipelined kernel's walk of shifted rows (RowClasses, the kernel's own
 // functions): every row of a class starts at one offset in its 16-byte
-// vector, P is the offset's period (rows P / 2 apart differ), and with at
-// least P CTAs -- a multiple of P or not -- every row is walked exactly
-// once, by a CTA of its class.
+// vector -- the one RowClasses::shifts packs for the class --, P is the
+// offset's period (rows P / 2 apart differ), and in a grid of whole classes
+// (the plan's) every row is walked exactly once, by a CTA of its class,
+// each class walking up to class 0's blocks as the kernel does.
 TEST_F(NormBwdPlan, RowClassesWalkEveryRowOnce) {
   for (const int64_t es : {2, 4})
     for (int64_t stride = 1; stride <= 40; ++stride) {
       const int lg = RowClasses::period_log2(stride * es);
+      ASSERT_LE(lg, RowClasses::kMaxLog2);
       const int64_t period = int64_t(1) << lg, pitch = stride * es;
       for (int64_t base = 0; base < 16; base += es) {
-        for (int64_t r = 0; r < 64; ++r)
+        // (a base far from 0: the address's low bits alone count)
+        const uint64_t addr = 0x7f0000001000ull + uint64_t(base);
+        const uint32_t packed = RowClasses::shifts(addr, pitch, int(es), lg);
+        for (int64_t r = 0; r < 64; ++r) {
           EXPECT_EQ((base + r * pitch) % 16, (base + (r % period) * pitch) % 16) << es << " " << stride << " " << r;
+          EXPECT_EQ(RowClasses::shift_of(packed, int(r % period)), (base + r * pitch) % 16 / es)
+              << es << " " << stride << " " << base << " " << r;
+        }
         if (lg > 0) {
           EXPECT_NE((base + (period / 2) * pitch) % 16, base % 16) << es << " " << stride;
         }
       }
     }
-  for (int lg = 0; lg <= 3; ++lg)
+  for (int lg = 0; lg <= RowClasses::kMaxLog2; ++lg)
     for (const int64_t rows : {0, 1, 2, 5, 7, 8, 9, 31, 100, 1001})
       for (const int teams : {1, 3, 8})
-        for (const unsigned grid : {1u << lg, (1u << lg) + 1, 2u << lg, 13u, 128u, 132u}) {
-          if (grid < (1u << lg)) continue;
+        for (const unsigned per_class : {1u, 2u, 3u, 16u, 33u}) {
+          const unsigned grid = per_class << lg;
           std::vector<int> visits(size_t(rows), 0);
+          const int64_t bound = RowClasses::blocks(rows, 0, lg, teams);
+          const int64_t step = RowClasses::step(grid, lg);
+          ASSERT_EQ(step, int64_t(per_class));
           for (unsigned b = 0; b < grid; ++b) {
             const int c = RowClasses::of(b, lg);
-            const int64_t class_rows = RowClasses::rows(rows, c, lg), blocks = RowClasses::blocks(rows, c, lg, teams);
-            const int64_t step = RowClasses::ctas(grid, c, lg);
-            ASSERT_GE(step, 1);
-            for (int64_t blk = int64_t(b >> lg); blk < blocks; blk += step)
+            // class 0 has the most blocks
+            EXPECT_LE(RowClasses::blocks(rows, c, lg, teams), bound);
+            for (int64_t blk = int64_t(b >> lg); blk < bound; blk += step)
               for (int t = 0; t < teams; ++t) {
-                const int64_t m = blk * teams + t;
-                if (m >= class_rows) continue;
-                const int64_t row = RowClasses::row(c, m, lg);
-                ASSERT_TRUE(row >= 0 && row < rows) << row;
+                const int64_t row = RowClasses::row(c, blk * teams + t, lg);
+                if (row >= rows) continue;  // (the kernel's inactive rows)
                 EXPECT_EQ(row % (int64_t(1) << lg), c);
                 ++visits[size_t(row)];
               }
