@@ -320,16 +320,18 @@ RowTuning default_row_tuning() {
   //   tiles -> the shifted bulk copy: bf16 4100 / 12301 48.0 / 60.5 -> 81.2
   //   / 83.3 (the prediction, within ~3 points of aligned 4096's 88.8,
   //   missed by 4-7 points), fp32 12301 (the stream) 88.5 -> 90.3.
-  // Bit 4 (the norm backward's shifted rows, fiftieth session) stays off
-  // until the full tests run with it on (its own 23 GPU cases passed,
-  // memcheck and initcheck clean). Measured (rmsnorm_bwd_sweep at 79bacc8,
-  // NVIDIA H100, M*N = 2^28, % of copy, defaults -> shifted_rows=31;
+  // Bit 4 (the norm backward's shifted rows, fiftieth session) is on since
+  // the fifty-first, when the full tests ran with it on. Measured first
+  // (rmsnorm_bwd_sweep at 79bacc8, NVIDIA H100, M*N = 2^28, % of copy,
+  // defaults -> shifted_rows=31;
   // logs/2026-12-05-norm-bwd-shifted-sweep-79bacc8-h100-tables.md): odd N
   // 2-6x faster wherever the plan changed (RMSNorm bf16 dx 1025 / 4101 /
   // 5123 27.0 / 32.6 / 32.9 -> 56.9 / 69.6 / 82.7, fp32 +dw,db 4101 23.5
   // -> 73.5), aligned N within 1.3% (the same plans); docs/KERNELS.md,
-  // "The norm backward's shifted rows".
-  t.shifted_rows = 15;
+  // "The norm backward's shifted rows". The walk at the aligned walk's
+  // cost since e42f07b (no division, no class row counts in the loop):
+  // MEASURE_E42.
+  t.shifted_rows = 31;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

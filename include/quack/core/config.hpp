@@ -173,9 +173,8 @@ struct RowTuning {
   // dx and the residual gradients at one offset; each CTA walks one class
   // of rows, every P-th, that share it: ops/rmsnorm_bwd.cuh, kShift), else
   // the element-wise kernels. Bits 0-3 on by default (config.cpp cites the
-  // sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth session);
-  // bit 4 built in the fiftieth session without a device: off until
-  // measured.
+  // sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth session,
+  // 4 since the fifty-first).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for

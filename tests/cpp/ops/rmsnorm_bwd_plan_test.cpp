@@ -557,19 +557,22 @@ TEST_F(NormBwdPlan, RowClassesWalkEveryRowOnce) {
         }
 }
 
-// Shifted rows (RowTuning::shifted_rows bit 4, off by default): with the
-// bit, rows that start inside a 16-byte vector, every matrix at one offset,
+// Shifted rows (RowTuning::shifted_rows bit 4, on by default since the
+// fifty-first session): rows that start inside a 16-byte vector, every matrix at one offset,
 // take the pipelined kernel at the tile of N + VEC - 1 aligned columns
 // where that tile is one CTA, its grid a whole number of CTAs for each of
 // the P classes of rows (P = 16 / gcd(16, pitch bytes)); rows whose tile
 // would be clustered, mixed offsets or dtypes stay element by element.
 TEST_F(NormBwdPlan, ShiftedRows) {
-  // Off by default: odd rows take the general kernel.
-  EXPECT_EQ(plan({65536, 4101, kBF16, kBF16}).kind, "general");
-  EXPECT_EQ(plan({65536, 4101, kF32, kF32}, true).kind, "general");
-  RowTuning t = default_row_tuning();
-  t.shifted_rows |= 16;
-  set_row_tuning(&t);
+  EXPECT_EQ(default_row_tuning().shifted_rows & 16, 16) << "on since the fifty-first session";
+  {  // Off: odd rows take the general kernel.
+    RowTuning off = default_row_tuning();
+    off.shifted_rows &= ~16;
+    set_row_tuning(&off);
+    EXPECT_EQ(plan({65536, 4101, kBF16, kBF16}).kind, "general");
+    EXPECT_EQ(plan({65536, 4101, kF32, kF32}, true).kind, "general");
+    set_row_tuning(nullptr);
+  }
   struct Cell {
     Call call;
     bool layernorm;
@@ -744,7 +747,11 @@ TEST_F(NormBwdPlan, GridKernelCells) {
   EXPECT_EQ(k.ranks, 1) << k.text;
   EXPECT_EQ(k.groups, 132) << k.text;
   EXPECT_EQ(k.tile_vecs, 512) << k.text;
-  EXPECT_EQ(plan({7, 1, kF32, kF32}).kind, "general");  // a 1-element row is not 16-byte aligned past row 0
+  // A 1-element row is not 16-byte aligned past row 0: no grid kernel (the
+  // shifted pipelined rows, bit 4).
+  k = plan({7, 1, kF32, kF32});
+  EXPECT_EQ(k.kind, "pipe") << k.text;
+  EXPECT_NE(k.text.find(" shifted classes=4"), std::string::npos) << k.text;
   t.bwd_grid_stages16 = 2;
   t.bwd_grid_lag = 5;
   set_row_tuning(&t);

@@ -541,9 +541,9 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
   run_both_under(t, GetParam(), "stages=2 lag=1", serves);
 }
 
-// Shifted rows (RowTuning::shifted_rows bit 4, off by default until
-// measured): the "_shift" cases must take the pipelined kernel's shifted
-// rows (the plan says "shifted"), at the default tiles, in place (dx over
+// Shifted rows (RowTuning::shifted_rows bit 4, on by default since the
+// fifty-first session): the "_shift" cases must take the pipelined kernel's
+// shifted rows (the plan says "shifted"), at the default tiles, in place (dx over
 // dy: the head of a row's first vector is the previous row's tail, which
 // other CTAs write meanwhile), at one vector a thread (up to 1024 vectors;
 // two beyond) with up to four stages in the 64-register kernel, and at 4
@@ -554,6 +554,8 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
 // change their plan (src/rmsnorm_bwd.cu takes it only where a row is not
 // aligned), and their float64 references are the suite's slowest (the grid
 // cases: 20-74 s a test, bench/results/logs/2026-12-05-tests-1c3e9a0.txt).
+// With the bit off, the "_shift" cases go element by element (the general
+// kernel), as every odd row did before it.
 TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
   const BwdCase& c = GetParam();
   const int64_t vec = c.t == kF32 ? 4 : 8;
@@ -582,6 +584,10 @@ TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
   run_both_under(four, GetParam(), "vpt=4& shifted", [](const BwdCase& c, bool centre) {
     return c.name.find("_shift") != std::string::npos && c.t != kF32 && !(centre && c.t == kF16);
   });
+  if (HasFatalFailure()) return;
+  RowTuning off = default_row_tuning();
+  off.shifted_rows &= ~16;
+  run_both_under(off, GetParam(), "general", shifted);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RMSNormBwdGpu, testing::ValuesIn(cases()),
