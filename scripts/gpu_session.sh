@@ -103,6 +103,9 @@
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
 #              (the eleventh session's unexplained illegal address), one
 #              variable changed a run, each killed after $PROBE_TIMEOUT (120) s
+#   norm_bwd_gap  bench/probe_norm_bwd_gap.py: the RMSNorm backward's
+#              isolated and back-to-back times and profiled kernels at bf16
+#              2048 / 4096 / 8192 / 5120 ($GAP_NS), beside QuACK's (.whl/)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -496,6 +499,19 @@ PROBES
       # The device tool brings back a bounded number of files: all/ as one.
       cp "$out/all/summary.md" "$out/bench_all_summary.md"
       tar czf "$out/bench_all.tgz" -C "$out" all && rm -rf "$out/all" ;;
+    norm_bwd_gap)
+      # The fifty-first session's question: where the RMSNorm backward's
+      # time goes at bf16 2048 / 4096 / 8192, where QuACK leads
+      # bench_rmsnorm_bwd while rmsnorm_bwd_sweep runs our kernels faster
+      # (bench/probe_norm_bwd_gap.py: isolated and back-to-back times, the
+      # profiled kernels and gaps; QuACK with the peers carried in .whl/).
+      ensure_package || { status=1; continue; }
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      # shellcheck disable=SC2086
+      timeout "${GAP_TIMEOUT:-240}" python3 bench/probe_norm_bwd_gap.py ${GAP_NS:-} > "$out/norm_bwd_gap.log" 2>&1 \
+        || status=1
+      cat "$out/norm_bwd_gap.log" | head -80 ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null

@@ -1,0 +1,118 @@
+"""Where the RMSNorm backward's time goes at the powers of two where QuACK
+leads (bf16 2048 / 4096 / 8192: 86-88% of copy against QuACK's 91-95% in
+bench_rmsnorm_bwd at 79bacc8, while rmsnorm_bwd_sweep's +dw column ran the
+same kernels at 91-93%: bench/results/2026-12-05-rmsnorm-bwd-model-widths-
+79bacc8-h100.md and logs/2026-12-05-norm-bwd-ab-scrub256-79bacc8-*).
+
+    python3 bench/probe_norm_bwd_gap.py [N ...]
+
+For each N (M = 2^28 / N, bf16 x, dy and weight; dx and dweight asked for):
+  isolated   the median device time of one call queued behind a GPU sleep
+             (bench_rmsnorm.time_events, bench_rmsnorm_bwd's method)
+  b2b        20 calls back to back between two events, over 20
+  kernels    torch.profiler of 5 isolated calls: each CUDA kernel's mean
+             device time, and the call's span (first kernel start to last
+             kernel end) against the sum of its kernels (the gaps)
+for quack_cpp's op and, where it imports, QuACK's autograd backward (peers
+carried in .whl/, bench/PEERS.md). Prints a table; nothing is written.
+"""
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from bench_rmsnorm import time_events  # noqa: E402
+
+EPS = 1e-6
+TOTAL = 1 << 28
+
+
+def makers(x, w, dy):
+    out = {}
+    import quack_cpp  # noqa: F401  (registers torch.ops.quack_cpp)
+    _, _, rstd = torch.ops.quack_cpp.rmsnorm_fwd(x, w, None, None, None, None, EPS, 0.0, False, True)
+
+    def ours():
+        return torch.ops.quack_cpp.rmsnorm_bwd(dy, x, rstd, w, None, 0.0, x.dtype, None, True, None)
+    out["quack_cpp"] = ours
+    try:
+        import importlib
+        qrms = importlib.import_module("quack.rmsnorm")
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = qrms.rmsnorm(xg, wg, eps=EPS)
+
+        def quack():
+            return torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+        quack()
+        out["QuACK"] = quack
+    except Exception as exc:  # noqa: BLE001  (a peer that does not import is reported, not fatal)
+        print(f"QuACK not measured: {type(exc).__name__}: {exc}")
+    return out
+
+
+def b2b_ms(fn, calls=20):
+    fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(calls):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / calls
+
+
+def kernels(fn, calls=5):
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            torch.cuda._sleep(int(2e6))
+            fn()
+        torch.cuda.synchronize()
+    evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "sleep" not in e.name]
+    by_name = {}
+    for e in evs:
+        by_name.setdefault(e.name, []).append(e.time_range.end - e.time_range.start)
+    # Spans: kernels grouped into calls by the sleeps between them.
+    evs.sort(key=lambda e: e.time_range.start)
+    spans, busy, cur = [], [], []
+    for e in evs:
+        if cur and e.time_range.start - cur[-1].time_range.end > 500:  # us: a sleep between calls
+            spans.append(cur[-1].time_range.end - cur[0].time_range.start)
+            busy.append(sum(k.time_range.end - k.time_range.start for k in cur))
+            cur = []
+        cur.append(e)
+    if cur:
+        spans.append(cur[-1].time_range.end - cur[0].time_range.start)
+        busy.append(sum(k.time_range.end - k.time_range.start for k in cur))
+    return by_name, statistics.median(spans), statistics.median(busy)
+
+
+def main(argv):
+    ns = [int(a) for a in argv[1:]] or [2048, 4096, 8192, 5120]
+    torch.manual_seed(0)
+    print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight")
+    for n in ns:
+        m = TOTAL // n
+        x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+        dy = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        for name, fn in makers(x, w, dy).items():
+            iso, _ = time_events(torch, [fn], 200.0)
+            b2b = b2b_ms(fn)
+            by_name, span, busy = kernels(fn)
+            gb = 3 * m * n * 2 / 1e9
+            print(f"N={n} {name}: isolated {iso * 1e3:.1f} us ({gb / iso * 1e3:.0f} GB/s), back to back "
+                  f"{b2b * 1e3:.1f} us; profiled call span {span:.1f} us, kernels busy {busy:.1f} us")
+            for k, ts in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
+                print(f"    {statistics.mean(ts):8.1f} us x{len(ts) // 5}  {k[:150]}")
+        del x, w, dy
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
