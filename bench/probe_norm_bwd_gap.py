@@ -15,6 +15,11 @@ For each N (M = 2^28 / N, bf16 x, dy and weight; dx and dweight asked for):
              kernel end) against the sum of its kernels (the gaps)
 for quack_cpp's op and, where it imports, QuACK's autograd backward (peers
 carried in .whl/, bench/PEERS.md). Prints a table; nothing is written.
+
+    python3 bench/probe_norm_bwd_gap.py --calls NAME N
+
+only calls NAME's backward (quack_cpp or QuACK) 8 times at N, for ncu
+(scripts/gpu_session.sh, part norm_bwd_gap_ncu).
 """
 import statistics
 import sys
@@ -91,7 +96,22 @@ def kernels(fn, calls=5):
     return by_name, statistics.median(spans), statistics.median(busy)
 
 
+def calls_only(name, n):
+    m = TOTAL // n
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    w = (1 + 0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+    dy = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    fn = makers(x, w, dy)[name]
+    for _ in range(8):
+        fn()
+    torch.cuda.synchronize()
+    return 0
+
+
 def main(argv):
+    if len(argv) == 4 and argv[1] == "--calls":
+        return calls_only(argv[2], int(argv[3]))
     ns = [int(a) for a in argv[1:]] or [2048, 4096, 8192, 5120]
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight")

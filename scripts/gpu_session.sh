@@ -106,6 +106,8 @@
 #   norm_bwd_gap  bench/probe_norm_bwd_gap.py: the RMSNorm backward's
 #              isolated and back-to-back times and profiled kernels at bf16
 #              2048 / 4096 / 8192 / 5120 ($GAP_NS), beside QuACK's (.whl/)
+#   norm_bwd_gap_ncu  ncu of our main backward kernel and QuACK's at bf16
+#              $GAP_NCU_N (4096): DRAM and L2 bytes, instructions, stalls
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -512,6 +514,26 @@ PROBES
       timeout "${GAP_TIMEOUT:-240}" python3 bench/probe_norm_bwd_gap.py ${GAP_NS:-} > "$out/norm_bwd_gap.log" 2>&1 \
         || status=1
       cat "$out/norm_bwd_gap.log" | head -80 ;;
+    norm_bwd_gap_ncu)
+      # ncu of the RMSNorm backward's main kernel, ours beside QuACK's, at
+      # bf16 $GAP_NCU_N (default 4096): the fourth of 8 calls each
+      # (bench/probe_norm_bwd_gap.py --calls); DRAM and L2 bytes, the
+      # instructions, the stalls. ncu_gap_<name>.txt.
+      ensure_package || { status=1; continue; }
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      for pair in "quack_cpp|rmsnorm_bwd_pipe" "QuACK|RMSNormBackward"; do
+        IFS='|' read -r name kernel <<< "$pair"
+        timeout "${NCU_TIMEOUT:-150}" ncu --clock-control none --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
+          --section Occupancy --section LaunchStats --section SchedulerStats --section InstructionStats \
+          --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,smsp__inst_executed.sum \
+          -k "regex:$kernel" --launch-skip 3 --launch-count 1 \
+          python3 bench/probe_norm_bwd_gap.py --calls "$name" "${GAP_NCU_N:-4096}" > "$out/ncu_gap_$name.txt" 2>&1 \
+          || status=1
+        grep -E "Duration|DRAM Throughput|dram__bytes|lts__t_sectors_op|smsp__inst_executed.sum|Achieved Occupancy|Block Size|Grid Size" \
+          "$out/ncu_gap_$name.txt" | head -12
+      done ;;
     bench_softmax|bench_rmsnorm_bwd|bench_layernorm|bench_cross_entropy)
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
