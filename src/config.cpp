@@ -329,8 +329,20 @@ RowTuning default_row_tuning() {
   // 5123 27.0 / 32.6 / 32.9 -> 56.9 / 69.6 / 82.7, fp32 +dw,db 4101 23.5
   // -> 73.5), aligned N within 1.3% (the same plans); docs/KERNELS.md,
   // "The norm backward's shifted rows". The walk at the aligned walk's
-  // cost since e42f07b (no division, no class row counts in the loop):
-  // MEASURE_E42.
+  // cost since e42f07b (no division, no class row counts in the loop);
+  // measured on (rmsnorm_bwd_sweep at b78e22c, NVIDIA H100, M*N = 2^28, %
+  // of copy, defaults -> shifted_rows=15;
+  // logs/2026-12-06-norm-bwd-shifted-sweep-b78e22c-h100-tables.md), dx:
+  //   RMSNorm bf16 1025 / 2049 / 4101 / 5123 27.0 / 30.8 / 32.5 / 32.8 <-
+  //   64.0 / 67.9 / 77.1 / 90.6 (79bacc8's walk: 56.9 / 60.0 / 69.6 /
+  //   82.7); LayerNorm bf16 24.8-31.3 <- 72.3 / 82.2 / 80.2 / 92.9;
+  //   RMSNorm fp32 47.2-61.2 <- 84.3-94.5; LayerNorm fp32 47.0-59.9 <-
+  //   65.5-85.6; with dweight (and dbias) 14.0-50.8 <- 54.6-93.9;
+  // aligned N within -1.4..+1.3% (the same plans), 8191 unchanged (its
+  // tile needs a cluster: element by element either way). Its full tests
+  // passed at b78e22c (ctest 339/339, pytest 2216;
+  // logs/2026-12-06-tests-b78e22c-h100.txt), memcheck and initcheck clean
+  // over its 12 "_shift" cases.
   t.shifted_rows = 31;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
