@@ -513,7 +513,7 @@ PROBES
       # shellcheck disable=SC2086
       timeout "${GAP_TIMEOUT:-240}" python3 bench/probe_norm_bwd_gap.py ${GAP_NS:-} > "$out/norm_bwd_gap.log" 2>&1 \
         || status=1
-      cat "$out/norm_bwd_gap.log" | head -80 ;;
+      head -80 "$out/norm_bwd_gap.log" ;;
     norm_bwd_gap_ncu)
       # ncu of the RMSNorm backward's main kernel, ours beside QuACK's, at
       # bf16 $GAP_NCU_N (default 4096): the fourth of 8 calls each
