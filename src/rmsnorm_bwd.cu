@@ -176,6 +176,7 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
       const int64_t per_class =
           plan.cfg.grid >= plan.cfg.row_blocks ? class_blocks : std::max<int64_t>(1, plan.cfg.grid / classes);
       plan.cfg.grid = per_class * classes;
+      plan.cfg.row_blocks = class_blocks;  // the walk's bound in every class
     }
   }
   if (uniform && aligned && !plan.pipe) {
@@ -327,11 +328,10 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
       p.team_log2 = 0;
       while ((1 << p.team_log2) < plan.cfg.team) ++p.team_log2;
       p.teams = plan.cfg.teams_per_cta();
-      if (plan.shifted) {  // every class walks class 0's row blocks (RowClasses)
+      if (plan.shifted) {  // p.row_blocks: class 0's, the bound of every class's walk (make_plan)
         p.shift_log2 = plan.shift_log2;
         p.class_shifts = RowClasses::shifts(uint64_t(uintptr_t(a.h.ptr)), a.h.row_stride * dtype_size(a.h.dtype),
                                             dtype_size(a.h.dtype), plan.shift_log2);
-        p.row_blocks = RowClasses::blocks(a.rows, 0, plan.shift_log2, p.teams);
       }
       p.db_sums = a.dbias.ptr != nullptr;
       return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {

@@ -489,6 +489,10 @@ constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 // last. Every row is walked once (NormBwdPlan.RowClassesWalkEveryRowOnce).
 // The rows' offsets (in elements) ride in one word, 4 bits a class
 // (shifts(), shift_of()). Constexpr: the kernel calls the same functions.
+// The offset, in elements of es bytes, of address addr inside its 16-byte
+// vector: where a row starting there begins in the vector that holds its
+// first element (core::row_shift on the device; RowClasses::shifts here).
+constexpr int vector_offset(uint64_t addr, int es) { return int((addr & 15u) / unsigned(es)); }
 struct RowClasses {
   static constexpr int kMaxLog2 = 3;
   static constexpr int period_log2(int64_t pitch_bytes) {
@@ -512,7 +516,7 @@ struct RowClasses {
   static constexpr uint32_t shifts(uint64_t base, int64_t pitch_bytes, int es, int lg) {
     uint32_t packed = 0;
     for (int c = 0; c < (1 << lg); ++c)
-      packed |= uint32_t(((base + uint64_t(c) * uint64_t(pitch_bytes)) & 15u) / unsigned(es)) << (4 * c);
+      packed |= uint32_t(vector_offset(base + uint64_t(c) * uint64_t(pitch_bytes), es)) << (4 * c);
     return packed;
   }
   static constexpr int shift_of(uint32_t packed, int c) { return int((packed >> (4 * c)) & 15u); }

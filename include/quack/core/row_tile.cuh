@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "quack/core/config.hpp"
 #include "quack/core/reduce.cuh"
 #include "quack/core/vec.cuh"
 
@@ -43,7 +44,7 @@ struct TeamSlot {
 // (RowGeom::shift's s).
 template <typename T, bool kVecIO = true>
 __device__ __forceinline__ int row_shift(const T* row) {
-  return kVecIO ? int((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(T)) : 0;
+  return kVecIO ? vector_offset(reinterpret_cast<uintptr_t>(row), int(sizeof(T))) : 0;
 }
 
 template <int VEC, int VPT>
