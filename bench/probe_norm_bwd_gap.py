@@ -20,6 +20,18 @@ carried in .whl/, bench/PEERS.md). Prints a table; nothing is written.
 
 only calls NAME's backward (quack_cpp or QuACK) 8 times at N, for ncu
 (scripts/gpu_session.sh, part norm_bwd_gap_ncu).
+
+    python3 bench/probe_norm_bwd_gap.py --l2 [N ...]
+
+times each call (median of 30, CUDA events, queued behind a GPU sleep)
+from three L2 states left by what ran just before it: `itself` (its own
+previous call: the isolated time above), `read` (a 256 MB sum: the L2 full
+of clean lines, what rmsnorm_bwd_sweep's QUACK_SWEEP_SCRUB_MB=256 leaves)
+and `written` (a 256 MB fill: the L2 full of dirty lines to write back).
+The fifty-second session's question: under ncu (caches flushed) and in the
+scrubbed sweep our kernel ran 547-560 us at bf16 4096 on an H100, after
+its own call 588 us, while QuACK's ran 536-540 us either way
+(scripts/gpu_session.sh, part norm_bwd_l2).
 """
 import os
 import statistics
@@ -115,9 +127,45 @@ def calls_only(name, n):
     return 0
 
 
+def l2_states(ns):
+    from bench_rmsnorm import SLEEP_CYCLES_PER_S
+    buf = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MB
+    buf.fill_(1.0)
+    preps = {"itself": None, "read": lambda: buf.sum(), "written": lambda: buf.fill_(2.0)}
+    print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight; median us of 30 calls by the L2 "
+          "state before each")
+    for n in ns:
+        m = TOTAL // n
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+        dy = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        for name, fn in makers(x, w, dy).items():
+            cells = []
+            for state, prep in preps.items():
+                times = []
+                for _ in range(31):
+                    if prep is not None:
+                        prep()
+                    torch.cuda._sleep(int(100e-6 * SLEEP_CYCLES_PER_S))
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    fn()
+                    e1.record()
+                    torch.cuda.synchronize()
+                    times.append(e0.elapsed_time(e1) * 1e3)
+                cells.append(f"{state} {statistics.median(times[1:]):.1f}")
+            print(f"N={n} {name}: " + ", ".join(cells))
+        del x, w, dy
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "--calls":
         return calls_only(argv[2], int(argv[3]))
+    if len(argv) >= 2 and argv[1] == "--l2":
+        return l2_states([int(a) for a in argv[2:]] or [2048, 4096, 8192])
     ns = [int(a) for a in argv[1:]] or [2048, 4096, 8192, 5120]
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight")

@@ -108,6 +108,9 @@
 #              2048 / 4096 / 8192 / 5120 ($GAP_NS), beside QuACK's (.whl/)
 #   norm_bwd_gap_ncu  ncu of our main backward kernel and QuACK's at bf16
 #              $GAP_NCU_N (4096): DRAM and L2 bytes, instructions, stalls
+#   norm_bwd_l2  both backwards timed from three L2 states (after their own
+#              call, after a 256 MB read, after a 256 MB write) at $GAP_NS
+#              (2048 4096 8192)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -514,6 +517,15 @@ PROBES
       timeout "${GAP_TIMEOUT:-240}" python3 bench/probe_norm_bwd_gap.py ${GAP_NS:-} > "$out/norm_bwd_gap.log" 2>&1 \
         || status=1
       head -80 "$out/norm_bwd_gap.log" ;;
+    norm_bwd_l2)
+      # Our RMSNorm backward and QuACK's timed from three L2 states: after
+      # their own call, after a 256 MB read, after a 256 MB write
+      # (bench/probe_norm_bwd_gap.py --l2). norm_bwd_l2.log.
+      ensure_package || { status=1; continue; }
+      # shellcheck source=/dev/null
+      . bench/peers.sh
+      python3 bench/probe_norm_bwd_gap.py --l2 ${GAP_NS:-2048 4096 8192} > "$out/norm_bwd_l2.log" 2>&1 || status=1
+      grep -v Warning "$out/norm_bwd_l2.log" | head -20 ;;
     norm_bwd_gap_ncu)
       # ncu of the RMSNorm backward's main kernel, ours beside QuACK's, at
       # bf16 $GAP_NCU_N (default 4096): the fourth of 8 calls each
