@@ -128,7 +128,8 @@ int shift_rows_log2(const RMSNormBwdArgs& a) {
 // The register-resident kernel serves h, dy, dx (and dresidual_out,
 // dresidual) in one dtype, the weight in it or fp32, every operand 16-byte
 // aligned, rows within its tiles; the pipelined kernel those and, where
-// RowTuning::shifted_rows bit 4 allows, shifted rows of one CTA.
+// RowTuning::shifted_rows bit 4 allows, shifted rows (in one CTA; bit 5:
+// or a cluster).
 // Everything else takes the general kernel.
 Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
   Plan plan;
@@ -144,8 +145,8 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
                  detail::vec_ok(a.dresidual.ptr, t, a.dresidual.row_stride, vec) &&
                  (a.weight.ptr == nullptr || uintptr_t(a.weight.ptr) % 16 == 0);
   // Shifted rows (bit 4): the pipelined plan of N + VEC - 1 columns (the
-  // row from the 16-byte vector that holds its first element), where one
-  // CTA holds it.
+  // row from the 16-byte vector that holds its first element), in one CTA
+  // or (bit 5) a cluster.
   const int shift_log2 = uniform && !aligned && (tune.shifted_rows & 16) ? shift_rows_log2(a) : -1;
   if (uniform && (aligned || shift_log2 >= 0)) {
     plan.w_f32 = a.weight.ptr != nullptr && a.weight.dtype == DType::kFloat32;
@@ -159,23 +160,24 @@ Plan make_plan(const RMSNormBwdArgs& a, bool centre, const DeviceLimits& lim) {
     pp.db = a.dbias.ptr != nullptr;
     pp.small_cta_ok = ops::rmsnorm_bwd_pipe_small_cta(t, centre);
     pp.centre = centre;
+    pp.shifted = !aligned;
     pp.scratch_bytes = ops::kRMSNormBwdScratchBytes;
     plan.pipe = choose_norm_bwd_pipe_config(pp, lim, tune, &plan.cfg) &&
                 check_norm_bwd_pipe_config(plan.cfg, pp, lim) == nullptr;
     if (!aligned) {
-      plan.pipe = plan.pipe && plan.cfg.cluster == 1;
+      plan.pipe = plan.pipe && (plan.cfg.cluster == 1 || (tune.shifted_rows & 32));
       plan.shifted = plan.pipe;
       plan.shift_log2 = shift_log2;
     }
     if (plan.shifted) {
-      // P classes of rows, each its own CTAs (ops/rmsnorm_bwd.cuh, kShift):
-      // the resident CTAs shared out evenly, or one a row block where the
-      // rows are fewer.
+      // P classes of rows, each its own CTAs -- or clusters -- (ops/
+      // rmsnorm_bwd.cuh, kShift): the resident ones shared out evenly, or
+      // one a row block where the rows are fewer.
       const int64_t classes = int64_t(1) << shift_log2;
+      const int64_t units = plan.cfg.grid / plan.cfg.cluster;  // CTAs or clusters
       const int64_t class_blocks = RowClasses::blocks(a.rows, 0, shift_log2, plan.cfg.teams_per_cta());
-      const int64_t per_class =
-          plan.cfg.grid >= plan.cfg.row_blocks ? class_blocks : std::max<int64_t>(1, plan.cfg.grid / classes);
-      plan.cfg.grid = per_class * classes;
+      const int64_t per_class = units >= plan.cfg.row_blocks ? class_blocks : std::max<int64_t>(1, units / classes);
+      plan.cfg.grid = per_class * classes * plan.cfg.cluster;
       plan.cfg.row_blocks = class_blocks;  // the walk's bound in every class
     }
   }

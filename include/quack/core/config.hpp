@@ -172,9 +172,10 @@ struct RowTuning {
   // backward, in the pipelined kernel where one CTA holds the row (h, dy,
   // dx and the residual gradients at one offset; each CTA walks one class
   // of rows, every P-th, that share it: ops/rmsnorm_bwd.cuh, kShift), else
-  // the element-wise kernels. Bits 0-3 on by default (config.cpp cites the
-  // sweeps: bits 0-1 since f606aaa, 2-3 since the forty-eighth session,
-  // 4 since the fifty-first).
+  // the element-wise kernels. Bit 5 (with bit 4): the backward's shifted
+  // rows past one CTA, in clusters of small CTAs (each cluster one class).
+  // Bits 0-4 on by default (config.cpp cites the sweeps: bits 0-1 since
+  // f606aaa, 2-3 since the forty-eighth session, 4 since the fifty-first).
   int shifted_rows;
   // Clustered register rows: 1 ends with a cluster barrier, 0 only where a
   // CTA took part in no exchange (a CTA's last exchange already waited for
@@ -531,6 +532,10 @@ struct NormBwdPipeProblem {
   bool db = true;            // dbias asked for (its sums take shared memory but in the small-CTA kernel)
   bool small_cta_ok = true;  // the small-CTA kernel is built for x's dtype
   bool centre = false;       // LayerNorm (tune.bwd_pipe_wide_min_cols_ln)
+  // Shifted rows (the kernel's kShift): past one CTA, clusters of small
+  // CTAs only (in the 64-register kernel the shifted clustered LayerNorm
+  // bf16 tile spilled 24 bytes, ptxas -v, CUDA 13.0).
+  bool shifted = false;
   size_t scratch_bytes = 0;
 };
 // small_cta: the small-CTA kernel (the db sums in registers, not here).

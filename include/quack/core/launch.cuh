@@ -95,6 +95,11 @@ struct LaunchShape {
   // without a division, so ptxas keeps them and what derives from them --
   // the rows, their offsets -- in uniform registers.)
   int64_t grid_y = 1;
+  // Persistent clusters clamped to the resident ones keep a multiple of
+  // this many clusters, at least one multiple even where fewer are
+  // resident (the walk needs whole classes of clusters, the shifted norm
+  // backward's; the clusters past the resident ones run after them).
+  int64_t cluster_multiple = 1;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
 // Register-resident kernels: one CTA per row block, persistent when clustered
@@ -162,7 +167,10 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     if (max_clusters < 1)
       return {Code::kUnsupported, "a cluster of " + std::to_string(shape.cluster) + " CTAs with " +
                                       std::to_string(shape.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
-    if (int64_t(max_clusters) * shape.cluster < shape.grid) lc.gridDim.x = unsigned(max_clusters * shape.cluster);
+    if (int64_t(max_clusters) * shape.cluster < shape.grid) {
+      const int64_t m = std::max<int64_t>(shape.cluster_multiple, 1);
+      lc.gridDim.x = unsigned(std::max(m, max_clusters / m * m) * shape.cluster);
+    }
   }
   if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x) * lc.gridDim.y;
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);

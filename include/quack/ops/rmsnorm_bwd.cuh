@@ -74,7 +74,7 @@ struct RMSNormBwdParams {
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
   // The pipelined kernel's shifted rows (kShift): log2 of P, the rows after
   // which a row's offset inside its 16-byte vector repeats (1 << shift_log2
-  // classes of rows, each walked by its own CTAs), and the classes' offsets
+  // classes of rows, each walked by its own CTAs or clusters), and the classes' offsets
   // in elements (RowClasses::shifts: 4 bits a class).
   int shift_log2;
   uint32_t class_shifts;
@@ -384,7 +384,6 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   using DT = typename Dots::T;
   extern __shared__ __align__(16) unsigned char smem[];
   const int crank = kCluster ? cluster_cta_rank() : 0;
-  static_assert(!(kShift && kCluster), "shifted rows: rows of one CTA");
   // kShift (RowTuning::shifted_rows bit 4): rows that start inside a
   // 16-byte vector, every operand at the same offset. A row's offset
   // repeats every P = 1 << p.shift_log2 rows, so the rows fall into P
@@ -396,19 +395,23 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   // for the piece's column c. So the kernel is the aligned one, with its
   // row pointers s elements early, the head of the thread at column 0
   // masked, and the per-column state (the weight, the dweight / dbias
-  // sums) at c - s. (Planned for N + VEC - 1 columns; a row of one CTA.)
+  // sums) at c - s. (Planned for N + VEC - 1 columns.)
   // The walk costs the aligned one's but a shift and an add a row: the
   // grid is whole classes (a class's CTAs, its step, the same in every
   // class), every class walks up to class 0's blocks (p.row_blocks), and a
   // row past the last is inactive as in the aligned walk (row < p.rows).
+  // In clusters the classes are the clusters' (cluster q walks class
+  // q % P; the launch keeps the clusters a multiple of P), the CTAs of a
+  // cluster their slices of its rows, the head in rank 0's first vector.
   // (The class and its offset -- p.class_shifts' 4 bits -- are recomputed
-  // where used, from a volatile read of the CTA index: held across the row
-  // loop, the class's values spilled the 64-register 16-bit tiles, 8-16
-  // bytes, ptxas -v, CUDA 13.0.)
+  // where used, from a volatile read of the CTA's (cluster's) index: held
+  // across the row loop, the class's values spilled the 64-register 16-bit
+  // tiles, 8-16 bytes, ptxas -v, CUDA 13.0.)
   auto cls = [&]() -> int {
     if constexpr (!kShift) return 0;
     unsigned b;
-    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
+    if constexpr (kCluster) asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(b));
+    else asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b));
     return RowClasses::of(b, p.shift_log2);
   };
   auto shift = [&]() -> int { return kShift ? RowClasses::shift_of(p.class_shifts, cls()) : 0; };
@@ -515,9 +518,15 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     }
   }
   // This CTA's (cluster's) row blocks: every step-th from first, below
-  // p.row_blocks (shifted: of its class's blocks, the class's CTAs in turn).
-  const int64_t first = kCluster ? cluster_index() : int64_t(blockIdx.x >> (kShift ? p.shift_log2 : 0));
-  const int64_t step = kCluster ? cluster_count() : int64_t(RowClasses::step(gridDim.x, kShift ? p.shift_log2 : 0));
+  // p.row_blocks (shifted: of its class's blocks, the class's CTAs -- or
+  // clusters -- in turn).
+  // (The aligned clusters' forms as they were: through the shifted ones',
+  // the bf16 / fp16 64-register clustered tiles spilled 8 bytes, ptxas -v.)
+  const int lg = kShift ? p.shift_log2 : 0;
+  const int64_t first = !kCluster ? int64_t(blockIdx.x >> lg) : kShift ? int64_t(cluster_index() >> lg) : cluster_index();
+  const int64_t step = !kCluster ? int64_t(RowClasses::step(gridDim.x, lg))
+                       : kShift  ? int64_t(RowClasses::step(unsigned(cluster_count()), lg))
+                                 : cluster_count();
   for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
 
   float aw[E], ab[kSmallCta ? E : 1];
@@ -680,8 +689,10 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   if constexpr (kCluster) cx.finish();
   if (!grads) return;
   const auto g = geom();
-  // (Shifted: this CTA's partial row, its element c - s for column c.)
-  float2* out = p.partial + (kShift ? int64_t(blockIdx.x) : first) * p.cols - shift();
+  // This CTA's (cluster's) partial row (shifted: its element c - s for
+  // column c).
+  const int64_t part = !kShift ? first : kCluster ? int64_t(cluster_index()) : int64_t(blockIdx.x);
+  float2* out = p.partial + part * p.cols - shift();
   // dw and db of this thread's element e.
   auto sums = [&](int e, float& w, float& b) {
     w = aw[e];
@@ -1382,21 +1393,40 @@ constexpr int rmsnorm_bwd_pipe_max_vpt(DType x, bool centre) {
 // (the resident ones); rows past one CTA (cfg.cluster > 1) at 2 vectors a
 // thread, or 4 in small CTAs (kNormBwdPipeWideVpt), in clusters, clamped at
 // launch to the clusters that fit. shifted: the rows start inside a
-// 16-byte vector (kShift; p.shift_log2), rows of one CTA only.
+// 16-byte vector (kShift; p.shift_log2), the clusters clamped to whole
+// classes (a multiple of 1 << p.shift_log2, at least one of each).
 template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cfg, bool w_f32, bool shifted,
                                int device, cudaStream_t stream, int64_t* launched) {
   using T = typename core::TypeOf<kX>::type;
-  const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
-  // The unclustered tiles of shifted rows.
+  core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
+  if (shifted) shape.cluster_multiple = int64_t(1) << p.shift_log2;
+  // The tiles of shifted rows.
   auto shifted_tile = [&](auto tw, auto small_cta) -> Status {
     using Tw = typename decltype(tw)::type;
     constexpr bool kSmallCta = decltype(small_cta)::value;
     constexpr int kWide = kSmallCta && rmsnorm_bwd_pipe_max_vpt(kX, kCentre) == kNormBwdPipeWideVpt
                               ? kNormBwdPipeWideVpt
                               : kRMSNormBwdPipeMaxVpt;
-    if (cfg.cluster != 1)
-      return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel of shifted rows in clusters"};
+    if (cfg.cluster > 1) {  // (small CTAs only: NormBwdPipeProblem::shifted)
+      if constexpr (kSmallCta) {
+        if (cfg.vpt == 2) {
+          static core::KernelAttrCache cache;
+          return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, true, true>, cache, device,
+                                         shape, stream, p);
+        }
+        if constexpr (kWide == kNormBwdPipeWideVpt) {
+          if (cfg.vpt == kWide) {
+            static core::KernelAttrCache cache;
+            return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, true, true, true>, cache,
+                                           device, shape, stream, p);
+          }
+        }
+      }
+      return {Code::kUnsupported, "rmsnorm backward: no clustered pipelined kernel of shifted rows with " +
+                                      std::to_string(cfg.vpt) + " vectors per thread" +
+                                      (kSmallCta ? "" : " outside small CTAs")};
+    }
     if (cfg.vpt == 1) {
       static core::KernelAttrCache cache;
       return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta, true>, cache, device,

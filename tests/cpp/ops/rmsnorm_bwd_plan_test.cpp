@@ -573,17 +573,27 @@ TEST_F(NormBwdPlan, ShiftedRows) {
     EXPECT_EQ(plan({65536, 4101, kF32, kF32}, true).kind, "general");
     set_row_tuning(nullptr);
   }
+  // Bit 5 (rows past one CTA, in clusters) off by default until measured.
+  EXPECT_EQ(default_row_tuning().shifted_rows & 32, 0);
+  EXPECT_EQ(plan({65536, 8191, kBF16, kBF16, true, false, 0, 1}).kind, "general");
+  EXPECT_EQ(plan({65536, 4101, kF32, kF32, true, true}, true).kind, "general");
+  RowTuning on = default_row_tuning();
+  on.shifted_rows |= 32;
+  set_row_tuning(&on);
+  struct Reset {  // (an ASSERT below returns early)
+    ~Reset() { set_row_tuning(nullptr); }
+  } reset;
   struct Cell {
     Call call;
     bool layernorm;
     int classes;  // 0: not shifted (the general kernel)
+    int cluster = 1;
   };
   const Cell cells[] = {
       {{65536, 4101, kBF16, kBF16}, false, 8},
       {{65536, 4101, kBF16, kF32}, true, 8},
       {{65536, 4101, kF32, kF32}, false, 4},
       {{65536, 2001, kF32, kF32, true, true}, true, 4},  // dresidual_out
-      {{65536, 4101, kF32, kF32, true, true}, true, 0},  // ... whose 1024-thread stages do not fit one CTA
       {{65536, 4098, kBF16, kBF16}, false, 4},
       {{65536, 4100, kBF16, kBF16}, false, 2},
       {{65536, 4102, kF32, kF32}, false, 2},
@@ -591,8 +601,19 @@ TEST_F(NormBwdPlan, ShiftedRows) {
       {{3, 4101, kF16, kF16}, false, 8},                 // fewer rows than classes
       {{65536, 4096, kBF16, kBF16, true, false, 3, -1, 0, true}, false, 1},  // every row 3 elements in
       {{65536, 2000, kF16, kF16, true, false, 1, -1, 3, true}, true, 8},     // and an odd pitch
-      {{65536, 16383, kBF16, kBF16}, false, 0},   // N + 7 needs a cluster
       {{65536, 4101, kBF16, kBF16, true, false, 1}, false, 0},  // h alone off by one element
+      // Past one CTA (the tile of N + VEC - 1 columns needs more), clusters
+      // of small CTAs: 4 vectors a thread from 16K columns (RMSNorm bf16),
+      // 2 below; the cluster as few CTAs as cover the row.
+      {{65536, 4101, kF32, kF32, true, true}, true, 4, 3},  // 1024-thread stages do not fit one CTA
+      {{65536, 8191, kBF16, kBF16, true, false, 0, 1}, false, 8, 3},  // with dbias
+      {{65536, 8191, kF32, kF32}, false, 4, 5},
+      {{65536, 8191, kBF16, kF32}, true, 8, 2},
+      {{65536, 16383, kBF16, kBF16}, false, 8, 3},
+      {{65536, 32001, kF32, kF32}, true, 4, 16},
+      {{5, 12287, kBF16, kBF16, true, false, 0, 1}, false, 8, 4},  // fewer rows than classes
+      {{65536, 8191, kF16, kF16, true, false, 0, 1}, true, 0},  // fp16 LayerNorm: no small CTA
+      {{65536, 65537, kF32, kF32}, false, 0},  // a cluster of more than 16
   };
   for (const Cell& c : cells) {
     const Kernel k = plan(c.call, c.layernorm);
@@ -603,8 +624,8 @@ TEST_F(NormBwdPlan, ShiftedRows) {
     }
     ASSERT_EQ(k.kind, "pipe");
     EXPECT_NE(k.text.find(" shifted classes=" + std::to_string(c.classes)), std::string::npos);
-    EXPECT_EQ(k.cluster, 1);
-    EXPECT_EQ(k.grid % c.classes, 0);
+    EXPECT_EQ(k.cluster, c.cluster);
+    EXPECT_EQ(k.grid % (c.classes * c.cluster), 0);
     // The tile of the N + VEC - 1 columns from the first element's vector,
     // rows of that length aligned (their pitch padded to whole vectors).
     const int vec = c.call.x == kF32 ? 4 : 8;
@@ -615,6 +636,28 @@ TEST_F(NormBwdPlan, ShiftedRows) {
     aligned.offset_all = false;
     const Kernel a = plan(aligned, c.layernorm);
     EXPECT_EQ(a.kind, "pipe") << a.text;
+    if (c.cluster > 1) {
+      // Small CTAs (256 threads, the small-CTA kernel) over a cluster, the
+      // fewest that cover the N + VEC - 1 columns; as many clusters as are
+      // resident at that tile, shared out by class, or a cluster a row of
+      // each class where the rows are fewer.
+      EXPECT_GT(a.cluster, 1) << "one CTA holds the aligned row: " << a.text;
+      EXPECT_EQ(k.threads, 256);
+      EXPECT_EQ(k.team, 256);
+      EXPECT_NE(k.text.find("small_cta"), std::string::npos);
+      const int64_t nvec = (c.call.cols + 2 * vec - 2) / vec;
+      EXPECT_EQ(k.cluster, (nvec + 256 * k.vpt - 1) / (256 * k.vpt));
+      const int64_t clusters = k.grid / k.cluster, class_rows = (c.call.rows + c.classes - 1) / c.classes;
+      if (c.call.rows >= clusters) {
+        // (kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeWideThreadsPerSm
+        // threads an SM, or what the shared memory holds.)
+        const int64_t per_sm = std::min<int64_t>(k.vpt == 4 ? 2 : 3, 233472 / (k.smem + 1024));
+        EXPECT_EQ(clusters, std::max<int64_t>(1, per_sm * 132 / k.cluster / c.classes) * c.classes);
+      } else {
+        EXPECT_EQ(clusters, class_rows * c.classes);
+      }
+      continue;
+    }
     EXPECT_EQ(k.team, a.team) << a.text;
     EXPECT_EQ(k.threads, a.threads) << a.text;
     EXPECT_EQ(k.vpt, a.vpt) << a.text;
@@ -635,8 +678,9 @@ TEST_F(NormBwdPlan, ShiftedRows) {
   // The workspace holds a partial row for each launched CTA.
   RMSNormBwdArgs a = args_of({3, 4101, kF16, kF16}, false);
   EXPECT_GE(rmsnorm_bwd_workspace_bytes(a, DeviceLimits{}), size_t(8) * 4101 * 8);
-  // Odd rows of every length up to 20K: the shifted pipelined kernel wherever the
-  // tile of N + VEC - 1 columns is one CTA, else the general kernel.
+  // Odd rows of every length up to 20K: the shifted pipelined kernel, in one
+  // CTA wherever the aligned tile of N + VEC - 1 columns is one CTA, else in
+  // a cluster of small CTAs.
   for (const DType x : {kBF16, kF32})
     for (int64_t n = 1; n <= 20000; n += (n < 300 ? 2 : 74)) {
       const Kernel k = plan({65536, n, x, x});
@@ -645,9 +689,12 @@ TEST_F(NormBwdPlan, ShiftedRows) {
       aligned.pad = (vec - aligned.cols % vec) % vec;
       const Kernel a = plan(aligned);
       const bool one_cta = a.kind == "pipe" && a.cluster == 1;
-      EXPECT_EQ(k.kind, one_cta ? "pipe" : "general") << n << " " << k.text << " / " << a.text;
-      if (one_cta) {
-        EXPECT_GE(int64_t(a.team) * a.vpt * vec, n + vec - 1) << n;
+      ASSERT_EQ(k.kind, "pipe") << n << " " << k.text << " / " << a.text;
+      EXPECT_NE(k.text.find("shifted"), std::string::npos) << n << " " << k.text;
+      EXPECT_EQ(k.cluster == 1, one_cta) << n << " " << k.text << " / " << a.text;
+      EXPECT_GE(int64_t(k.team) * k.vpt * vec * k.cluster, n + vec - 1) << n;
+      if (!one_cta) {
+        EXPECT_EQ(k.threads, 256) << n << " " << k.text;
       }
     }
 }

@@ -166,8 +166,14 @@ std::vector<BwdCase> cases() {
   // sharing a CTA (63, 7 columns); rows of an even pitch (bf16 4098: P = 4;
   // 4100: P = 2); a misaligned base with whole-vector pitches (P = 1, every
   // row 3 elements in), and with an odd padded pitch (P = 8); fewer rows
-  // than classes. Then odd rows the kernel does not hold in one CTA (bf16
-  // 16383: its N + 7 columns need a cluster), which stay element by element.
+  // than classes. Then ("_cshift") odd rows whose N + VEC - 1 columns one
+  // CTA does not hold, in clusters of small CTAs, the classes the
+  // clusters': bf16 8191 with dbias (RMSNorm 3 CTAs at 2 vectors,
+  // LayerNorm 2 at 4), bf16 16383 (3 at 4 vectors), fp32 8191 with
+  // dresidual (5), fp32 32001 without a weight (16), bf16 12287 with both
+  // residual gradients and fewer rows than classes, a misaligned base with
+  // an odd pitch (8190 padded by 3). (fp16 LayerNorm has no small CTA: its
+  // rows past one CTA stay element by element, so no fp16 case here.)
   add({"N4101_bf16_M600_shift", 600, 4101, kBF16, kBF16});
   add({"N4101_f32_M300_dres_shift", 300, 4101, kF32, kF32, true, true, true, false, true});
   add({"N2001_f32_M400_dres_out_dres_shift", 400, 2001, kF32, kF32, true, true, true, true, true});
@@ -180,7 +186,12 @@ std::vector<BwdCase> cases() {
   add(offset_all({"N4096_bf16_M300_base3_shift", 300, 4096, kBF16, kBF16, true, true, true, true, true, 0.0f, 3}));
   add(offset_all({"N2000_f16_M77_base1_pad3_shift", 77, 2000, kF16, kF16, true, true, true, false, false, 0.5f, 1, 3}));
   add({"N3001_f32_M5_few_rows_shift", 5, 3001, kF32, kF32, true, true, true, true, false});
-  add({"N16383_bf16_M40_odd_past_one_cta", 40, 16383, kBF16, kBF16});
+  add({"N8191_bf16_M300_cshift", 300, 8191, kBF16, kBF16});
+  add({"N16383_bf16_M40_fp32w_offset_cshift", 40, 16383, kBF16, kF32, true, true, true, false, false, 1.0f});
+  add({"N8191_f32_M200_dres_cshift", 200, 8191, kF32, kF32, true, true, true, false, true});
+  add({"N32001_f32_M40_noweight_cshift", 40, 32001, kF32, kF32, false, false, true});
+  add({"N12287_bf16_M5_dres_out_dres_cshift", 5, 12287, kBF16, kBF16, true, true, true, true, true});
+  add(offset_all({"N8190_bf16_M50_base1_pad3_cshift", 50, 8190, kBF16, kBF16, true, true, true, false, false, 0.5f, 1, 3}));
   return v;
 }
 
@@ -579,13 +590,15 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
 }
 
 // Shifted rows (RowTuning::shifted_rows bit 4, on by default since the
-// fifty-first session): the "_shift" cases must take the pipelined kernel's
-// shifted rows (the plan says "shifted"), at the default tiles, in place (dx over
-// dy: the head of a row's first vector is the previous row's tail, which
-// other CTAs write meanwhile), at one vector a thread (up to 1024 vectors;
-// two beyond) with up to four stages in the 64-register kernel, and at 4
-// vectors in small CTAs (16-bit x; not fp16 LayerNorm, which has no small
-// CTA); the other cases whose rows are not whole vectors (odd N, odd
+// fifty-first session; bit 5 for rows past one CTA): the "_shift" and "_cshift" cases must take the
+// pipelined kernel's shifted rows (the plan says "shifted"), at the default
+// tiles, in place (dx over dy: the head of a row's first vector is the
+// previous row's tail, which other CTAs write meanwhile), at 4 vectors in
+// small CTAs (16-bit x; not fp16 LayerNorm, which has no small CTA); the
+// "_shift" ones (rows of one CTA) also at one vector a thread (up to 1024
+// vectors; two beyond) with up to four stages in the 64-register kernel,
+// where the "_cshift" ones (clusters: of small CTAs only) may go element by
+// element. The other cases whose rows are not whole vectors (odd N, odd
 // pitches, h misaligned, mixed dtypes) run under the same tunings and must
 // stay right wherever they go. Whole-vector rows skip: the bit cannot
 // change their plan (src/rmsnorm_bwd.cu takes it only where a row is not
@@ -600,8 +613,11 @@ TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
     GTEST_SKIP() << "rows of whole vectors: the bit does not change the plan";
   QUACK_REQUIRE_SM90();
   RowTuning t = default_row_tuning();
-  t.shifted_rows |= 16;
-  const auto shifted = [](const BwdCase& k, bool) { return k.name.find("_shift") != std::string::npos; };
+  t.shifted_rows |= 16 | 32;
+  const auto one_cta = [](const BwdCase& k, bool) { return k.name.find("_shift") != std::string::npos; };
+  const auto shifted = [](const BwdCase& k, bool) {
+    return k.name.find("_shift") != std::string::npos || k.name.find("_cshift") != std::string::npos;
+  };
   run_both_under(t, GetParam(), " shifted", shifted);
   if (HasFatalFailure()) return;
   if (shifted(GetParam(), false)) {
@@ -613,13 +629,14 @@ TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
   one.bwd_pipe_stages = 4;
   one.bwd_pipe_vpt16 = one.bwd_pipe_vpt32 = 1;
   one.bwd_pipe_db_regs = one.bwd_pipe_small_cta = 0;
-  run_both_under(one, GetParam(), " shifted", shifted);
+  run_both_under(one, GetParam(), " shifted", one_cta);
   if (HasFatalFailure()) return;
   RowTuning four = t;
   four.bwd_pipe_vpt16 = 4;
   four.bwd_pipe_wide_min_cols = four.bwd_pipe_wide_min_cols_ln = 0;
   run_both_under(four, GetParam(), "vpt=4& shifted", [](const BwdCase& c, bool centre) {
-    return c.name.find("_shift") != std::string::npos && c.t != kF32 && !(centre && c.t == kF16);
+    return (c.name.find("_shift") != std::string::npos || c.name.find("_cshift") != std::string::npos) &&
+           c.t != kF32 && !(centre && c.t == kF16);
   });
   if (HasFatalFailure()) return;
   RowTuning off = default_row_tuning();
