@@ -344,9 +344,14 @@ RowTuning default_row_tuning() {
   // logs/2026-12-06-tests-b78e22c-h100.txt), memcheck and initcheck clean
   // over its 12 "_shift" cases.
   // Bit 5, the shifted rows past one CTA in clusters (the fifty-second
-  // session): off until its GPU cases and sweep have run (odd N past one
-  // CTA's tile -- bf16 8191 with dbias, fp32 from 4101 with dresidual_out
-  // or 8191, 16383 -- go element by element meanwhile: 13-30% of copy).
+  // session, 15433cc): its six GPU cases passed, memcheck clean, and
+  // rmsnorm_bwd_sweep (NVIDIA H100, M*N = 2^28, % of copy, defaults ->
+  // shifted_rows=63; logs/2026-12-06-norm-bwd-cshift-sweep-15433cc-h100-tables.md)
+  // ran every changed cell 2-6x faster -- RMSNorm bf16 +dw,db 8191 /
+  // 12287 / 16383 13 -> 63 / 68 / 65, LayerNorm bf16 dx 8191 28 -> 51,
+  // fp32 23-46 -> 74-85 -- and the aligned neighbours within 1.5%. Off
+  // until the full tests run with it on (odd N past one CTA's tile go
+  // element by element meanwhile).
   t.shifted_rows = 31;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
