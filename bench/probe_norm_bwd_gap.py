@@ -23,7 +23,8 @@ only calls NAME's backward (quack_cpp or QuACK) 8 times at N, for ncu
 
     python3 bench/probe_norm_bwd_gap.py --l2 [N ...]
 
-times each call (median of 30, CUDA events, queued behind a GPU sleep)
+times each call (median of 30, CUDA events, queued behind a GPU sleep
+longer than the call's host time)
 from three L2 states left by what ran just before it: `itself` (its own
 previous call: the isolated time above), `read` (a 256 MB sum: the L2 full
 of clean lines, what rmsnorm_bwd_sweep's QUACK_SWEEP_SCRUB_MB=256 leaves)
@@ -36,6 +37,7 @@ its own call 588 us, while QuACK's ran 536-540 us either way
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -141,13 +143,23 @@ def l2_states(ns):
         w = (1 + 0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
         dy = torch.randn(m, n, device="cuda").to(torch.bfloat16)
         for name, fn in makers(x, w, dy).items():
+            # The sleep outlasts the call's host time (time_events' rule: a
+            # fixed 100 us left QuACK's autograd call host-bound, 627-817 us).
+            host = []
+            for _ in range(3):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fn()
+                host.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+            sleep_cycles = int((20e-6 + 3 * max(host)) * SLEEP_CYCLES_PER_S)
             cells = []
             for state, prep in preps.items():
                 times = []
                 for _ in range(31):
                     if prep is not None:
                         prep()
-                    torch.cuda._sleep(int(100e-6 * SLEEP_CYCLES_PER_S))
+                    torch.cuda._sleep(sleep_cycles)
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     e0.record()
                     fn()
