@@ -490,6 +490,17 @@ constexpr int kNormBwdPipeWideThreadsPerSm = 512;
 // last. Every row is walked once (NormBwdPlan.RowClassesWalkEveryRowOnce).
 // The rows' offsets (in elements) ride in one word, 4 bits a class
 // (shifts(), shift_of()). Constexpr: the kernel calls the same functions.
+// The clusters a persistent clustered grid launches: the `want` it asks
+// for, or where fewer are resident at once (the GPCs bound them), the
+// `resident` ones rounded down to whole multiples of `multiple` -- at least
+// one multiple, the clusters past the resident ones then running after
+// them (core::launch_row_kernel; LaunchShape::cluster_multiple, the shifted
+// norm backward's whole classes).
+constexpr int64_t launched_clusters(int64_t want, int64_t resident, int64_t multiple) {
+  const int64_t m = multiple > 1 ? multiple : 1;
+  const int64_t whole = resident / m * m;
+  return want <= resident ? want : whole > m ? whole : m;
+}
 // The offset, in elements of es bytes, of address addr inside its 16-byte
 // vector: where a row starting there begins in the vector that holds its
 // first element (core::row_shift on the device; RowClasses::shifts here).

@@ -167,10 +167,9 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
     if (max_clusters < 1)
       return {Code::kUnsupported, "a cluster of " + std::to_string(shape.cluster) + " CTAs with " +
                                       std::to_string(shape.smem_bytes) + " bytes of shared memory each cannot be scheduled on this device"};
-    if (int64_t(max_clusters) * shape.cluster < shape.grid) {
-      const int64_t m = std::max<int64_t>(shape.cluster_multiple, 1);
-      lc.gridDim.x = unsigned(std::max(m, max_clusters / m * m) * shape.cluster);
-    }
+    if (int64_t(max_clusters) * shape.cluster < shape.grid)
+      lc.gridDim.x =
+          unsigned(launched_clusters(shape.grid / shape.cluster, max_clusters, shape.cluster_multiple) * shape.cluster);
   }
   if (shape.launched != nullptr) *shape.launched = int64_t(lc.gridDim.x) * lc.gridDim.y;
   cudaError_t e = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);

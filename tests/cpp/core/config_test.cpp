@@ -614,5 +614,31 @@ TEST(ChunkConfig, StagingIsClampedToTheSharedMemoryLimit) {
   EXPECT_EQ(c.grid, 3 * 16);
 }
 
+// The clamp of a persistent clustered grid (core::launch_row_kernel): the
+// clusters asked for where they are resident, else the resident ones in
+// whole multiples (the shifted norm backward's classes), at least one.
+TEST(LaunchedClusters, ClampKeepsWholeMultiples) {
+  EXPECT_EQ(launched_clusters(24, 30, 1), 24);  // all resident
+  EXPECT_EQ(launched_clusters(24, 30, 8), 24);
+  EXPECT_EQ(launched_clusters(33, 30, 1), 30);  // bf16 64K, 33 clusters of 4 where 30 fit
+  EXPECT_EQ(launched_clusters(40, 30, 4), 28);
+  EXPECT_EQ(launched_clusters(40, 30, 8), 24);
+  EXPECT_EQ(launched_clusters(16, 7, 8), 8);    // fewer resident than one class each: 8, one running later
+  EXPECT_EQ(launched_clusters(16, 7, 0), 7);    // (a multiple below 1 is 1)
+  for (int64_t m : {1, 2, 4, 8})
+    for (int64_t resident = 1; resident <= 40; ++resident)
+      for (int64_t want = m; want <= 48; want += m) {
+        const int64_t n = launched_clusters(want, resident, m);
+        EXPECT_EQ(n % m, 0) << want << " " << resident << " " << m;
+        EXPECT_LE(n, want);
+        EXPECT_GE(n, m);
+        if (want <= resident) {
+          EXPECT_EQ(n, want);
+        } else if (resident >= m) {
+          EXPECT_GT(n + m, resident);  // the most whole multiples that fit
+        }
+      }
+}
+
 }  // namespace
 }  // namespace quack
