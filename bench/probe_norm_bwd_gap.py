@@ -28,7 +28,11 @@ longer than the call's host time)
 from three L2 states left by what ran just before it: `itself` (its own
 previous call: the isolated time above), `read` (a 256 MB sum: the L2 full
 of clean lines, what rmsnorm_bwd_sweep's QUACK_SWEEP_SCRUB_MB=256 leaves)
-and `written` (a 256 MB fill: the L2 full of dirty lines to write back).
+and `written` (a 256 MB fill: the L2 full of dirty lines to write back),
+and after each other call measured (`after quack_cpp`, `after QuACK`,
+...): whether a slow `itself` is what a call leaves or how the next call
+takes it. "quack_cpp dx" is ours without the weight gradient (no partial
+rows, no reduce kernel).
 The fifty-second session's question: under ncu (caches flushed) and in the
 scrubbed sweep our kernel ran 547-560 us at bf16 4096 on an H100, after
 its own call 588 us, while QuACK's ran 536-540 us either way
@@ -48,9 +52,11 @@ EPS = 1e-6
 TOTAL = 1 << 28
 
 
-def makers(x, w, dy, names=("quack_cpp", "QuACK")):
+def makers(x, w, dy, names=("quack_cpp", "QuACK"), dx_only=False):
     """The backward calls of `names` (--calls builds only the one it times:
-    QuACK's JIT compile and first call stay out of ours under ncu)."""
+    QuACK's JIT compile and first call stay out of ours under ncu);
+    `dx_only` adds ours without the weight gradient ("quack_cpp dx": no
+    partial rows written, no reduce kernel)."""
     out = {}
     if "quack_cpp" in names:
         import quack_cpp  # noqa: F401  (registers torch.ops.quack_cpp)
@@ -59,6 +65,10 @@ def makers(x, w, dy, names=("quack_cpp", "QuACK")):
         def ours():
             return torch.ops.quack_cpp.rmsnorm_bwd(dy, x, rstd, w, None, 0.0, x.dtype, None, True, None)
         out["quack_cpp"] = ours
+        if dx_only:
+            def ours_dx():
+                return torch.ops.quack_cpp.rmsnorm_bwd(dy, x, rstd, w, None, 0.0, x.dtype, None, False, None)
+            out["quack_cpp dx"] = ours_dx
     if "QuACK" not in names:
         return out
     try:
@@ -133,7 +143,7 @@ def l2_states(ns):
     from bench_rmsnorm import SLEEP_CYCLES_PER_S
     buf = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MB
     buf.fill_(1.0)
-    preps = {"itself": None, "read": lambda: buf.sum(), "written": lambda: buf.fill_(2.0)}
+    base_preps = {"itself": None, "read": lambda: buf.sum(), "written": lambda: buf.fill_(2.0)}
     print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight; median us of 30 calls by the L2 "
           "state before each")
     for n in ns:
@@ -142,7 +152,10 @@ def l2_states(ns):
         x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
         w = (1 + 0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
         dy = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-        for name, fn in makers(x, w, dy).items():
+        fns = makers(x, w, dy, dx_only=True)
+        for name, fn in fns.items():
+            preps = dict(base_preps)
+            preps.update({f"after {o}": g for o, g in fns.items() if o != name})
             # The sleep outlasts the call's host time (time_events' rule: a
             # fixed 100 us left QuACK's autograd call host-bound, 627-817 us).
             host = []

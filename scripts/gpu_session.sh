@@ -108,9 +108,9 @@
 #              2048 / 4096 / 8192 / 5120 ($GAP_NS), beside QuACK's (.whl/)
 #   norm_bwd_gap_ncu  ncu of our main backward kernel and QuACK's at bf16
 #              $GAP_NCU_N (4096): DRAM and L2 bytes, instructions, stalls
-#   norm_bwd_l2  both backwards timed from three L2 states (after their own
-#              call, after a 256 MB read, after a 256 MB write) at $GAP_NS
-#              (2048 4096 8192)
+#   norm_bwd_l2  both backwards (and ours without dweight) timed from the
+#              L2 states before them (after their own call, a 256 MB read, a
+#              256 MB write, each other's call) at $GAP_NS (2048 4096 8192)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
