@@ -349,10 +349,10 @@ RowTuning default_row_tuning() {
   // shifted_rows=63; logs/2026-12-06-norm-bwd-cshift-sweep-15433cc-h100-tables.md)
   // ran every changed cell 2-6x faster -- RMSNorm bf16 +dw,db 8191 /
   // 12287 / 16383 13 -> 63 / 68 / 65, LayerNorm bf16 dx 8191 28 -> 51,
-  // fp32 23-46 -> 74-85 -- and the aligned neighbours within 1.5%. Off
-  // until the full tests run with it on (odd N past one CTA's tile go
-  // element by element meanwhile).
-  t.shifted_rows = 31;
+  // fp32 23-46 -> 74-85 -- and the aligned neighbours within 1.5%. On
+  // since the fifty-third session, when the full tests ran with it on
+  // (logs/2026-12-06-tests-*-shifted63-*.txt).
+  t.shifted_rows = 63;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
   // 96 KB of it staged, two 512-thread CTAs an SM, beat one 1024-thread CTA

@@ -573,16 +573,18 @@ TEST_F(NormBwdPlan, ShiftedRows) {
     EXPECT_EQ(plan({65536, 4101, kF32, kF32}, true).kind, "general");
     set_row_tuning(nullptr);
   }
-  // Bit 5 (rows past one CTA, in clusters) off by default until measured.
-  EXPECT_EQ(default_row_tuning().shifted_rows & 32, 0);
-  EXPECT_EQ(plan({65536, 8191, kBF16, kBF16, true, false, 0, 1}).kind, "general");
-  EXPECT_EQ(plan({65536, 4101, kF32, kF32, true, true}, true).kind, "general");
-  RowTuning on = default_row_tuning();
-  on.shifted_rows |= 32;
-  set_row_tuning(&on);
-  struct Reset {  // (an ASSERT below returns early)
-    ~Reset() { set_row_tuning(nullptr); }
-  } reset;
+  // Bit 5 (rows past one CTA, in clusters), on since the fifty-third
+  // session; off, those rows go element by element.
+  EXPECT_EQ(default_row_tuning().shifted_rows & 32, 32) << "on since the fifty-third session";
+  {
+    RowTuning off = default_row_tuning();
+    off.shifted_rows &= ~32;
+    set_row_tuning(&off);
+    EXPECT_EQ(plan({65536, 8191, kBF16, kBF16, true, false, 0, 1}).kind, "general");
+    EXPECT_EQ(plan({65536, 4101, kF32, kF32, true, true}, true).kind, "general");
+    EXPECT_EQ(plan({65536, 4101, kBF16, kBF16}).kind, "pipe") << "one CTA: bit 4 alone";
+    set_row_tuning(nullptr);
+  }
   struct Cell {
     Call call;
     bool layernorm;
