@@ -364,9 +364,8 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
                                         stream>>>(p, dot, plan.splits, plan.rows_per_group);
       return core::cuda_status(cudaGetLastError(), "rmsnorm backward split-row launch");
     }
-    static core::KernelAttrCache cache;
     const core::LaunchShape shape{plan.general_grid, 256, ops::kRMSNormBwdScratchBytes, 1, false, &launched};
-    return core::launch_row_kernel(ops::rmsnorm_bwd_general_kernel<kCentre>, cache, device, shape, stream, p);
+    return core::launch_cached<ops::rmsnorm_bwd_general_kernel<kCentre>>(device, shape, stream, p);
   };
   Status rows_st = run_rows();
   if (!rows_st.ok() || !grads) return rows_st;

@@ -182,5 +182,14 @@ Status launch_row_kernel(void (*kernel)(KArgs...), KernelAttrCache& cache, int d
   return cuda_status(e, "kernel launch");
 }
 
+// launch_row_kernel with the kernel's own attribute cache: a static of this
+// function template, so one a kernel, shared by every launcher and
+// translation unit that launches it.
+template <auto kKernel, typename... Args>
+Status launch_cached(int device, const LaunchShape& shape, cudaStream_t stream, Args&&... args) {
+  static KernelAttrCache cache;
+  return launch_row_kernel(kKernel, cache, device, shape, stream, std::forward<Args>(args)...);
+}
+
 }  // namespace core
 }  // namespace quack

@@ -1329,8 +1329,7 @@ __global__ void __launch_bounds__(256) ce_scale_kernel(int64_t rows, int64_t col
 
 template <auto kKernel, typename... Args>
 Status launch_ce_kernel(const core::LaunchShape& shape, int device, cudaStream_t stream, Args&&... args) {
-  static core::KernelAttrCache cache;
-  return core::launch_row_kernel(kKernel, cache, device, shape, stream, std::forward<Args>(args)...);
+  return core::launch_cached<kKernel>(device, shape, stream, std::forward<Args>(args)...);
 }
 
 template <typename T, int VPT, bool kCluster, bool kShift>

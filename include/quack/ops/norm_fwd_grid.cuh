@@ -313,17 +313,14 @@ Status launch_rmsnorm_fwd_grid(const RMSNormFwdParams& p, const NormGridConfig& 
     using Tw = typename decltype(tw)::type;
     if constexpr (sizeof(T) == 2) {
       if (cfg.rows == 4) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 4>, cache, device, shape, stream, p);
+        return core::launch_cached<rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 4>>(device, shape, stream, p);
       }
     }
     if (cfg.rows == 2) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
+      return core::launch_cached<rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 2>>(device, shape, stream, p);
     }
     if (cfg.rows != 1) return {Code::kUnsupported, "norm forward: grid rows a step outside the built kernels"};
-    static core::KernelAttrCache cache;
-    return core::launch_row_kernel(rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 1>, cache, device, shape, stream, p);
+    return core::launch_cached<rmsnorm_fwd_grid_kernel<T, Tw, kCentre, 1>>(device, shape, stream, p);
   };
   if (w_f32 && !std::is_same_v<T, float>) return run(core::TypeTag<float>{});
   return run(core::TypeTag<T>{});

@@ -1016,14 +1016,13 @@ template <DType kX, bool kCentre>
 Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool vec_io, bool uniform,
                           int device, cudaStream_t stream) {
   using Tx = typename core::TypeOf<kX>::type;
-  static core::KernelAttrCache cache[4];
   const auto shape = core::launch_shape(cfg);
   if (uniform) {
-    if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, true, kCentre>, cache[3], device, shape, stream, p);
-    return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, true, kCentre>, cache[2], device, shape, stream, p);
+    if (vec_io) return core::launch_cached<rmsnorm_fwd_kernel<Tx, true, true, kCentre>>(device, shape, stream, p);
+    return core::launch_cached<rmsnorm_fwd_kernel<Tx, false, true, kCentre>>(device, shape, stream, p);
   }
-  if (vec_io) return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, true, false, kCentre>, cache[1], device, shape, stream, p);
-  return core::launch_row_kernel(rmsnorm_fwd_kernel<Tx, false, false, kCentre>, cache[0], device, shape, stream, p);
+  if (vec_io) return core::launch_cached<rmsnorm_fwd_kernel<Tx, true, false, kCentre>>(device, shape, stream, p);
+  return core::launch_cached<rmsnorm_fwd_kernel<Tx, false, false, kCentre>>(device, shape, stream, p);
 }
 
 // Residual stream of the register-resident kernel: none, in x's dtype, or fp32.
@@ -1032,10 +1031,9 @@ enum class RegRes { kNone, kSameAsX, kFloat32 };
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
           bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
-  static core::KernelAttrCache cache;
-  return core::launch_row_kernel(
-      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows, kShift>,
-      cache, device, core::launch_shape(cfg), stream, p);
+  return core::launch_cached<
+      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows, kShift>>(
+      device, core::launch_shape(cfg), stream, p);
 }
 
 // kShift: shifted rows (rmsnorm_fwd_reg_kernel), unclustered register rows

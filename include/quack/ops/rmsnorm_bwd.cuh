@@ -1333,11 +1333,9 @@ Status launch_rmsnorm_bwd_reg_tile(const RMSNormBwdParams& p, const RegRowConfig
                                    cudaStream_t stream, int64_t* launched) {
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, cfg.cluster > 1, launched};
   if (cfg.cluster > 1) {
-    static core::KernelAttrCache cache;
-    return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, true, kCentre>, cache, device, shape, stream, p);
+    return core::launch_cached<rmsnorm_bwd_reg_kernel<T, Tw, VPT, true, kCentre>>(device, shape, stream, p);
   }
-  static core::KernelAttrCache cache;
-  return core::launch_row_kernel(rmsnorm_bwd_reg_kernel<T, Tw, VPT, false, kCentre>, cache, device, shape, stream, p);
+  return core::launch_cached<rmsnorm_bwd_reg_kernel<T, Tw, VPT, false, kCentre>>(device, shape, stream, p);
 }
 
 using core::TypeTag;
@@ -1411,15 +1409,13 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
     if (cfg.cluster > 1) {  // (small CTAs only: NormBwdPipeProblem::shifted)
       if constexpr (kSmallCta) {
         if (cfg.vpt == 2) {
-          static core::KernelAttrCache cache;
-          return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, true, true>, cache, device,
-                                         shape, stream, p);
+          return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, true, true>>(
+              device, shape, stream, p);
         }
         if constexpr (kWide == kNormBwdPipeWideVpt) {
           if (cfg.vpt == kWide) {
-            static core::KernelAttrCache cache;
-            return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, true, true, true>, cache,
-                                           device, shape, stream, p);
+            return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, true, true, true>>(
+                device, shape, stream, p);
           }
         }
       }
@@ -1428,20 +1424,17 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
                                       (kSmallCta ? "" : " outside small CTAs")};
     }
     if (cfg.vpt == 1) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta, true>, cache, device,
-                                     shape, stream, p);
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta, true>>(
+          device, shape, stream, p);
     }
     if (cfg.vpt == 2) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta, true>, cache, device,
-                                     shape, stream, p);
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta, true>>(
+          device, shape, stream, p);
     }
     if constexpr (kWide == kNormBwdPipeWideVpt) {
       if (cfg.vpt == kWide) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, false, true, true>, cache,
-                                       device, shape, stream, p);
+        return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, kWide, kCentre, false, true, true>>(
+            device, shape, stream, p);
       }
     }
     return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel of shifted rows with " +
@@ -1452,31 +1445,23 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
     constexpr bool kSmallCta = decltype(small_cta)::value;
     if (shifted) return shifted_tile(tw, small_cta);
     if (cfg.vpt == 1 && cfg.cluster == 1) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta>, cache, device, shape,
-                                     stream, p);
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 1, kCentre, false, kSmallCta>>(
+          device, shape, stream, p);
     }
     if (cfg.vpt == 2 && cfg.cluster == 1) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta>, cache, device,
-                                     shape, stream, p);
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, kSmallCta>>(
+          device, shape, stream, p);
     }
     if (cfg.vpt == 2) {
-      static core::KernelAttrCache cache;
-      return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>, cache, device, shape,
-                                     stream, p);
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, true, kSmallCta>>(device, shape, stream, p);
     }
     if constexpr (kSmallCta && rmsnorm_bwd_pipe_max_vpt(kX, kCentre) == kNormBwdPipeWideVpt) {
       constexpr int kW = kNormBwdPipeWideVpt;
       if (cfg.vpt == kW && cfg.cluster == 1) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, false, true>, cache, device, shape,
-                                       stream, p);
+        return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, false, true>>(device, shape, stream, p);
       }
       if (cfg.vpt == kW) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, true, true>, cache, device, shape,
-                                       stream, p);
+        return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, kW, kCentre, true, true>>(device, shape, stream, p);
       }
     }
     return {Code::kUnsupported, "rmsnorm backward: no pipelined kernel with " + std::to_string(cfg.vpt) +
@@ -1513,13 +1498,11 @@ Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& 
     using Tw = typename decltype(tw)::type;
     if constexpr (sizeof(T) == 2) {
       if (cfg.rows == 2) {
-        static core::KernelAttrCache cache;
-        return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 2>, cache, device, shape, stream, p);
+        return core::launch_cached<rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 2>>(device, shape, stream, p);
       }
     }
     if (cfg.rows != 1) return {Code::kUnsupported, "rmsnorm backward: grid rows a step outside the built kernels"};
-    static core::KernelAttrCache cache;
-    return core::launch_row_kernel(rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 1>, cache, device, shape, stream, p);
+    return core::launch_cached<rmsnorm_bwd_grid_kernel<T, Tw, kCentre, 1>>(device, shape, stream, p);
   };
   if (p.w == nullptr) return run(TypeTag<void>{});
   if (w_f32 && !std::is_same_v<T, float>) return run(TypeTag<float>{});

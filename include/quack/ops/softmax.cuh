@@ -919,8 +919,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
 
 template <auto kKernel>
 Status launch_softmax_kernel(const SoftmaxParams& p, const core::LaunchShape& shape, int device, cudaStream_t stream) {
-  static core::KernelAttrCache cache;
-  return core::launch_row_kernel(kKernel, cache, device, shape, stream, p);
+  return core::launch_cached<kKernel>(device, shape, stream, p);
 }
 
 // Register-resident: cfg from choose_reg_row_config (vpt a bucket <= the

@@ -244,12 +244,10 @@ Status launch_softmax_fwd_grid(const SoftmaxGridParams& p, const NormGridConfig&
                                 "softmax forward exchange reset");
   if (!st.ok()) return st;
   if (cfg.rows == 2) {
-    static core::KernelAttrCache cache;
-    return core::launch_row_kernel(softmax_fwd_grid_kernel<T, 2>, cache, device, shape, stream, p);
+    return core::launch_cached<softmax_fwd_grid_kernel<T, 2>>(device, shape, stream, p);
   }
   if (cfg.rows != 1) return {Code::kUnsupported, "softmax forward: grid rows a step outside the built kernels"};
-  static core::KernelAttrCache cache;
-  return core::launch_row_kernel(softmax_fwd_grid_kernel<T, 1>, cache, device, shape, stream, p);
+  return core::launch_cached<softmax_fwd_grid_kernel<T, 1>>(device, shape, stream, p);
 }
 
 #define QUACK_SOFTMAX_GRID_INSTANTIATION(EXTERN, DT)                                                         \
