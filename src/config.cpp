@@ -351,7 +351,7 @@ RowTuning default_row_tuning() {
   // 12287 / 16383 13 -> 63 / 68 / 65, LayerNorm bf16 dx 8191 28 -> 51,
   // fp32 23-46 -> 74-85 -- and the aligned neighbours within 1.5%. On
   // since the fifty-third session, when the full tests ran with it on
-  // (logs/2026-12-06-tests-*-shifted63-*.txt).
+  // (logs/2026-12-06-tests-shifted63-967078e-h100.txt).
   t.shifted_rows = 63;
   // Chunked softmax rows (softmax_sweep, commit b0db224, H200, % of copy;
   // bench/results/2026-11-30-softmax-sweep.md): 128 KB of the row per CTA,
