@@ -585,6 +585,20 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_fit_team = 0;
   t.bwd_pipe_wide_min_cols = 16384;
   t.bwd_pipe_wide_min_cols_ln = 1024;
+  // Below that, with dbias, where the 2-vector tile is one 512-thread
+  // 64-register CTA (the db sums in shared memory) with more than a
+  // quarter of its threads idle, the 4-vector small CTA (RMSNorm bf16
+  // 4097-6128; rmsnorm_bwd_sweep bf16 at dde89b5, NVIDIA H100, M*N =
+  // 2^28, +dw,db, us, defaults -> bwd_pipe_wide_min_cols=0, scrubbed
+  // (QUACK_SWEEP_SCRUB_MB=256) / after its own call; bench/results/logs/
+  // 2026-12-06-norm-bwd-wide-widths-dde89b5-h100-tables.md):
+  //   5120 (320 of 512 threads busy) 668.7 -> 559.5 (78.9 -> 94.3% of
+  //   copy) / 675.8 -> 601.3; 6144 (384 of 512: a quarter idle, left at 2
+  //   vectors) 596.2 -> 561.0 / 603.8 -> 616.9; 7168 (448) 554.4 -> 560.6
+  //   / 562.2 -> 607.5; 8192 (all busy) 544.1 -> 563.1 / 553.9 -> 605.2.
+  // Without dbias the same 5120 tile is even (+dw 566.4 -> 558.5 / 591.1
+  // -> 601.4): the loss is the shared-memory db sums' with idle threads.
+  t.bwd_pipe_wide_idle_db = 1;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1097,7 +1111,7 @@ int asked_pipe_vpt(const NormBwdPipeProblem& prob, const RowTuning& tune) {
 // The 4-vector tile where it is asked, the row is long enough
 // (tune.bwd_pipe_wide_min_cols, _ln for LayerNorm) and it serves the row;
 // else (a shorter row, a row past 16 of its CTAs, or no stage fitting) the
-// 2-vector one.
+// 2-vector one -- but for the rows tune.bwd_pipe_wide_idle_db names.
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out) {
   const int asked = asked_pipe_vpt(prob, tune);
@@ -1107,7 +1121,18 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   if (asked < kNormBwdPipeWideVpt) return false;
   RowTuning narrow = tune;
   narrow.bwd_pipe_vpt16 = narrow.bwd_pipe_vpt32 = 2;
-  return choose_norm_bwd_pipe_at(prob, lim, narrow, out);
+  if (!choose_norm_bwd_pipe_at(prob, lim, narrow, out)) return false;
+  // (tune.bwd_pipe_wide_idle_db) dbias rows whose 2-vector tile is one
+  // 64-register CTA with more than a quarter of its threads idle: the
+  // 4-vector tile where one small CTA holds the row.
+  if (tune.bwd_pipe_wide_idle_db && prob.db && !out->small_cta && out->cluster == 1 && out->team == out->threads) {
+    const int64_t busy = ceil_div(ceil_div(std::max<int64_t>(prob.cols, 1), int64_t(out->vec)), int64_t(out->vpt));
+    RegRowConfig wide;
+    if (4 * (out->threads - busy) > out->threads && choose_norm_bwd_pipe_at(prob, lim, tune, &wide) &&
+        wide.cluster == 1 && wide.vpt == kNormBwdPipeWideVpt)
+      *out = wide;
+  }
+  return true;
 }
 
 namespace {

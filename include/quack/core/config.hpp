@@ -282,6 +282,10 @@ struct RowTuning {
   // bwd_pipe_wide_min_cols / bwd_pipe_wide_min_cols_ln: with
   // bwd_pipe_vpt16 = 4, RMSNorm / LayerNorm rows shorter than this take the
   // 2-vector tile (0: the 4-vector tile at every length it serves).
+  // bwd_pipe_wide_idle_db: rows shorter than that with dbias whose 2-vector
+  // tile is one 64-register CTA (the db sums in shared memory) with more
+  // than a quarter of its threads idle take the 4-vector tile where it
+  // serves them in one small CTA (RMSNorm bf16 4097-6128; 0: never).
   // bwd_pipe_fit_team: a row of one CTA (more than a warp, unclustered) in
   // the fewest whole warps that cover it at its tile, not the power of two
   // above -- bf16 5120 at 2 vectors in 320 threads, not 512 -- and the
@@ -298,6 +302,7 @@ struct RowTuning {
   int bwd_pipe_small_cta;
   int64_t bwd_pipe_wide_min_cols;
   int64_t bwd_pipe_wide_min_cols_ln;
+  int bwd_pipe_wide_idle_db;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the

@@ -305,6 +305,47 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   EXPECT_EQ(half.grid, 264) << half.text;
 }
 
+// Rows shorter than bwd_pipe_wide_min_cols with dbias (RMSNorm; LayerNorm
+// takes 4 vectors from 1K anyway) whose 2-vector tile is one 512-thread
+// 64-register CTA with more than a quarter of its threads idle take the
+// 4-vector small CTA (bwd_pipe_wide_idle_db): bf16 4097-6128; not 6136 (a
+// quarter idle), not without dbias, not fp32 (2 vectors asked), not with
+// the knob off.
+TEST_F(NormBwdPlan, WideTileForIdleDbiasCtas) {
+  EXPECT_EQ(default_row_tuning().bwd_pipe_wide_idle_db, 1);
+  const auto db = [](int64_t n, DType x) { return Call{65536, n, x, x, true, false, 0, 1}; };
+  for (const int64_t n : {4104, 4608, 5120, 5128, 6128}) {
+    const Kernel k = plan(db(n, kBF16));
+    EXPECT_EQ(k.vpt, 4) << n << " " << k.text;
+    EXPECT_EQ(k.threads, 256) << n << " " << k.text;
+    EXPECT_EQ(k.cluster, 1) << n << " " << k.text;
+    EXPECT_NE(k.text.find("small_cta"), std::string::npos) << n << " " << k.text;
+    const Kernel f16 = plan(db(n, kF16));
+    EXPECT_EQ(f16.vpt, 4) << n << " " << f16.text;
+    // Without dbias: the 2-vector 512-thread CTA.
+    const Kernel nodb = plan({65536, n, kBF16, kBF16});
+    EXPECT_EQ(nodb.vpt, 2) << n << " " << nodb.text;
+    EXPECT_EQ(nodb.threads, 512) << n << " " << nodb.text;
+  }
+  for (const int64_t n : {4096, 6136, 6144, 7168, 8192}) {
+    const Kernel k = plan(db(n, kBF16));
+    EXPECT_EQ(k.vpt, 2) << n << " " << k.text;
+  }
+  // Odd rows: the shifted tile of N + 7 columns, likewise.
+  const Kernel odd = plan(db(5001, kBF16));
+  EXPECT_EQ(odd.vpt, 4) << odd.text;
+  EXPECT_NE(odd.text.find("shifted"), std::string::npos) << odd.text;
+  const Kernel f32 = plan(db(2560, kF32));
+  EXPECT_EQ(f32.vpt, 2) << f32.text;
+  RowTuning off = default_row_tuning();
+  off.bwd_pipe_wide_idle_db = 0;
+  set_row_tuning(&off);
+  const Kernel k = plan(db(5120, kBF16));
+  EXPECT_EQ(k.vpt, 2) << k.text;
+  EXPECT_EQ(k.threads, 512) << k.text;
+  set_row_tuning(nullptr);
+}
+
 // The 4-vector tile (bwd_pipe_vpt16 = 4): 16-bit rows in small CTAs of
 // 32 elements a thread, two 256-thread CTAs an SM (128 registers); clusters
 // of 256-thread CTAs past one; fp32 rows and fp16 LayerNorm (no small-CTA
