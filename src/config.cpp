@@ -598,6 +598,14 @@ RowTuning default_row_tuning() {
   //   / 562.2 -> 607.5; 8192 (all busy) 544.1 -> 563.1 / 553.9 -> 605.2.
   // Without dbias the same 5120 tile is even (+dw 566.4 -> 558.5 / 591.1
   // -> 601.4): the loss is the shared-memory db sums' with idle threads.
+  // Checked with the rule in (279b26e, H100, +dw,db, defaults against
+  // bwd_pipe_wide_idle_db=0, scrubbed / after its own call; logs/
+  // 2026-12-06-norm-bwd-wide-idle-db-279b26e-h100-tables.md): 4104 576.9
+  // / 595.6 against 839.8 / 859.3 us (91.5 against 62.8% of copy), 4608
+  // 554.5 / 578.2 against 722.5 / 734.9, 5120 559.6 / 594.9 against 668.0
+  // / 676.6, 5632 557.5 / 596.7 against 631.7 / 633.6, 6128 583.1 / 623.1
+  // against 606.4 / 621.5; 6144 the same plan; dx and +dw the same plans,
+  // within 0.7%. Its full tests passed (logs/2026-12-06-tests-279b26e-h100.txt).
   t.bwd_pipe_wide_idle_db = 1;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
