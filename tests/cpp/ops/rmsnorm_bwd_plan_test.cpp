@@ -322,10 +322,6 @@ TEST_F(NormBwdPlan, WideTileForIdleDbiasCtas) {
     EXPECT_NE(k.text.find("small_cta"), std::string::npos) << n << " " << k.text;
     const Kernel f16 = plan(db(n, kF16));
     EXPECT_EQ(f16.vpt, 4) << n << " " << f16.text;
-    // Without dbias: the 2-vector 512-thread CTA.
-    const Kernel nodb = plan({65536, n, kBF16, kBF16});
-    EXPECT_EQ(nodb.vpt, 2) << n << " " << nodb.text;
-    EXPECT_EQ(nodb.threads, 512) << n << " " << nodb.text;
   }
   for (const int64_t n : {4096, 6136, 6144, 7168, 8192}) {
     const Kernel k = plan(db(n, kBF16));
@@ -341,6 +337,38 @@ TEST_F(NormBwdPlan, WideTileForIdleDbiasCtas) {
   off.bwd_pipe_wide_idle_db = 0;
   set_row_tuning(&off);
   const Kernel k = plan(db(5120, kBF16));
+  EXPECT_EQ(k.vpt, 2) << k.text;
+  EXPECT_EQ(k.threads, 512) << k.text;
+  set_row_tuning(nullptr);
+}
+
+// Without dbias the same, where more than 7/16 of the 512-thread CTA's
+// threads are idle (bwd_pipe_wide_idle16): bf16 and fp16 4097-4592 (the
+// shifted tile of N + 7 columns for odd N); 4593 (288 of 512 busy) on keeps
+// 2 vectors, as fp32 does, and with the knob at 16 every row does.
+TEST_F(NormBwdPlan, WideTileForIdleCtasWithoutDbias) {
+  EXPECT_EQ(default_row_tuning().bwd_pipe_wide_idle16, 7);
+  for (const int64_t n : {4097, 4104, 4200, 4352, 4592}) {
+    for (const DType x : {kBF16, kF16}) {
+      const Kernel k = plan({65536, n, x, x});
+      EXPECT_EQ(k.vpt, 4) << n << " " << k.text;
+      EXPECT_EQ(k.threads, 256) << n << " " << k.text;
+      EXPECT_EQ(k.cluster, 1) << n << " " << k.text;
+      EXPECT_NE(k.text.find("small_cta"), std::string::npos) << n << " " << k.text;
+    }
+  }
+  for (const int64_t n : {4096, 4600, 4608, 5120, 6128, 8192}) {
+    const Kernel k = plan({65536, n, kBF16, kBF16});
+    EXPECT_EQ(k.vpt, 2) << n << " " << k.text;
+  }
+  const Kernel nodb = plan({65536, 4608, kBF16, kBF16});
+  EXPECT_EQ(nodb.threads, 512) << nodb.text;
+  const Kernel f32 = plan({65536, 2100, kF32, kF32});
+  EXPECT_EQ(f32.vpt, 2) << f32.text;
+  RowTuning off = default_row_tuning();
+  off.bwd_pipe_wide_idle16 = 16;
+  set_row_tuning(&off);
+  const Kernel k = plan({65536, 4104, kBF16, kBF16});
   EXPECT_EQ(k.vpt, 2) << k.text;
   EXPECT_EQ(k.threads, 512) << k.text;
   set_row_tuning(nullptr);
