@@ -607,16 +607,22 @@ RowTuning default_row_tuning() {
   // against 606.4 / 621.5; 6144 the same plan; dx and +dw the same plans,
   // within 0.7%. Its full tests passed (logs/2026-12-06-tests-279b26e-h100.txt).
   t.bwd_pipe_wide_idle_db = 1;
-  // Without dbias, where more than 7/16 of that CTA's threads are idle
-  // (bf16 4097-4592): rmsnorm_bwd_sweep bf16 at 7f8ecfa, NVIDIA H100, M*N =
-  // 2^28, after its own call, defaults -> bwd_pipe_wide_min_cols=0, dx /
-  // +dw us (bench/results/logs/2026-12-06-norm-bwd-wide-idle-7f8ecfa-h100.log):
-  //   4104 (257 of 512 threads busy) 623.2 -> 576.8 / 634.5 -> 604.5;
-  //   4200 (263) 608.3 -> 575.3 / 622.7 -> 591.7; 4352 (272) 567.2 ->
-  //   565.0 / 582.5 -> 571.5; 4608 (288: 7/16 idle, left at 2 vectors)
-  //   553.8 -> 573.2 / 569.7 -> 584.4; and 5120 (320) +dw even scrubbed,
-  //   591.1 -> 601.4 after its own call (the dde89b5 log above).
-  t.bwd_pipe_wide_idle16 = 7;
+  // Without dbias, where at least 15/32 of that CTA's threads are idle
+  // (bf16 4097-4352): rmsnorm_bwd_sweep bf16, NVIDIA H100, M*N = 2^28, dx /
+  // +dw us. At 7f8ecfa, after its own call, defaults -> the 4-vector tile
+  // (bwd_pipe_wide_min_cols=0; bench/results/logs/
+  // 2026-12-06-norm-bwd-wide-idle-7f8ecfa-h100.log): 4104 (257 of 512
+  // threads busy) 623.2 -> 576.8 / 634.5 -> 604.5; 4200 (263) 608.3 ->
+  // 575.3 / 622.7 -> 591.7; 4608 (288) 553.8 -> 573.2 / 569.7 -> 584.4;
+  // 5120 (320) +dw even scrubbed, 591.1 -> 601.4 after its own call (the
+  // dde89b5 log above). At a92fde5 (the rule at "more than 7/16"),
+  // bwd_pipe_wide_idle16=16 (off) -> 7, scrubbed / after its own call (logs/
+  // 2026-12-06-norm-bwd-wide-idle-a92fde5-h100-tables.md): 4097 (shifted)
+  // dx 689.3 -> 612.7 / 693.6 -> 618.6; 4104 dx 607.3 -> 564.7 / 612.5 ->
+  // 570.6; 4352 (272 busy: 15/32 idle) +dw 574.2 -> 552.7 / 578.8 ->
+  // 574.4; 4592 (287 busy) +dw 567.9 -> 563.6 but 572.7 -> 590.0 after
+  // its own call, dx likewise (+3.1%): left at 2 vectors.
+  t.bwd_pipe_wide_idle32 = 15;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1130,7 +1136,7 @@ int asked_pipe_vpt(const NormBwdPipeProblem& prob, const RowTuning& tune) {
 // (tune.bwd_pipe_wide_min_cols, _ln for LayerNorm) and it serves the row;
 // else (a shorter row, a row past 16 of its CTAs, or no stage fitting) the
 // 2-vector one -- but for the rows tune.bwd_pipe_wide_idle_db and
-// tune.bwd_pipe_wide_idle16 name.
+// tune.bwd_pipe_wide_idle32 name.
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out) {
   const int asked = asked_pipe_vpt(prob, tune);
@@ -1142,14 +1148,14 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   narrow.bwd_pipe_vpt16 = narrow.bwd_pipe_vpt32 = 2;
   if (!choose_norm_bwd_pipe_at(prob, lim, narrow, out)) return false;
   // Rows whose 2-vector tile is one 64-register CTA with idle threads --
-  // with dbias more than a quarter (tune.bwd_pipe_wide_idle_db), without
-  // more than tune.bwd_pipe_wide_idle16 sixteenths: the 4-vector tile where
+  // with dbias more than a quarter (tune.bwd_pipe_wide_idle_db), without at
+  // least tune.bwd_pipe_wide_idle32 thirty-seconds: the 4-vector tile where
   // one small CTA holds the row.
   if (!out->small_cta && out->cluster == 1 && out->team == out->threads) {
     const int64_t busy = ceil_div(ceil_div(std::max<int64_t>(prob.cols, 1), int64_t(out->vec)), int64_t(out->vpt));
     const int64_t idle = out->threads - busy;
     const bool idle_enough = prob.db ? tune.bwd_pipe_wide_idle_db && 4 * idle > out->threads
-                                     : 16 * idle > int64_t(tune.bwd_pipe_wide_idle16) * out->threads;
+                                     : 32 * idle >= int64_t(tune.bwd_pipe_wide_idle32) * out->threads;
     RegRowConfig wide;
     if (idle_enough && choose_norm_bwd_pipe_at(prob, lim, tune, &wide) && wide.cluster == 1 &&
         wide.vpt == kNormBwdPipeWideVpt)

@@ -286,8 +286,8 @@ struct RowTuning {
   // tile is one 64-register CTA (the db sums in shared memory) with more
   // than a quarter of its threads idle take the 4-vector tile where it
   // serves them in one small CTA (RMSNorm bf16 4097-6128; 0: never).
-  // bwd_pipe_wide_idle16: likewise without dbias, where more than this many
-  // sixteenths of the CTA's threads are idle (7: bf16 4097-4592; 16: never).
+  // bwd_pipe_wide_idle32: likewise without dbias, where at least this many
+  // thirty-seconds of the CTA's threads are idle (15: bf16 4097-4352; 32: never).
   // bwd_pipe_fit_team: a row of one CTA (more than a warp, unclustered) in
   // the fewest whole warps that cover it at its tile, not the power of two
   // above -- bf16 5120 at 2 vectors in 320 threads, not 512 -- and the
@@ -305,7 +305,7 @@ struct RowTuning {
   int64_t bwd_pipe_wide_min_cols;
   int64_t bwd_pipe_wide_min_cols_ln;
   int bwd_pipe_wide_idle_db;
-  int bwd_pipe_wide_idle16;
+  int bwd_pipe_wide_idle32;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the
