@@ -37,6 +37,18 @@ The fifty-second session's question: under ncu (caches flushed) and in the
 scrubbed sweep our kernel ran 547-560 us at bf16 4096 on an H100, after
 its own call 588 us, while QuACK's ran 536-540 us either way
 (scripts/gpu_session.sh, part norm_bwd_l2).
+The fifty-fourth session's answer (logs/2026-12-06-norm-bwd-l2-baaf0ac-
+h100.log): ours is slow after either of our calls (dx alone 590.4 us
+after itself, 590.3 after ours with dweight) and fast after QuACK's
+(549.7) or a read (544.3); QuACK's is 552-556 after anything. Ours issues
+2.5x QuACK's instructions, so the suspect is no longer the L2 but the SM
+clock or power state that our own call leaves. Two more states tell
+them apart: `after gemm` (a bf16 matmul of about the call's length: heat
+without our L2 lines -- slow here says power or clock) and `itself, 5 ms
+idle` (its own call, then a 5 ms sleep: an L2 state persists through
+idle time, a clock or power dip recovers). Each state's line ends with
+the SM clock measured over the sleep before the timed calls (`clock`:
+the sleep's cycles over its event time, MHz, median).
 """
 import os
 import statistics
@@ -144,6 +156,11 @@ def l2_states(ns):
     buf = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MB
     buf.fill_(1.0)
     base_preps = {"itself": None, "read": lambda: buf.sum(), "written": lambda: buf.fill_(2.0)}
+    # ~0.55 TFLOP: about 0.6-0.8 ms on an H100 or H200 (tensor cores).
+    ga = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)
+    gb = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    base_preps["after gemm"] = lambda: ga @ gb
+    base_preps["itself, 5 ms idle"] = None
     print(f"# {torch.cuda.get_device_name()}, bf16, M*N = 2^28, dx + dweight; median us of 30 calls by the L2 "
           "state before each")
     for n in ns:
@@ -166,21 +183,26 @@ def l2_states(ns):
                 host.append(time.perf_counter() - t0)
             torch.cuda.synchronize()
             sleep_cycles = int((20e-6 + 3 * max(host)) * SLEEP_CYCLES_PER_S)
-            cells = []
+            cells, clocks = [], []
             for state, prep in preps.items():
-                times = []
+                times, mhz = [], []
+                cycles = sleep_cycles + (int(5e-3 * SLEEP_CYCLES_PER_S) if state.endswith("idle") else 0)
                 for _ in range(31):
                     if prep is not None:
                         prep()
-                    torch.cuda._sleep(sleep_cycles)
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    es, e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                    es.record()
+                    torch.cuda._sleep(cycles)
                     e0.record()
                     fn()
                     e1.record()
                     torch.cuda.synchronize()
                     times.append(e0.elapsed_time(e1) * 1e3)
+                    mhz.append(cycles / (es.elapsed_time(e0) * 1e3))
                 cells.append(f"{state} {statistics.median(times[1:]):.1f}")
+                clocks.append(f"{state} {statistics.median(mhz[1:]):.0f}")
             print(f"N={n} {name}: " + ", ".join(cells))
+            print(f"N={n} {name} clock MHz: " + ", ".join(clocks))
         del x, w, dy
         torch.cuda.empty_cache()
     return 0

@@ -109,8 +109,10 @@
 #   norm_bwd_gap_ncu  ncu of our main backward kernel and QuACK's at bf16
 #              $GAP_NCU_N (4096): DRAM and L2 bytes, instructions, stalls
 #   norm_bwd_l2  both backwards (and ours without dweight) timed from the
-#              L2 states before them (after their own call, a 256 MB read, a
-#              256 MB write, each other's call) at $GAP_NS (2048 4096 8192)
+#              states before them (after their own call, a 256 MB read, a
+#              256 MB write, a GEMM, their own call and 5 ms idle, each
+#              other's call; the SM clock over the sleep before each) at
+#              $GAP_NS (2048 4096 8192)
 #   bench      bench/bench_rmsnorm.py with the peers carried in .whl/
 #              (bench/peers.sh), recorded as bench.md / bench.json
 #   bench_softmax, bench_rmsnorm_bwd, bench_layernorm, bench_cross_entropy
@@ -518,9 +520,10 @@ PROBES
         || status=1
       head -80 "$out/norm_bwd_gap.log" ;;
     norm_bwd_l2)
-      # Our RMSNorm backward and QuACK's timed from three L2 states: after
-      # their own call, after a 256 MB read, after a 256 MB write
-      # (bench/probe_norm_bwd_gap.py --l2). norm_bwd_l2.log.
+      # Our RMSNorm backward and QuACK's timed from the states before them:
+      # after their own call, a 256 MB read, a 256 MB write, a GEMM, their
+      # own call and 5 ms idle, each other's call; with the SM clock over
+      # the sleep before each (bench/probe_norm_bwd_gap.py --l2). norm_bwd_l2.log.
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
