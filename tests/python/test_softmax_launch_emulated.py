@@ -65,7 +65,11 @@ def test_long_rows_ask_for_the_workspace_and_pass_it(fake_ext, dtype, ws_bytes, 
     (_, _, ptr, nbytes) = calls[1]
     assert nbytes == ws_bytes and (ptr != 0) == (ws_bytes > 0)
     want = (torch.log_softmax if log else torch.softmax)(x.double(), dim=-1)
-    tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2 if log else 1e-6)
+    # log-softmax's error is absolute (x - lse): the emulation's fp32 sum of
+    # 65536 exponentials puts ~1e-5 on the lse (2e-5 seen at |y| = 0.86 in
+    # CI, 2026-12-06), which rtol on values near 0 cannot cover.
+    tol = (dict(rtol=2e-5, atol=1e-4 if log else 1e-6) if dtype == torch.float32
+           else dict(rtol=1.6e-2, atol=1e-2 if log else 1e-6))
     torch.testing.assert_close(y.double(), want, **tol)
 
 
