@@ -199,8 +199,9 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaSt
       p.row_blocks = p.rows;
       p.chunk_vecs = cfg.chunk_vecs;
       p.stage_vecs = cfg.stage_vecs;
+      const bool log_dy = backward && p.log && current_row_tuning().softmax_chunk_log_dy != 0;
       return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
-        return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, device, stream);
+        return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, log_dy, device, stream);
       });
     }
   }

@@ -231,6 +231,10 @@ struct RowTuning {
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
+  // softmax_chunk_log_dy: log-softmax's chunked backward reads dy alone in
+  // its first pass and stages twice the dy (softmax_chunk_kernel's kLogDy;
+  // 0: y and dy as softmax's).
+  int softmax_chunk_log_dy;
   // Cross-entropy's plain rows (no softcap or class-weighted smoothing),
   // aligned: the forward streams rows of at least ce_fwd_stream_min_bytes
   // (ce_fwd_stream_kernel) instead of holding them in registers; the

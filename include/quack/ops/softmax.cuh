@@ -725,7 +725,15 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_bwd_stream_kerne
 // from global memory again, where pass 1 left them in L2. HBM traffic stays
 // one read and one write while the chunk's L2 tail is small against L2.
 // Persistent: a cluster walks rows first, first + clusters, ...
-template <typename T, bool kBackward, bool kCluster>
+// kLogDy (log-softmax's backward, RowTuning::softmax_chunk_log_dy): pass 1
+// reads dy alone -- its sum is all the row's reduction needs -- 4 vectors a
+// thread in flight, and stages the first 2 * p.stage_vecs of them in the
+// whole staging area (y's half and dy's); pass 2 reads y from global memory
+// once and dy from shared memory or L2. Against y and dy both read twice
+// past the staged vectors, one read of y saved and twice the dy staged:
+// fp32 1M (cluster 16, 3072 of 16384 vectors a tensor staged) moves ~3.6
+// tensors against ~4.6.
+template <typename T, bool kBackward, bool kCluster, bool kLogDy = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
@@ -749,7 +757,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
   const int64_t full_row = p.cols / VEC;
   const int nfull = int(v0 >= full_row ? 0 : (full_row - v0 < p.chunk_vecs ? full_row - v0 : p.chunk_vecs));
   const int tail = (v0 + nfull == full_row && nfull < p.chunk_vecs) ? int(p.cols - full_row * VEC) : 0;
-  const int nstage = nfull < p.stage_vecs ? nfull : p.stage_vecs;
+  static_assert(!kLogDy || kBackward, "kLogDy: the backward's");
+  const int stage_cap = kLogDy ? 2 * p.stage_vecs : p.stage_vecs;  // (kLogDy: dy in both halves)
+  const int nstage = nfull < stage_cap ? nfull : stage_cap;
 
   // Forward: folds vectors into the thread's online (m, s), one rescale per
   // call (padding must hold -inf).
@@ -793,8 +803,41 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
 
     // Pass 1.
     float m = -INFINITY, s = 0.0f, acc = 0.0f;
+    if constexpr (kLogDy) {
+      // dy alone, 2U vectors a thread in flight (vb the first U, va the
+      // next), staged at stage_a[k] for k < nstage_r.
+      auto sum = [&](const V& v) {
+        float f[VEC];
+        v.widen(f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc += f[j];
+      };
 #pragma unroll 1
-    for (int k0 = tid; k0 < nfull_r; k0 += U * nthr) {
+      for (int k0 = tid; k0 < nfull_r; k0 += 2 * U * nthr) {
+        V vb[U], va[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int k = k0 + u * nthr, k2 = k0 + (U + u) * nthr;
+          if (k < nfull_r) vb[u].load(b + int64_t(k) * VEC);
+          else vb[u].zero();
+          if (k2 < nfull_r) va[u].load(b + int64_t(k2) * VEC);
+          else va[u].zero();
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int k = k0 + u * nthr, k2 = k0 + (U + u) * nthr;
+          if (k < nstage_r) stage_a[k] = *reinterpret_cast<const uint4*>(vb[u].w);
+          if (k2 < nstage_r) stage_a[k2] = *reinterpret_cast<const uint4*>(va[u].w);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          sum(vb[u]);
+          sum(va[u]);
+        }
+      }
+    }
+#pragma unroll 1
+    for (int k0 = tid; k0 < (kLogDy ? 0 : nfull_r); k0 += U * nthr) {
       V va[U], vb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -833,7 +876,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
     };
     if (tail_r > 0 && tid == 0) {
       V va[1], vb;
-      va[0].load_partial(tail_ptr(a), tail_r);
+      if constexpr (kLogDy) va[0].zero();  // (dy's sum alone)
+      else va[0].load_partial(tail_ptr(a), tail_r);
       if constexpr (kBackward) {
         vb.load_partial(tail_ptr(b), tail_r);
         dot(va[0], vb, acc);
@@ -880,7 +924,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
         for (int u = 0; u < U; ++u) {
           const int k = hi - 1 - (j0 + u * nthr);
           if (k < lo) continue;
-          if constexpr (kStaged) {
+          if constexpr (kStaged && kLogDy) {
+            va[u].load(a + int64_t(k) * VEC);
+            *reinterpret_cast<uint4*>(vb[u].w) = stage_a[k];
+          } else if constexpr (kStaged) {
             *reinterpret_cast<uint4*>(va[u].w) = stage_a[k];
             if constexpr (kBackward) *reinterpret_cast<uint4*>(vb[u].w) = stage_b[k];
           } else {
@@ -999,12 +1046,17 @@ Status launch_softmax_stream(const SoftmaxParams& p, int threads, int64_t grid, 
   return launch_softmax_kernel<softmax_bwd_stream_kernel<T, false>>(p, shape, device, stream);
 }
 
-// Chunked: cfg from choose_chunk_row_config.
+// Chunked: cfg from choose_chunk_row_config; log_dy: log-softmax's
+// backward reading dy alone in pass 1 (the kernel's kLogDy; p.log set).
 template <DType kX>
-Status launch_softmax_chunk(const SoftmaxParams& p, const ChunkRowConfig& cfg, bool backward, int device,
-                            cudaStream_t stream) {
+Status launch_softmax_chunk(const SoftmaxParams& p, const ChunkRowConfig& cfg, bool backward, bool log_dy,
+                            int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   const core::LaunchShape shape{cfg.grid, cfg.threads, cfg.smem_bytes, cfg.cluster, true};
+  if (backward && log_dy) {
+    if (cfg.cluster > 1) return launch_softmax_kernel<softmax_chunk_kernel<T, true, true, true>>(p, shape, device, stream);
+    return launch_softmax_kernel<softmax_chunk_kernel<T, true, false, true>>(p, shape, device, stream);
+  }
   if (!backward) {
     if (cfg.cluster > 1) return launch_softmax_kernel<softmax_chunk_kernel<T, false, true>>(p, shape, device, stream);
     return launch_softmax_kernel<softmax_chunk_kernel<T, false, false>>(p, shape, device, stream);
@@ -1014,8 +1066,8 @@ Status launch_softmax_chunk(const SoftmaxParams& p, const ChunkRowConfig& cfg, b
 }
 
 #define QUACK_SOFTMAX_INSTANTIATION(EXTERN, DT)                                                              \
-  EXTERN template Status launch_softmax_chunk<DT>(const SoftmaxParams&, const ChunkRowConfig&, bool, int,    \
-                                                  cudaStream_t);                                             \
+  EXTERN template Status launch_softmax_chunk<DT>(const SoftmaxParams&, const ChunkRowConfig&, bool, bool,   \
+                                                  int, cudaStream_t);                                        \
   EXTERN template Status launch_softmax_reg<DT>(const SoftmaxParams&, const RegRowConfig&, bool, bool, int,  \
                                                 cudaStream_t);                                               \
   EXTERN template Status launch_softmax_stream<DT>(const SoftmaxParams&, int, int64_t, bool, bool, int,      \

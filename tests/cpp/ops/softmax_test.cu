@@ -521,6 +521,31 @@ TEST_P(SoftmaxGpuChunked, ForwardAndBackwardMatchFloat64) {
 INSTANTIATE_TEST_SUITE_P(ChunkCases, SoftmaxGpuChunked, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
+// Log-softmax's chunked backward reading dy alone in pass 1
+// (RowTuning::softmax_chunk_log_dy; off by default until measured): the log
+// cases in the small chunks above, where the dy staged in both halves of the
+// staging area and the rest re-read both appear, with tails.
+std::vector<SmCase> log_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : cases())
+    if (c.log) v.push_back(c);
+  return v;
+}
+
+void small_chunks_log_dy(RowTuning& t) {
+  small_chunks(t);
+  t.softmax_chunk_log_dy = 1;
+}
+class SoftmaxGpuChunkedLogDy : public test::TunedSuite<SmCase, small_chunks_log_dy> {};
+
+TEST_P(SoftmaxGpuChunkedLogDy, ForwardAndBackwardMatchFloat64) {
+  QUACK_REQUIRE_SM90();
+  run_case(as_run(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkLogDyCases, SoftmaxGpuChunkedLogDy, testing::ValuesIn(log_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
 // The columns a case's rows are planned for (shifted rows: N + VEC - 1).
 int64_t planned_cols(const SmCase& c) { return c.cols + (shifted(c) ? vec_elems(c.dtype) - 1 : 0); }
 
