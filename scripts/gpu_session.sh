@@ -15,7 +15,9 @@
 #              quick check of a kernel change before a sweep), in
 #              $CASES_JOBS (default 8) gtest shards at once: the float64
 #              references are CPU-bound (the 43 grid cases ran 215 s in one
-#              process, 2026-12-01); cases.log is the shards' logs in turn
+#              process, 2026-12-01); cases.log is the shards' logs in turn;
+#              $CASES_ARGS more gtest flags (--gtest_also_run_disabled_tests
+#              for SoftmaxGpuChunkedLogDy, DISABLED_ until its first run)
 #   shifted    the forty-third session's shifted rows (RowTuning::shifted_rows,
 #              built with no device, off by default): `cases` of their
 #              suites, memcheck and initcheck over *Shifted* (at most 90 s of
@@ -218,8 +220,9 @@ for part in $parts; do
       shards=${CASES_JOBS:-8}
       pids=()
       for ((k = 0; k < shards; ++k)); do
+        # shellcheck disable=SC2086
         GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$k build/tests/cpp/quack_gpu_tests \
-          --gtest_filter="${CASES_FILTER:-*}" > "$out/cases.$k.log" 2>&1 &
+          --gtest_filter="${CASES_FILTER:-*}" ${CASES_ARGS:-} > "$out/cases.$k.log" 2>&1 &
         pids+=("$!")
       done
       for pid in "${pids[@]}"; do wait "$pid" || status=1; done

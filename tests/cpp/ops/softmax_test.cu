@@ -525,6 +525,11 @@ INSTANTIATE_TEST_SUITE_P(ChunkCases, SoftmaxGpuChunked, testing::ValuesIn(cases(
 // (RowTuning::softmax_chunk_log_dy; off by default until measured): the log
 // cases in the small chunks above, where the dy staged in both halves of the
 // staging area and the rest re-read both appear, with tails.
+// DISABLED_ until its first GPU run: written in the fifty-fourth session with
+// no device time left, for kernels no default plan reaches (the knob is
+// off; every default kernel's SASS unchanged). The next session runs it
+// first (--gtest_also_run_disabled_tests --gtest_filter='*ChunkedLogDy*')
+// and drops the prefix with the knob's measurement.
 std::vector<SmCase> log_cases() {
   std::vector<SmCase> v;
   for (const SmCase& c : cases())
@@ -538,7 +543,7 @@ void small_chunks_log_dy(RowTuning& t) {
 }
 class SoftmaxGpuChunkedLogDy : public test::TunedSuite<SmCase, small_chunks_log_dy> {};
 
-TEST_P(SoftmaxGpuChunkedLogDy, ForwardAndBackwardMatchFloat64) {
+TEST_P(SoftmaxGpuChunkedLogDy, DISABLED_ForwardAndBackwardMatchFloat64) {
   QUACK_REQUIRE_SM90();
   run_case(as_run(GetParam()));
 }
