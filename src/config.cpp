@@ -628,7 +628,8 @@ RowTuning default_row_tuning() {
   // dx 689.3 -> 612.7 / 693.6 -> 618.6; 4104 dx 607.3 -> 564.7 / 612.5 ->
   // 570.6; 4352 (272 busy: 15/32 idle) +dw 574.2 -> 552.7 / 578.8 ->
   // 574.4; 4592 (287 busy) +dw 567.9 -> 563.6 but 572.7 -> 590.0 after
-  // its own call, dx likewise (+3.1%): left at 2 vectors.
+  // its own call, dx likewise (+3.1%): left at 2 vectors. Its full tests
+  // passed (logs/2026-12-06-tests-baaf0ac-h100.txt).
   t.bwd_pipe_wide_idle32 = 15;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
