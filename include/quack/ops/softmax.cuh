@@ -835,36 +835,37 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_chunk_kernel(con
           sum(va[u]);
         }
       }
-    }
+    } else {
 #pragma unroll 1
-    for (int k0 = tid; k0 < (kLogDy ? 0 : nfull_r); k0 += U * nthr) {
-      V va[U], vb[U];
+      for (int k0 = tid; k0 < nfull_r; k0 += U * nthr) {
+        V va[U], vb[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int k = k0 + u * nthr;
-        if (k < nfull_r) {
-          va[u].load(a + int64_t(k) * VEC);
-          if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
-        } else if constexpr (kBackward) {
-          va[u].zero();
-          vb[u].zero();
+        for (int u = 0; u < U; ++u) {
+          const int k = k0 + u * nthr;
+          if (k < nfull_r) {
+            va[u].load(a + int64_t(k) * VEC);
+            if constexpr (kBackward) vb[u].load(b + int64_t(k) * VEC);
+          } else if constexpr (kBackward) {
+            va[u].zero();
+            vb[u].zero();
+          } else {
+            va[u].fill_tail(0, neg_inf_bits<T>());
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int k = k0 + u * nthr;
+          if (k < nstage_r) {
+            stage_a[k] = *reinterpret_cast<const uint4*>(va[u].w);
+            if constexpr (kBackward) stage_b[k] = *reinterpret_cast<const uint4*>(vb[u].w);
+          }
+        }
+        if constexpr (kBackward) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) dot(va[u], vb[u], acc);
         } else {
-          va[u].fill_tail(0, neg_inf_bits<T>());
+          fold(va, m, s);
         }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int k = k0 + u * nthr;
-        if (k < nstage_r) {
-          stage_a[k] = *reinterpret_cast<const uint4*>(va[u].w);
-          if constexpr (kBackward) stage_b[k] = *reinterpret_cast<const uint4*>(vb[u].w);
-        }
-      }
-      if constexpr (kBackward) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) dot(va[u], vb[u], acc);
-      } else {
-        fold(va, m, s);
       }
     }
     // The row's partial last vector. Its addresses are made opaque, or ptxas

@@ -309,8 +309,8 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
 // takes 4 vectors from 1K anyway) whose 2-vector tile is one 512-thread
 // 64-register CTA with more than a quarter of its threads idle take the
 // 4-vector small CTA (bwd_pipe_wide_idle_db): bf16 4097-6128; not 6136 (a
-// quarter idle), not without dbias, not fp32 (2 vectors asked), not with
-// the knob off.
+// quarter idle), not fp32 (2 vectors asked), not with the knob off. (Rows
+// without dbias: WideTileForIdleCtasWithoutDbias.)
 TEST_F(NormBwdPlan, WideTileForIdleDbiasCtas) {
   EXPECT_EQ(default_row_tuning().bwd_pipe_wide_idle_db, 1);
   const auto db = [](int64_t n, DType x) { return Call{65536, n, x, x, true, false, 0, 1}; };
