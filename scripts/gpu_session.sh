@@ -17,7 +17,7 @@
 #              references are CPU-bound (the 43 grid cases ran 215 s in one
 #              process, 2026-12-01); cases.log is the shards' logs in turn;
 #              $CASES_ARGS more gtest flags (--gtest_also_run_disabled_tests
-#              for SoftmaxGpuChunkedLogDy, DISABLED_ until its first run)
+#              for a DISABLED_ suite)
 #   shifted    the forty-third session's shifted rows (RowTuning::shifted_rows,
 #              built with no device, off by default): `cases` of their
 #              suites, memcheck and initcheck over *Shifted* (at most 90 s of

@@ -467,13 +467,16 @@ RowTuning default_row_tuning() {
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
-  // Off until measured: written in the fifty-fourth session, with no device
-  // time left to run it. Predicted from bench_all at a92fde5 (H100,
+  // On: predicted from bench_all at a92fde5 (H100,
   // bench/results/2026-12-06-log-softmax-a92fde5-h100.md): log-softmax fp32
   // 1M backward 67.6% of copy (torch.compile 77.2%), chunked in clusters of
-  // 16 with 3072 of each CTA's 16384 vectors staged a tensor: ~4.6
-  // tensors moved against 3 -> ~3.6 with it, ~80-85%.
-  t.softmax_chunk_log_dy = 0;
+  // 16 with 3072 of each CTA's 16384 vectors staged a tensor: ~4.6 tensors
+  // moved against 3 -> ~3.6 with it, ~80-85%. Measured at dd5bc91 (H100,
+  // softmax_sweep f32 log, M*N = 2^28, two rounds,
+  // bench/results/logs/2026-12-06-softmax-log-dy-dd5bc91-h100.log): 1M
+  // backward 1607.6 -> 1270.0 us (66.7% -> 84.4%); 128K-512K and every
+  // bf16 size take other kernels (unchanged, within 0.2%).
+  t.softmax_chunk_log_dy = 1;
   // Cross-entropy (cross_entropy_sweep, commit 49608cb, H200, % of copy,
   // bench/results/2026-11-30-cross-entropy-49608cb.md). Forward, streaming
   // against the register kernels: bf16 V = 16384 (32 KB rows) 63.4 vs 68.3,

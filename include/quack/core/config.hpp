@@ -233,7 +233,7 @@ struct RowTuning {
   int chunk_threads;         // CTA size
   // softmax_chunk_log_dy: log-softmax's chunked backward reads dy alone in
   // its first pass and stages twice the dy (softmax_chunk_kernel's kLogDy;
-  // 0: y and dy as softmax's).
+  // 0: y and dy as softmax's). On by default (config.cpp cites the sweep).
   int softmax_chunk_log_dy;
   // Cross-entropy's plain rows (no softcap or class-weighted smoothing),
   // aligned: the forward streams rows of at least ce_fwd_stream_min_bytes
