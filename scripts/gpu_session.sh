@@ -90,6 +90,11 @@
 #              backward, $SOFTMAX_NS softmax's, $CE_NS cross-entropy's
 #              classes (default: each sweep's own list);
 #              sweep_tables.md: the variants side by side (bench/sweep_table.py)
+#   decode     bench/cpp/decode_sweep: decode-sized forwards (bench_latency's
+#              small batches, M = 1 .. 1024 at N = 2048 .. 8192) by CUDA-graph
+#              replay, us a call, at the defaults and each QUACK_TUNE variant
+#              of $DECODE_TUNES (';'-separated), $DECODE_DTYPES (bf16),
+#              $DECODE_OPS (all four); decode_sweep.log
 #   ab         an A/B of two trees' sweeps in one call: the old tree at
 #              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
 #              git-ignored folder passed in `carry`), built beside this
@@ -143,7 +148,7 @@ build_sweeps() {
   [ -n "${sweeps_built:-}" ] && return 0
   { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
       && cmake --build build --target quack rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep \
-        cluster_exchange_probe; } > "$out/sweep_build.log" 2>&1 || return 1
+        decode_sweep cluster_exchange_probe; } > "$out/sweep_build.log" 2>&1 || return 1
   sweeps_built=1
 }
 
@@ -384,6 +389,17 @@ PROBES
           build/cluster_exchange_probe $a
       done
       grep -E "^== |^exit|ERROR SUMMARY|rror|OK|WRONG|launched" "$out/synccheck_probe.log" ;;
+    decode)
+      build_sweeps || { status=1; continue; }
+      IFS=';' read -r -a tunes <<< "${DECODE_TUNES:-}"
+      for tune in "" "${tunes[@]}"; do
+        for dt in ${DECODE_DTYPES:-bf16}; do
+          echo "== decode $dt ${tune:-defaults}" >> "$out/decode_sweep.log"
+          QUACK_TUNE=$tune build/decode_sweep "$dt" "${DECODE_OPS:-rmsnorm,layernorm,softmax,cross_entropy}" \
+            >> "$out/decode_sweep.log" 2>&1 || status=1
+        done
+      done
+      grep -c WRONG "$out/decode_sweep.log" ;;
     sweep)
       build_sweeps || { status=1; continue; }
       IFS=';' read -r -a tunes <<< "${SWEEP_TUNES:-}"

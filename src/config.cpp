@@ -121,6 +121,27 @@ RowTuning default_row_tuning() {
   // (013ec5b, logs/2026-12-05-norm-vpt16-sweep-013ec5b-h100-tables.md).
   t.norm_fwd_shift_vpt16_min_cols = 3000;
   t.reg_wide_team = 1024;
+  // The staged kernels' kFillThreadsPerSm (above), which the register
+  // kernels reused unmeasured.
+  t.reg_fill_threads_per_sm = int(kFillThreadsPerSm);
+  // Spread decode rows over teams of at most 512 threads. decode_sweep
+  // (bench/cpp/decode_sweep.cu: CUDA-graph replay, 20 calls a graph, us a
+  // call), H100, bf16, wip-dd5bc91-decode2, the spread floored at 2 vectors
+  // a thread against the defaults (bench/results/logs/
+  // 2026-12-06-decode-sweep-h100.log): N = 8192, M = 1 / 4 / 16 / 64, 1024
+  // threads at 1 vector -> 512 at 2: RMSNorm 2.52 / 2.54 / 2.62 / 2.83 ->
+  // 2.35 / 2.38 / 2.44 / 2.64, LayerNorm 3.43 / 3.45 / 3.55 / 3.81 -> 3.15 /
+  // 3.15 / 3.23 / 3.49, softmax 2.94 / 2.94 / 3.06 / 3.19 -> 2.74 / 2.75 /
+  // 2.83 / 2.99, cross-entropy 7.40 / 7.90 / 8.25 / 8.44 -> 6.86 / 7.36 /
+  // 7.64 / 7.80 (ncu at M = 1: ours 7,500 / 9,300 / 8,600 cycles with 1024
+  // threads, Liger's 512-thread kernels 6,900 / 7,600 / 7,400;
+  // logs/2026-12-06-decode-ncu-h100.txt). At 4096 (512 threads at 1 vector,
+  // which the cap keeps) the 2-vector floor gained -0.04 .. -0.15 us for
+  // the norms and cross-entropy and lost 0.06 for softmax; at 2048 (256 at
+  // 1) it lost 0.03-0.14 us; flooring at 4 vectors lost everywhere (up to
+  // +0.8 us). 16-bit rows past 8192 and fp32 rows from 4096 at decode sizes
+  // take the cap unmeasured.
+  t.reg_fill_max_team = 512;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
   // 1/4 of the power-of-two tile idle). rmsnorm_sweep / softmax_sweep bf16,
@@ -931,8 +952,10 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   int vpt_target = 1;
   for (int b : kRegRowVptBuckets)
     if (b <= std::min(asked_vpt, max_vpt)) vpt_target = b;
-  const int64_t fill_threads = int64_t(lim.num_sms) * kFillThreadsPerSm;
-  while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads) vpt_target /= 2;
+  const int64_t fill_threads = int64_t(lim.num_sms) * std::max(tune.reg_fill_threads_per_sm, 0);
+  while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads &&
+         pow2_ceil(ceil_div(nvec, vpt_target / 2)) <= std::max(tune.reg_fill_max_team, 32))
+    vpt_target /= 2;
 
   // 1. A team of up to max_team threads at the target (up to wide_team for
   //    decode-sized batches, whose target was lowered to spread the row).

@@ -20,13 +20,30 @@ namespace ops {
 
 // The scalar sums in a fixed order on any device: CTA b of
 // ce_scalar_split(rows, cols).parts takes rows [b * row_share, (b + 1) * row_share)
-// (and classes likewise); its thread i rows i + k * 1024 of that share, 16 at
+// (and classes likewise); its thread i rows i + k * blockDim.x of that share, 16 at
 // a time (their loads issued together: a loop of one dependent load per row
 // cost 9-10 us at M = 16384 and grew linearly to ~110 us each at M = 262144,
 // ncu and CUDA events on ba84dd7), then block_reduce's fixed tree. With more
 // than one part, ce_combine_kernel adds the parts in order. One CTA for the
 // whole batch cost 78 us at M = 262144 (a63c75a): one SM's bandwidth.
 constexpr int kCEScalarUnroll = 16;
+
+// The scalar kernels' CTA (prepare and finish alike: the same W and R, the
+// same bits): a power of two in [32, kCEScalarThreads], at most 4 of a
+// part's rows (and, with class weights, classes) a thread below the cap --
+// strands no longer than 1024 threads' at a full share (16 rows), so the
+// sums' rounding stays within the tests' gamma_m = (M / 1024 + 16) u. A
+// decode-sized mean (M = 1) had finish run 1024 threads, 1023 of them idle,
+// through two 32-warp block reductions: 9,600 cycles under ncu at M = 1,
+// V = 8192 bf16 against torch's nll_loss 7,200
+// (bench/results/logs/2026-12-06-decode-ncu-h100.txt); one warp needs no
+// shared memory or barrier.
+int ce_scalar_threads(const CEScalarSplit& s, bool class_weights) {
+  const int64_t n = std::max<int64_t>(s.row_share, class_weights ? s.col_share : 0);
+  int t = 32;
+  while (t < kCEScalarThreads && int64_t(t) * 4 < n) t *= 2;
+  return t;
+}
 
 __device__ __forceinline__ int64_t ce_target_at(const CEScalarParams& p, int64_t i) {
   return p.target64 ? static_cast<const int64_t*>(p.target)[i * p.target_stride]
@@ -499,6 +516,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   float* zshares = shares != nullptr && a.reduction == Reduction::kMean ? reinterpret_cast<float*>(base + ws.z_offset)
                                                                          : nullptr;
   const int parts = ws.split.parts;
+  const int scalar_threads = ops::ce_scalar_threads(ws.split, a.weight != nullptr);
 
   ops::CEScalarParams sp{};
   sp.rows = a.rows;
@@ -519,11 +537,11 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   if (a.rows == 0) {
     // Nothing to read; the reduced loss is still written by the finish
     // kernel: NaN for a mean of nothing, 0 for a sum (as torch).
-    ops::ce_finish_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp);
+    ops::ce_finish_kernel<<<1, scalar_threads, 0, stream>>>(sp);
     return cuda_check("cross_entropy finish kernel launch");
   }
   if (totals != nullptr) {
-    ops::ce_prepare_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
+    ops::ce_prepare_kernel<<<parts, scalar_threads, 0, stream>>>(sp);
     if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, false);
     if (!(st = cuda_check("cross_entropy prepare kernel launch")).ok()) return st;
   }
@@ -559,7 +577,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   // The reduced loss: the sums of the rows' terms in a fixed order.
   auto finish = [&]() -> Status {
     if (shares == nullptr) return Status::success();
-    ops::ce_finish_kernel<<<parts, ops::kCEScalarThreads, 0, stream>>>(sp);
+    ops::ce_finish_kernel<<<parts, scalar_threads, 0, stream>>>(sp);
     if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
     return cuda_check("cross_entropy finish kernel launch");
   };

@@ -98,6 +98,12 @@ struct RowTuning {
   // Where both are set the smaller applies.
   int norm_fwd_shift_vpt16_min_cols;
   int reg_wide_team;         // largest team at the largest tile, and the CTA of clustered rows
+  // Register rows spread over more threads (fewer vectors each, down to 1)
+  // while rows * threads a row stays below num_sms * this: decode-sized
+  // batches; 0: never (the tile stays at reg_vpt_target). Not past a team
+  // of reg_fill_max_team threads.
+  int reg_fill_threads_per_sm;
+  int reg_fill_max_team;
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Unclustered register rows of one team a CTA (more than a warp) in the
   // fewest whole warps that cover the row at the tile chosen, not the power

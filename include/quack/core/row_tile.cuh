@@ -63,15 +63,37 @@ struct RowGeom {
   // Values are made opaque to the optimiser: in a persistent row loop it would
   // otherwise keep every row-invariant address and predicate live across
   // rows, and spill (see rmsnorm_fwd_reg_kernel).
-  __device__ __forceinline__ static RowGeom make(int team_param, int cluster, int64_t cols_param, bool clustered) {
+  // An unclustered team is a register-row team (RegRowConfig): a power of
+  // two, or one team of whole warps fitted to its row that owns its CTA
+  // (TeamSlot's case), so shifts by ceil(log2 team) serve where two integer
+  // divisions (~40 dependent instructions, a MUFU.RCP among them) stood
+  // between the kernel's start and its first load, which decode-sized
+  // calls wait on (bench_latency's small batches:
+  // bench/results/2026-12-06-latency-dd5bc91-h100.md). Clustered rows
+  // (persistent, throughput-bound) keep the divisions: with the shifts and
+  // the rank from %cluster_ctarank both, ptxas spilled 4-24 bytes in the
+  // clustered fp32 norm backward and 16-bit softmax backward tiles. So do
+  // callers that pass shifts = false (the norm backward's persistent
+  // register rows: its unclustered fp32 LayerNorm 4-vector tile spilled 4
+  // bytes with them).
+  __device__ __forceinline__ static RowGeom make(int team_param, int cluster, int64_t cols_param, bool clustered,
+                                                 bool shifts = true) {
     RowGeom g;
     int team = team_param, tid = int(threadIdx.x);
     asm volatile("" : "+r"(team), "+r"(tid));
     g.team = team;
-    g.team_id = tid / team;
-    g.t = tid % team;
-    g.teams = int(blockDim.x) / team;
-    g.crank = clustered ? int(blockIdx.x % unsigned(cluster)) : 0;
+    if (clustered || !shifts) {
+      g.team_id = tid / team;
+      g.t = tid % team;
+      g.teams = int(blockDim.x) / team;
+      g.crank = clustered ? int(blockIdx.x % unsigned(cluster)) : 0;
+    } else {
+      const TeamSlot slot = TeamSlot::of(tid, 32 - __clz(team - 1), blockDim.x);
+      g.team_id = slot.team_id;
+      g.t = slot.t;
+      g.teams = slot.teams;
+      g.crank = 0;
+    }
     g.cols = int(cols_param);
     g.col_step = team * VEC;
     // (first_col, spelled out: through the call, nvcc 13.0 schedules the

@@ -685,6 +685,14 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
         }
       });
     };
+    // Register rows' early weight (and bias): issued right after the row's
+    // own loads, before anything waits on them. Issued after the sum of
+    // squares (as it was to dd5bc91), its loads waited for x's: nvcc keeps
+    // them behind the FFMAs that consume x, a second memory round trip in
+    // series on a decode-sized call (SASS of the 1-vector bf16 kernel).
+    auto load_w_early_reg = [&]() {
+      if constexpr (kEarlyW && !kStaged) load_w_early();
+    };
     float h[kRes ? VPT : 1][VEC];
     if (active) {
       const Tx* xrow = static_cast<const Tx*>(p.x) + row * p.x_stride - sh;
@@ -695,6 +703,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
           RawVec<Tr, VEC> rr[VPT];
           const Tr* rrow = static_cast<const Tr*>(p.res) + row * p.res_stride - sh;
           by_whole_io([&](auto wc) { load_row(rr, rrow, wc); });
+          load_w_early_reg();
 #pragma unroll
           for (int i = 0; i < VPT; ++i) {
             float rf[VEC];
@@ -704,6 +713,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
             for (int j = 0; j < VEC; ++j) h[i][j] += rf[j];
           }
         } else {
+          load_w_early_reg();
 #pragma unroll
           for (int i = 0; i < VPT; ++i) xr[i].widen(h[i]);
         }
@@ -731,6 +741,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
           cp_async_wait_all();
         } else {
           by_whole_io([&](auto wc) { load_row(xv, xrow, wc); });
+          load_w_early_reg();
         }
         if constexpr (kOnePassMoments) {
           // Staged LayerNorm: the thread's own moments in this one pass over
@@ -774,9 +785,6 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
           }
         }
       }
-    }
-    if constexpr (kEarlyW && !kStaged) {
-      if (active) load_w_early();
     }
     // h of vector i (fp32).
     auto h_at = [&](int i, float (&f)[VEC], int r = 0) {

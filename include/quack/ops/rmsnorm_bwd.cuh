@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
   // parity: the scratch half of an unclustered row block (alternating, so
   // that consecutive blocks' reductions never share scratch).
   auto do_rows = [&](int64_t blk, int parity) {
-    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster, false);
     const int64_t row = blk * g.teams + g.team_id;
     const bool active = row < p.rows;
     // g = dy * (w + weight_offset) of vector i, in place (dy alone without a
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
     // The teams of a CTA own the same columns: team 0's threads add the
     // teams' slots in team order and write this cluster's partial row.
     __syncthreads();
-    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    const auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster, false);
     if (g.team_id == 0) {
       float2* out = p.partial + int64_t(blockIdx.x / unsigned(p.cluster)) * p.cols;
 #pragma unroll

@@ -494,6 +494,30 @@ INSTANTIATE_TEST_SUITE_P(Tiles, RegConfigSweep,
                                          RegTile{2, 4, 4, 8, 0, 2, 512, 8, 8, true}),
                          reg_tile_name);
 
+// reg_fill_max_team bounds the decode spread, not the wider tiles: raised,
+// the 8K row spreads to 1024 threads at 1 vector (the plan to dd5bc91); the
+// training-sized rows keep their plans either way.
+TEST(RegConfigShapes, DecodeSpreadCap) {
+  RegRowProblem p;
+  p.cols = 8192;
+  p.x_elem_bytes = 2;
+  RegRowConfig c;
+  RowTuning t = default_row_tuning();
+  t.reg_fill_max_team = 1024;
+  p.rows = 1;
+  ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, t, &c));
+  EXPECT_EQ(c.team, 1024);
+  EXPECT_EQ(c.vpt, 1);
+  for (int64_t rows : {int64_t(256), int64_t(32768)}) {
+    p.rows = rows;
+    RegRowConfig capped, wide;
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, default_row_tuning(), &capped));
+    ASSERT_TRUE(choose_reg_row_config(p, DeviceLimits{}, t, &wide));
+    EXPECT_EQ(capped.team, wide.team) << rows;
+    EXPECT_EQ(capped.vpt, wide.vpt) << rows;
+  }
+}
+
 TEST(RegConfigShapes, DisabledByTuning) {
   RowTuning t = default_row_tuning();
   t.reg_enable = 0;
@@ -519,6 +543,10 @@ TEST(RegConfigShapes, TypicalShapes) {
       {"then one 1024-thread CTA", 4096, 65536, 1024, 8, 1, -1},
       {"then clusters of them", 2048, 131072, 1024, 8, 2, -1},
       {"decode (one row): spread over more threads, one vector each", 1, 4096, 512, 1, -1, -1},
+      {"decode: 256 threads at 2K", 1, 2048, 256, 1, -1, -1},
+      {"decode: teams of at most 512 threads (reg_fill_max_team), 2 vectors at 8K", 1, 8192, 512, 2, 1, 512},
+      {"... at 64 rows too", 64, 8192, 512, 2, 1, 512},
+      {"decode, 16K: past the cap at 4 vectors, the largest tile (as to dd5bc91)", 1, 16384, 256, 8, 1, 256},
       {"long rows: 1M bf16 takes the whole 16 x 1024 x 8 tile", 256, 1 << 20, 1024, 8, 16, -1},
   };
   RegRowConfig c;

@@ -208,8 +208,9 @@ std::vector<double> gradient(const Problem& p, const Reference& ref) {
 //    divide errs by d_cap <= (24 + 4 max|x| / c) u c per element, absolute
 //    (5e-5 at c = 30); lse moves by at most d_cap, as does each x'_c.
 //  * the reduction: W's sum (prepare kernel) and the total's (finish kernel)
-//    are 1024 sequential strands and a 10-level tree: gamma_M = (M / 1024 +
-//    16) u relative.
+//    are sequential strands of at most max(4, M / 1024) rows (a CTA of 32 to
+//    1024 threads sized to the rows, ce_scalar_threads) and a tree of at
+//    most 10 levels: gamma_M = (M / 1024 + 16) u relative.
 // A row's loss then errs by each term's error (written out in bound_loss),
 // and a gradient element A p_c - b w_c - a [c == t] by p_c's relative error
 // (lse's and x'_c's errors, 2u |x'_c - lse| in its exponent, ex2's ulps), the
