@@ -482,9 +482,14 @@ PROBES
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
+      # (InstructionStats and SchedulerStats: where a decode-sized kernel's
+      # cycles go against a peer's at the same tile -- the fifty-fifth
+      # session's open question, docs/KERNELS.md)
       # shellcheck disable=SC2086
       timeout "${NCU_TIMEOUT:-300}" ncu --clock-control none --nvtx --section SpeedOfLight --section LaunchStats \
-        --section WarpStateStats --section Occupancy python3 bench/latency_probe.py ${LATENCY_PROBE_ARGS:-} \
+        --section WarpStateStats --section Occupancy --section InstructionStats --section SchedulerStats \
+        --metrics smsp__inst_executed.sum,sm__cycles_elapsed.max,smsp__cycles_active.max \
+        python3 bench/latency_probe.py ${LATENCY_PROBE_ARGS:-} \
         > "$out/ncu_latency.txt" 2>&1 || status=1
       grep -E "^  [A-Za-z_].*\(|NVTX Push/Pop|Duration|Block Size|Grid Size|Registers Per|event time|n/a" \
         "$out/ncu_latency.txt" | head -120 ;;
@@ -546,6 +551,7 @@ PROBES
       ensure_package || { status=1; continue; }
       # shellcheck source=/dev/null
       . bench/peers.sh
+      # shellcheck disable=SC2086
       python3 bench/probe_norm_bwd_gap.py --l2 ${GAP_NS:-2048 4096 8192} > "$out/norm_bwd_l2.log" 2>&1 || status=1
       grep -v Warning "$out/norm_bwd_l2.log" | head -20 ;;
     norm_bwd_gap_ncu)

@@ -9,7 +9,8 @@
 //
 //   decode_sweep [dtype=bf16|f16|f32] [ops=rmsnorm,layernorm,softmax,cross_entropy]
 //   env DECODE_MS (default 1,4,16,64,256,1024), DECODE_NS (2048,4096,8192),
-//   DECODE_CALLS (20), DECODE_REPLAYS (50)
+//   DECODE_CALLS (20), DECODE_REPLAYS (50); DECODE_NO_WEIGHT=1: the norms
+//   without weight and bias (what the parameters' loads cost a call)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> Ns = env_list("DECODE_NS", {2048, 4096, 8192});
   const int calls = int(env_list("DECODE_CALLS", {20})[0]);
   const int replays = int(env_list("DECODE_REPLAYS", {50})[0]);
+  const bool no_weight = sweep::env_flag("DECODE_NO_WEIGHT");
   if (!sweep::install_tuning_from_env()) return 2;
   const quack::DeviceLimits lim = sweep::device_limits();
   const int es = quack::dtype_size(dt);
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
 
-  std::printf("decode_sweep, dtype %s, %d calls a graph, median of %d replays\n", quack::dtype_name(dt), calls, replays);
+  std::printf("decode_sweep, dtype %s, %d calls a graph, median of %d replays%s\n", quack::dtype_name(dt), calls,
+              replays, no_weight ? ", norms without weight and bias" : "");
   std::printf("%-14s %6s %5s | %-56s | %8s | %s\n", "op", "N", "M", "kernel", "us/call", "max rel err");
   std::stringstream ss(ops);
   std::string op;
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
         na.out = {y, dt, N};
         if (op == "rmsnorm") {
           na.eps = 1e-6f;
-          na.weight = {w16, dt};
-        } else {
+          if (!no_weight) na.weight = {w16, dt};
+        } else if (!no_weight) {
           na.weight = {w32, quack::DType::kFloat32};
           na.bias = {b32, quack::DType::kFloat32};
         }
@@ -193,10 +196,10 @@ int main(int argc, char** argv) {
           if (std::isnan(err)) err = INFINITY;
         } else {
           const std::vector<double> hy = to_host(y, M * N, dt);
-          std::vector<double> vw, vb;
-          if (op == "rmsnorm") {
+          std::vector<double> vw(static_cast<size_t>(N), 1.0), vb(static_cast<size_t>(N), 0.0);
+          if (op == "rmsnorm" && !no_weight) {
             vw = to_host(w16, N, dt);
-          } else if (op == "layernorm") {
+          } else if (op == "layernorm" && !no_weight) {
             vw = to_host(w32, N, quack::DType::kFloat32);
             vb = to_host(b32, N, quack::DType::kFloat32);
           }
