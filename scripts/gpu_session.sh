@@ -95,6 +95,13 @@
 #              replay, us a call, at the defaults and each QUACK_TUNE variant
 #              of $DECODE_TUNES (';'-separated), $DECODE_DTYPES (bf16),
 #              $DECODE_OPS (all four); decode_sweep.log
+#   decode_diag  the fifty-fifth session's open question (docs/KERNELS.md):
+#              where a decode-sized forward's cycles go at the tile Liger
+#              uses too (2048: 256 threads at 1 vector). The decode part at
+#              the defaults and DECODE_NO_WEIGHT=1 (the norms without their
+#              parameters), then ncu_latency at M = 1, N = 2048 (RMSNorm,
+#              LayerNorm, softmax; quack_cpp, Liger, torch), with the peers
+#              carried in .whl/
 #   ab         an A/B of two trees' sweeps in one call: the old tree at
 #              $AB_OLD (e.g. `git archive <commit> | tar -x -C .ab/old`, a
 #              git-ignored folder passed in `carry`), built beside this
@@ -474,6 +481,16 @@ PROBES
           > "$out/ncu_$i.txt" 2>&1 || status=1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy" "$out/ncu_$i.txt" | head -4
       done ;;
+    decode_diag)
+      mkdir -p "$out/decode_weights" "$out/decode_no_weight"
+      OUT="$out/decode_weights" DECODE_NS=${DECODE_NS:-2048,8192} \
+        bash "$root/scripts/gpu_session.sh" "$commit" decode || status=1
+      OUT="$out/decode_no_weight" DECODE_NO_WEIGHT=1 DECODE_OPS=rmsnorm,layernorm DECODE_NS=${DECODE_NS:-2048,8192} \
+        bash "$root/scripts/gpu_session.sh" "$commit" decode || status=1
+      LATENCY_PROBE_ARGS=${LATENCY_PROBE_ARGS:-"--ops rmsnorm,layernorm,softmax --m 1 --n 2048"} \
+        bash "$root/scripts/gpu_session.sh" "$commit" ncu_latency || status=1
+      (cd "$out" && tar czf decode_diag.tgz decode_weights decode_no_weight && rm -rf decode_weights decode_no_weight) \
+        || status=1 ;;
     ncu_latency)
       # Every kernel of bench/latency_probe.py (decode-sized calls of each
       # implementation, $LATENCY_PROBE_ARGS, in NVTX ranges "<op>/<impl>"),
