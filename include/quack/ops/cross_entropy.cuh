@@ -1234,8 +1234,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_grad_row_kernel(const
 // ---------------------------------------------------------------------------
 // Scalar kernels (src/cross_entropy.cu): ce_scalar_split(rows, cols).parts CTAs of
 // up to kCEScalarThreads (ce_scalar_threads: sized to a part's share), each a
-// fixed share of the rows (and classes), fixed summation orders; with more than one part, ce_combine_kernel adds the
-// parts' float4s in order.
+// fixed share of the rows (and classes), fixed summation orders; with more
+// than one part, ce_combine_kernel adds the parts' float4s in order.
 //   ce_prepare_kernel: W = sum of w_t and R = the count over counted rows;
 //     sum_c w_c (what the rows need before their gradient or their
 //     class-weighted smoothing).
