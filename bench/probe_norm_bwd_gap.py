@@ -49,6 +49,10 @@ idle` (its own call, then a 5 ms sleep: an L2 state persists through
 idle time, a clock or power dip recovers). Each state's line ends with
 the SM clock measured over the sleep before the timed calls (`clock`:
 the sleep's cycles over its event time, MHz, median).
+The fifty-fifth session's run of them (logs/2026-12-06-norm-bwd-l2-clock-
+dd5bc91-h100.log): not the clock (1953-1976 MHz before every state); ours
+stays slow after itself and 5 ms idle (609.3 us) and is fast after the
+GEMM (574.3), so the state survives idle time and a GEMM clears it.
 """
 import os
 import statistics

@@ -42,6 +42,9 @@ struct Plan {
   bool grid = false;
   NormGridConfig gcfg;
   bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch
+  // Backward: a log-softmax row the chunked kernel takes reads dy alone in
+  // pass 1 (RowTuning::softmax_chunk_log_dy; the launch checks p.log).
+  bool chunk_log_dy = false;
 };
 
 // The grid forward's configuration, where it serves the row (whole-vector
@@ -64,6 +67,7 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, 
   if (shifted) cols += 16 / es - 1;
   if (!backward && !shifted) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
   plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
+  plan.chunk_log_dy = backward && tune.softmax_chunk_log_dy != 0;
   RegRowProblem prob;
   prob.rows = rows;
   prob.cols = cols;
@@ -199,7 +203,7 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaSt
       p.row_blocks = p.rows;
       p.chunk_vecs = cfg.chunk_vecs;
       p.stage_vecs = cfg.stage_vecs;
-      const bool log_dy = backward && p.log && current_row_tuning().softmax_chunk_log_dy != 0;
+      const bool log_dy = p.log && plan.chunk_log_dy;
       return detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
         return ops::launch_softmax_chunk<decltype(dt)::value>(p, cfg, backward, log_dy, device, stream);
       });
