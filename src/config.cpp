@@ -142,6 +142,19 @@ RowTuning default_row_tuning() {
   // +0.8 us). 16-bit rows past 8192 and fp32 rows from 4096 at decode sizes
   // take the cap unmeasured.
   t.reg_fill_max_team = 512;
+  // Lean norm rows (kLean: the row is blockIdx.x, its bounds and the
+  // reductions' team tests compiled away, the CTA's warp partials combined
+  // over 3 butterfly levels at 8 warps, not 5). decode_sweep bf16, CUDA-graph
+  // replay, us a call, H100, two rounds each against 69aadb4 in the same call
+  // (bench/results/logs/2026-12-06-decode-lean-h100.log): RMSNorm 2048 M = 1
+  // / 256 / 1024 1.76 / 2.34 / 3.63 -> 1.55 / 2.06 / 2.93, 8192 M = 1 / 256
+  // 2.35 / 3.86 -> 2.09 / 3.23; LayerNorm (fp32 weight and bias) 2048 M =
+  // 1 / 256 / 1024 2.32 / 3.00 / 4.65 -> 2.05 / 2.52 / 3.95, 8192 M = 1 /
+  // 256 3.12 / 5.02 -> 2.67 / 4.31; every lean cell faster, the others (4
+  // vectors a thread at M = 1024 past 2048) even. ncu at M = 1, N = 2048:
+  // LayerNorm 298 -> 235 warp instructions a warp, RMSNorm 206 -> 162
+  // (Liger's 189 / 169).
+  t.reg_lean = 1;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
   // 1/4 of the power-of-two tile idle). rmsnorm_sweep / softmax_sweep bf16,

@@ -251,6 +251,14 @@ bool small_cta_tile(const RegRowConfig& c, DType x, bool w_f32, const RowTuning&
          c.threads <= ops::kRegSmallCtaThreads;
 }
 
+// The lean kernel's rows (kLean, RowTuning::reg_lean): an unclustered,
+// unshifted 1- or 2-vector tile whose row is one team owning its CTA and
+// exactly the tile, so that every thread's vectors lie inside the row.
+bool lean_tile(const RegRowConfig& c, int64_t cols, bool shifted, const RowTuning& tune) {
+  return tune.reg_lean != 0 && !shifted && !c.staged && c.cluster == 1 && c.vpt <= 2 && c.team == c.threads &&
+         c.team % 32 == 0 && cols == int64_t(c.vpt) * c.team * c.vec;
+}
+
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {
   NormFwdPlan plan;
   const RowTuning tune = current_row_tuning();  // one copy a call, for every rule below
@@ -298,6 +306,7 @@ NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimi
     plan.staged_early_w = plan.reg_cfg.staged && plan.reg_cfg.vpt == ops::kRMSNormStagedVpt &&
                           plan.reg_cfg.rows_per_cluster == 1 && wants_early_w(a.x.dtype, plan.w_f32, tune);
     plan.small_cta = small_cta_tile(plan.reg_cfg, a.x.dtype, plan.w_f32, tune);
+    plan.reg_cfg.lean = lean_tile(plan.reg_cfg, a.cols, plan.shifted, tune);
     plan.w_batch = tune.reg_w_batch;
     plan.end_sync = tune.cluster_end_sync;
     return plan;
@@ -462,6 +471,7 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
     if (c.cluster > 1 && !plan.end_sync)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");
     if (plan.shifted) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " shifted");
+    if (c.lean) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " lean");
   } else {
     const RowConfig& c = plan.cfg;
     std::snprintf(buf, sizeof buf, "general team %4d thr %4d cl %2d vpt %2d R %d chunks %d buf %d smem %6zu grid %lld%s",

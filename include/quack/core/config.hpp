@@ -104,6 +104,10 @@ struct RowTuning {
   // of reg_fill_max_team threads.
   int reg_fill_threads_per_sm;
   int reg_fill_max_team;
+  // The norm forward's unclustered 1- and 2-vector tiles whose row is one
+  // team owning its CTA and exactly the tile (N = vpt * team * vec) take the
+  // lean kernel (ops/rmsnorm.cuh, kLean); 0: never.
+  int reg_lean;
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Unclustered register rows of one team a CTA (more than a warp) in the
   // fewest whole warps that cover the row at the tile chosen, not the power
@@ -444,6 +448,7 @@ struct RegRowConfig {
   int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
+  bool lean = false;       // norm forward: one team a CTA and N exactly the tile (kLean; set by its plan)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }

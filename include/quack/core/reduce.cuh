@@ -291,6 +291,27 @@ __device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typenam
   return warp_reduce<Op>(v);
 }
 
+// block_reduce with the warp partials combined over the power of two of
+// lanes at or above their count (8 warps: 3 butterfly levels, not 5), every
+// aligned group of that many lanes reading all of them in the same order:
+// the same value in every lane, and the same as block_reduce's (its levels
+// past the partials add identities). A decode-sized row waits on each
+// level. (For the lean norm rows: in block_reduce itself the test of the
+// width spilled 4-20 bytes in the f16 norm backward's grid kernel, ptxas
+// -v, CUDA 13.0.)
+template <class Op>
+__device__ __forceinline__ typename Op::T block_reduce_narrow(typename Op::T v, typename Op::T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_reduce<Op>(v);
+  if (nwarps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int width = 1 << (32 - __clz(nwarps - 1));  // (nwarps >= 2)
+  const int k = lane & (width - 1);
+  v = k < nwarps ? scratch[k] : Op::identity();
+  return warp_reduce<Op>(v, width);
+}
+
 // Reduction over one team of a CTA that holds several: a sub-warp team
 // (team < 32, a power of two: a butterfly over aligned groups of `team`
 // lanes, no shared memory), or a team of whole warps -- a power of two
@@ -382,6 +403,14 @@ struct RowReducer {
         cluster_slot(static_cast<T*>(scratch) + 64),
         team(team_),
         cluster(cluster_) {}
+
+  // The reduction of a team that is the whole CTA (block_reduce_narrow),
+  // with no test of the team's size: kLean rows (ops/rmsnorm.cuh).
+  __device__ __forceinline__ T reduce_cta(T v) {
+    v = block_reduce_narrow<Op>(v, warp_scratch + 32 * parity);
+    parity ^= 1;
+    return v;
+  }
 
   // Every thread of the CTA must call this (teams > 32 own the CTA).
   __device__ __forceinline__ T reduce(T v) {

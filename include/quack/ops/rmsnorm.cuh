@@ -492,8 +492,14 @@ constexpr int kRegSmallCtaMinBlocks = 3;
 // (the plan sized for N + VEC - 1), the first s of them, the head of the
 // thread at column 0, neither read nor written -- and the weight and bias,
 // column-indexed, read s elements early (RawVec::load_shifted).
+// kLean (decode-sized rows, RowTuning::reg_lean): an unclustered row that is
+// one team owning its CTA (grid = rows) and exactly the tile, N = VPT *
+// team * VEC, so every vector of every thread lies inside the row. The
+// row is blockIdx.x, the tile's bounds and tails are compiled away and the
+// reductions are the CTA's: the kernel's start to x's load and its
+// reductions to the store are the latency a one-row call waits on.
 template <typename Tx, typename Tw, typename Tr, int VPT, bool kCluster, bool kStaged = false, bool kCentre = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false, bool kLean = false>
 __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSmallCtaThreads : kRegRowMaxThreads,
                                   kStaged ? staged_min_blocks(kStagedEarlyW, VPT, kRows)
                                           : kSmallCta ? kRegSmallCtaMinBlocks : 1)
@@ -515,6 +521,8 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
   static_assert(kRows == 1 || (kRows == 2 && kStaged && !kStagedEarlyW && sizeof(Tx) == 2),
                 "two rows a cluster: staged 16-bit rows, weight late");
   static_assert(!kShift || (!kCluster && !kStaged && kRows == 1), "shifted rows: unclustered register rows");
+  static_assert(!kLean || (!kCluster && !kStaged && !kShift && !kSmallCta && kRows == 1),
+                "lean rows: unclustered, unshifted register rows");
   // Loops over a thread's vectors unroll fully where they index registers;
   // staged rows index shared memory, and their wide tiles (16, 32 vectors)
   // unrolled whole hoist every address out of the loop and spill (ptxas -v).
@@ -542,13 +550,14 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     // (Register-held clusters keep the shifts: with team_id and teams
     // constant, the persistent fp32 LayerNorm cluster spilled 8 bytes,
     // ptxas -v.)
-    const TeamSlot slot = TeamSlot::of(tid, shift, blockDim.x);
+    // (kLean: the CTA is the team, and the grid one CTA a row)
+    const TeamSlot slot = kLean ? TeamSlot{0, tid, 1} : TeamSlot::of(tid, shift, blockDim.x);
     const int team_id = kStaged ? 0 : slot.team_id, t = kStaged ? tid : slot.t;
     const int crank = kCluster ? int(blockIdx.x % unsigned(p.cluster)) : 0;
     const int teams = kStaged ? 1 : slot.teams;
     // This team's (first) row; kRows = 2: the cluster's rows row, row + 1.
     const int64_t row = (blk * teams + team_id) * kRows;
-    const bool active = row < p.rows;
+    const bool active = kLean || row < p.rows;
     // kShift: the row's elements before it in the vector that holds its
     // first, where its pointers start (x's pointer made opaque, as the
     // columns: a persistent loop would hold it).
@@ -565,13 +574,14 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
     const int col0 = (crank * VPT * team + t) * VEC;  // this thread's first column
     const int head = kShift && col0 == 0 ? sh : 0;    // elements before the row in vector 0
     // Every vector of this thread lies inside the row: no per-vector checks.
-    const bool whole = head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols;
+    const bool whole = kLean || (head == 0 && col0 + (VPT - 1) * col_step + VEC <= cols);
     // Runs f(std::true_type{}) where `whole` holds: straight-line code with
     // every vector's bounds, tails and predicates compiled away (LayerNorm
     // bf16 N = 4K executed 997 instructions a thread with them, ncu), and
     // f(std::false_type{}) otherwise. No barrier may sit inside f.
     auto by_whole = [&](auto&& f) {
-      if (whole) f(std::true_type{});
+      if constexpr (kLean) f(std::true_type{});
+      else if (whole) f(std::true_type{});
       else f(std::false_type{});
     };
     // The loads and the output loop take the straight-line copy too, except
@@ -824,7 +834,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
 #pragma unroll
         for (int r = 0; r < kRows; ++r) cta_mean[r] = n > 0 ? sum[r] / float(n) : 0.0f;
       } else {
-        sum[0] = red.reduce(acc[0]);
+        sum[0] = kLean ? red.reduce_cta(acc[0]) : red.reduce(acc[0]);
         cta_mean[0] = sum[0] * p.inv_cols;
       }
       float dev[kRows] = {};
@@ -874,7 +884,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
         }
       } else {
         mean[0] = cta_mean[0];
-        acc[0] = red.reduce(dev[0]);
+        acc[0] = kLean ? red.reduce_cta(dev[0]) : red.reduce(dev[0]);
       }
     } else if constexpr (kCluster) {
       // One team per CTA; the exchange's count alternates the scratch.
@@ -888,7 +898,7 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       }
     } else {
       RowReducer<SumOp> red(smem, team, 1);
-      acc[0] = red.reduce(acc[0]);
+      acc[0] = kLean ? red.reduce_cta(acc[0]) : red.reduce(acc[0]);
     }
     float rstd[kRows];
 #pragma unroll
@@ -1037,11 +1047,25 @@ Status launch_rmsnorm_fwd(const RMSNormFwdParams& p, const RowConfig& cfg, bool 
 enum class RegRes { kNone, kSameAsX, kFloat32 };
 
 template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kCluster = false, bool kStaged = false,
-          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false>
+          bool kStagedEarlyW = false, bool kSmallCta = false, int kRows = 1, bool kShift = false, bool kLean = false>
 Status launch_rmsnorm_fwd_reg_tile(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device, cudaStream_t stream) {
-  return core::launch_cached<
-      rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW, kSmallCta, kRows, kShift>>(
-      device, core::launch_shape(cfg), stream, p);
+  return core::launch_cached<rmsnorm_fwd_reg_kernel<Tx, Tw, Tr, VPT, kCluster, kStaged, kCentre, kStagedEarlyW,
+                                                    kSmallCta, kRows, kShift, kLean>>(device, core::launch_shape(cfg),
+                                                                                      stream, p);
+}
+
+// The unclustered 1- and 2-vector tiles, lean where the plan says so
+// (RegRowConfig::lean: kLean).
+template <typename Tx, typename Tw, typename Tr, bool kCentre, int VPT, bool kShift>
+Status launch_rmsnorm_fwd_reg_short(const RMSNormFwdParams& p, const RegRowConfig& cfg, int device,
+                                    cudaStream_t stream) {
+  if constexpr (!kShift) {
+    if (cfg.lean)
+      return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, VPT, false, false, false, false, 1, false, true>(
+          p, cfg, device, stream);
+  }
+  return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, VPT, false, false, false, false, 1, kShift>(p, cfg, device,
+                                                                                                  stream);
 }
 
 // kShift: shifted rows (rmsnorm_fwd_reg_kernel), unclustered register rows
@@ -1084,11 +1108,9 @@ Status launch_rmsnorm_fwd_reg_vpt(const RMSNormFwdParams& p, const RegRowConfig&
   }
   if (!cfg.staged && cfg.cluster == 1) {
     switch (cfg.vpt) {
-      case 1: return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 1, false, false, false, false, 1, kShift>(p, cfg, device, stream);
+      case 1: return launch_rmsnorm_fwd_reg_short<Tx, Tw, Tr, kCentre, 1, kShift>(p, cfg, device, stream);
       case 2:
-        if constexpr (kMax >= 2)
-          return launch_rmsnorm_fwd_reg_tile<Tx, Tw, Tr, kCentre, 2, false, false, false, false, 1, kShift>(p, cfg, device,
-                                                                                                          stream);
+        if constexpr (kMax >= 2) return launch_rmsnorm_fwd_reg_short<Tx, Tw, Tr, kCentre, 2, kShift>(p, cfg, device, stream);
         break;
       case 4:
         if constexpr (kMax >= 4)

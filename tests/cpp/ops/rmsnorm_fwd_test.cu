@@ -669,6 +669,61 @@ TEST_P(RMSNormFwdGpuShifted, LayerNormMatchesFloat64ReferenceAndStaysInBounds) {
 INSTANTIATE_TEST_SUITE_P(ShiftedCases, RMSNormFwdGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
+// Lean rows (RowTuning::reg_lean, kLean): decode-sized calls whose row is
+// one team owning its CTA and exactly the tile (N = vpt * team * vec) take
+// the kernel with the row's bounds compiled away. Each case runs lean (the
+// plan says so, or the test fails) and again with the knob off, through the
+// general register kernel: every operand combination the lean instances
+// serve (weights in x's dtype and fp32, a bias, a residual stream in x's
+// dtype and fp32, rstd and the mean, Gemma's offset, in place), both tiles
+// (1 and 2 vectors), the three dtypes, 1 row and several.
+std::vector<FwdCase> lean_cases() {
+  std::vector<FwdCase> v;
+  v.push_back(FwdCase("N2048_bf16_M1_w", 1, 2048, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N2048_bf16_M7_f32w_b_rstd", 7, 2048, kBF16).with(kW, kF32).with(kB, kF32).with_rstd());
+  v.push_back(FwdCase("N4096_bf16_M3_res_resout_w_rstd", 3, 4096, kBF16)
+                  .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16).with_rstd());
+  v.push_back(FwdCase("N8192_bf16_M5_f32res_resout_f32w", 5, 8192, kBF16)
+                  .with(kRes, kF32).with(kResOut, kF32).with(kW, kF32));
+  v.push_back(FwdCase("N8192_f16_M64_w_b_off", 64, 8192, kF16).with(kW, kF16).with(kB, kF16).with_weight_offset(1.0f));
+  v.push_back(FwdCase("N2048_bf16_M1024_w", 1024, 2048, kBF16).with(kW, kBF16));
+  v.push_back(FwdCase("N4096_bf16_M16_w_hostile_moments", 16, 4096, kBF16).with(kW, kBF16).with_hostile_moments());
+  v.push_back(FwdCase("N1024_f32_M4_w_b_rstd", 4, 1024, kF32).with(kW, kF32).with(kB, kF32).with_rstd());
+  v.push_back(FwdCase("N4096_f32_M2_res_resout", 2, 4096, kF32).with(kRes, kF32).with(kResOut, kF32));
+  v.push_back(FwdCase("N2048_f16_M9_none", 9, 2048, kF16));
+  FwdCase in_place = FwdCase("N4096_bf16_M8_res_resout_w_in_place", 8, 4096, kBF16)
+                         .with(kRes, kBF16).with(kResOut, kBF16).with(kW, kBF16);
+  in_place.in_place = true;
+  v.push_back(in_place);
+  return v;
+}
+
+class RMSNormFwdGpuLean : public testing::TestWithParam<FwdCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+  void run_both(bool centre) {
+    run_case(GetParam(), centre, PlanCheck{"reg", {" lean"}, {}});
+    if (HasFatalFailure()) return;
+    RowTuning t = default_row_tuning();
+    t.reg_lean = 0;
+    set_row_tuning(&t);
+    run_case(GetParam(), centre, PlanCheck{"reg", {}, {" lean"}});
+  }
+};
+
+TEST_P(RMSNormFwdGpuLean, MatchesFloat64LeanAndNot) {
+  QUACK_REQUIRE_SM90();
+  run_both(false);
+}
+
+TEST_P(RMSNormFwdGpuLean, LayerNormMatchesFloat64LeanAndNot) {
+  QUACK_REQUIRE_SM90();
+  run_both(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeanCases, RMSNormFwdGpuLean, testing::ValuesIn(lean_cases()),
+                         [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
+
 // The cases whose rows every dtype stages in shared memory when the tuning
 // allows (reg_staged = ln_staged = 3): no residual stream, 16-byte-aligned operands, out
 // in x's dtype, weight and bias in x's dtype or fp32, and a row that needs a

@@ -467,6 +467,44 @@ TEST_F(NormFwdPlan, SmallCtaInstanceForEightVectorFp32WeightTiles) {
   }
 }
 
+// Lean rows (kLean, RowTuning::reg_lean): a plan is lean exactly where its
+// register tile is unclustered, 1 or 2 vectors a thread, one team owning its
+// CTA, and the row exactly that tile -- decode-sized calls at the model
+// widths; the knob off, never.
+TEST_F(NormFwdPlan, LeanRowsAreExactlyTheOneTeamTilesThatTheRowFills) {
+  auto lean = [](const Kernel& k) { return k.text.find(" lean") != std::string::npos; };
+  for (bool ln : {false, true}) {
+    SCOPED_TRACE(ln ? "LayerNorm" : "RMSNorm");
+    // The decode shapes the latency benchmark times (bf16, weight in x's
+    // dtype or fp32).
+    for (const Call& c : {Call{1, 2048, kBF16, kBF16}, Call{64, 4096, kBF16, kF32}, Call{1, 8192, kBF16, kBF16},
+                          Call{1024, 2048, kBF16, kBF16}, Call{4, 4096, kBF16, kBF16, true}, Call{1, 1024, kF32, kF32}})
+      EXPECT_TRUE(lean(plan(c, ln))) << plan(c, ln).text;
+    // Not the tile's width, misaligned (element-wise), or the knob off.
+    EXPECT_FALSE(lean(plan({1, 2056, kBF16, kBF16}, ln))) << plan({1, 2056, kBF16, kBF16}, ln).text;
+    EXPECT_FALSE(lean(plan({1, 2048, kBF16, kBF16, false, 1}, ln))) << plan({1, 2048, kBF16, kBF16, false, 1}, ln).text;
+    RowTuning t = default_row_tuning();
+    t.reg_lean = 0;
+    set_row_tuning(&t);
+    EXPECT_FALSE(lean(plan({1, 2048, kBF16, kBF16}, ln)));
+    set_row_tuning(nullptr);
+    // The rule, over a scan of widths and batch sizes.
+    for (DType x : {kBF16, kF32}) {
+      const int64_t vec = 16 / dtype_size(x);
+      for (int64_t rows : {1, 64, 4096}) {
+        for (int64_t cols = vec; cols <= 16384; cols += vec) {
+          const Kernel k = plan({rows, cols, x, x}, ln);
+          int team = 0;
+          std::sscanf(k.text.c_str(), "%*s team %d", &team);
+          const bool rule = k.kind == "reg" && k.cluster == 1 && k.vpt <= 2 && team == k.threads && team % 32 == 0 &&
+                            int64_t(k.vpt) * team * vec == cols;
+          ASSERT_EQ(lean(k), rule) << "rows " << rows << " N " << cols << ": " << k.text;
+        }
+      }
+    }
+  }
+}
+
 // Every N from 1 to 2^21 (stride 1 to 16K, then 97) at every dtype mask:
 // a staged plan only for an allowed dtype, in a cluster of 2-16 CTAs of 256
 // threads at 8 vectors a thread (16 past a 16-CTA cluster at 8) whose tiles
