@@ -153,8 +153,8 @@ RowTuning default_row_tuning() {
   // 256 3.12 / 5.02 -> 2.67 / 4.31; every lean cell faster, the others (4
   // vectors a thread at M = 1024 past 2048) even. ncu at M = 1, N = 2048:
   // LayerNorm 298 -> 235 warp instructions a warp, RMSNorm 206 -> 162
-  // (Liger's 189 / 169).
-  t.reg_lean = 1;
+  // (Liger's 189 / 169). Bit 1, softmax's lean rows: measured below (TBD).
+  t.reg_lean = 3;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
   // 1/4 of the power-of-two tile idle). rmsnorm_sweep / softmax_sweep bf16,
@@ -1018,6 +1018,11 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   c.grid = c.row_blocks * c.cluster;
   *out = c;
   return true;
+}
+
+bool lean_row(const RegRowConfig& c, int64_t cols) {
+  return !c.staged && c.cluster == 1 && c.vpt <= 2 && c.team == c.threads && c.team % 32 == 0 &&
+         cols == int64_t(c.vpt) * c.team * c.vec;
 }
 
 const char* check_reg_row_config(const RegRowConfig& c, const RegRowProblem& prob, const DeviceLimits& lim) {

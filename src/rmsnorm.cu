@@ -255,8 +255,7 @@ bool small_cta_tile(const RegRowConfig& c, DType x, bool w_f32, const RowTuning&
 // unshifted 1- or 2-vector tile whose row is one team owning its CTA and
 // exactly the tile, so that every thread's vectors lie inside the row.
 bool lean_tile(const RegRowConfig& c, int64_t cols, bool shifted, const RowTuning& tune) {
-  return tune.reg_lean != 0 && !shifted && !c.staged && c.cluster == 1 && c.vpt <= 2 && c.team == c.threads &&
-         c.team % 32 == 0 && cols == int64_t(c.vpt) * c.team * c.vec;
+  return (tune.reg_lean & 1) != 0 && !shifted && lean_row(c, cols);
 }
 
 NormFwdPlan plan_norm_fwd(const RMSNormFwdArgs& a, bool centre, const DeviceLimits& lim) {

@@ -118,6 +118,10 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, 
   plan.reg = fits && (plan.reg_cfg.staged ||
                       (row_bytes < chunk_min && (backward || cols < tune.chunk_min_cols) &&
                        (backward || !tune.chunk_clustered_fwd || plan.reg_cfg.cluster == 1)));
+  // Lean forward rows (kLean, RowTuning::reg_lean bit 1): one team owning
+  // its CTA, 1 or 2 vectors a thread, the row exactly the tile.
+  plan.reg_cfg.lean = plan.reg && !backward && !shifted && (tune.reg_lean & 2) != 0 &&
+                      lean_row(plan.reg_cfg, cols);
   if (!plan.reg && !shifted) {
     ChunkRowProblem cp;
     cp.rows = rows;
@@ -242,6 +246,7 @@ std::string softmax_plan_description(int64_t rows, int64_t cols, DType dtype, bo
     std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
                   c.threads, c.cluster, c.vpt);
     if (regs > 0) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " regs %d", regs);
+    if (c.lean) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " lean");
   } else {
     const ChunkRowConfig& c = plan.chunk_cfg;
     std::snprintf(buf, sizeof buf, "chunk thr %4d cl %2d vecs %lld staged %d", c.threads, c.cluster,

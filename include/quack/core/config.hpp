@@ -104,9 +104,10 @@ struct RowTuning {
   // of reg_fill_max_team threads.
   int reg_fill_threads_per_sm;
   int reg_fill_max_team;
-  // The norm forward's unclustered 1- and 2-vector tiles whose row is one
-  // team owning its CTA and exactly the tile (N = vpt * team * vec) take the
-  // lean kernel (ops/rmsnorm.cuh, kLean); 0: never.
+  // Unclustered 1- and 2-vector forward tiles whose row is one team owning
+  // its CTA and exactly the tile (N = vpt * team * vec) take the lean
+  // kernels (kLean): bit 0 the norms (ops/rmsnorm.cuh), bit 1 softmax and
+  // log-softmax (ops/softmax.cuh); 0: never.
   int reg_lean;
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Unclustered register rows of one team a CTA (more than a warp) in the
@@ -448,7 +449,7 @@ struct RegRowConfig {
   int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
-  bool lean = false;       // norm forward: one team a CTA and N exactly the tile (kLean; set by its plan)
+  bool lean = false;       // forward: one team a CTA and N exactly the tile (kLean; set by the op's plan)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
   int teams_per_cta() const { return threads / team; }
@@ -462,6 +463,10 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, R
 bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                            RegRowConfig* out);
 const char* check_reg_row_config(const RegRowConfig& cfg, const RegRowProblem& prob, const DeviceLimits& lim);
+// A lean row's layout (the forwards' kLean kernels, RowTuning::reg_lean):
+// an unclustered, unstaged 1- or 2-vector tile whose row is one team of
+// whole warps owning its CTA and exactly the tile, N = vpt * team * vec.
+bool lean_row(const RegRowConfig& cfg, int64_t cols);
 
 // ---------------------------------------------------------------------------
 // Register-resident norm backward (ops/rmsnorm_bwd.cuh): the RegRowConfig

@@ -104,6 +104,26 @@ struct RowGeom {
     g.whole = g.ends_inside();
     return g;
   }
+  // A lean row (the lean kernels: RegRowConfig::lean): one team owning its
+  // CTA, one row a CTA, and the row exactly the tile (cols == VPT * team *
+  // VEC), so every vector of every thread lies inside it -- whole is true
+  // where the compiler sees it, and the bounds, tails and their branches
+  // fold away.
+  __device__ __forceinline__ static RowGeom make_lean(int team, int64_t cols_param) {
+    RowGeom g;
+    const int tid = int(threadIdx.x);
+    g.team = team;
+    g.t = tid;
+    g.team_id = 0;
+    g.teams = 1;
+    g.crank = 0;
+    g.cols = int(cols_param);
+    g.col_step = team * VEC;
+    g.col0 = tid * VEC;
+    g.head = 0;
+    g.whole = true;
+    return g;
+  }
   // An unclustered row of `team` threads, `teams` a CTA, team_log2 =
   // ceil(log2 team): the same layout, with shifts where make divides by the
   // run-time team (two integer divisions, ~40 instructions, where a
@@ -281,6 +301,12 @@ struct RowReduce {
       RowReducer<Op> red(scratch, team, 1);
       return red.reduce(v);
     }
+  }
+  // A lean row's reduction (one team owning its CTA, one row a CTA): the
+  // CTA's, with no test of the team's size (block_reduce_narrow).
+  __device__ __forceinline__ T reduce_cta(T v) {
+    static_assert(!kCluster, "lean rows are unclustered");
+    return block_reduce_narrow<Op>(v, reinterpret_cast<T*>(scratch));
   }
   // Before exit, every thread.
   __device__ __forceinline__ void finish() {

@@ -269,11 +269,17 @@ __device__ __forceinline__ int shift_row(core::RowGeom<VEC, VPT>& g, const void*
 // kShift: rows whose first element may lie inside a 16-byte vector (x and
 // out at the same offset in one, row by row: row_shift), walked from that
 // vector (core::RowGeom::shift; the plan sized for N + VEC - 1 columns).
-template <typename T, int VPT, bool kCluster, bool kStaged = false, int kRegVecs = 0, bool kShift = false>
+// kLean (decode-sized rows, RowTuning::reg_lean bit 1): an unclustered row
+// that is one team owning its CTA and exactly the tile (RowGeom::make_lean:
+// the row is blockIdx.x, every vector whole), reduced by the CTA with no
+// test of the team's size -- the norms' lean rows (rmsnorm_fwd_reg_kernel).
+template <typename T, int VPT, bool kCluster, bool kStaged = false, int kRegVecs = 0, bool kShift = false,
+          bool kLean = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(const SoftmaxParams p) {
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   static_assert(!kStaged || kCluster, "staged rows are clustered");
+  static_assert(!kLean || (!kCluster && !kShift), "lean rows: unclustered, unshifted");
   static_assert(kRegVecs == 0 || (kStaged && kRegVecs < VPT), "a split tile is staged, with some vectors staged");
   constexpr int kSmemVecs = VPT - kRegVecs;  // staged rows: the vectors in shared memory
   // Staged vectors are read from shared memory as they are used: loops over
@@ -287,9 +293,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
   red.start(smem);
 
   auto do_rows = [&](int64_t blk) {
-    auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    auto g = kLean ? RowGeom<VEC, VPT>::make_lean(p.team, p.cols)
+                   : RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
-    const bool active = row < p.rows;
+    const bool active = kLean || row < p.rows;
     // kShift: the row's elements before it in its first 16-byte vector,
     // where its pointers start (0 otherwise, folded away).
     int sh = 0;
@@ -310,6 +317,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       if constexpr (kStaged) {
         if (g.whole) f(std::true_type{});
         else f(std::false_type{});
+      } else if constexpr (kLean) {
+        f(std::true_type{});
       } else {
         f(std::false_type{});
       }
@@ -402,7 +411,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         });
       }
     }
-    const SoftmaxRowLog2 r(red.reduce(MaxSum{m, s}, g.team, p.cluster, g.crank), softmax_near_bound<T>());
+    auto row_reduce = [&](MaxSum v) {
+      if constexpr (kLean) return red.reduce_cta(v);
+      else return red.reduce(v, g.team, p.cluster, g.crank);
+    };
+    const SoftmaxRowLog2 r(row_reduce(MaxSum{m, s}), softmax_near_bound<T>());
     if (!active) return;
     if constexpr (kShift && kRegVecs > 0) {  // (the geometry afresh: shift_row)
       g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
@@ -991,6 +1004,12 @@ Status launch_softmax_reg_as(const SoftmaxParams& p, const RegRowConfig& cfg, bo
         return launch_softmax_kernel<softmax_fwd_reg_kernel<T, softmax_fwd_cluster_vpt(), true, false, 0, kShift>>(p, shape, device,
                                                                                                   stream);
     } else {
+      if constexpr (!kShift) {  // lean rows (RegRowConfig::lean): 1 or 2 vectors a thread
+        if (cfg.lean && cfg.vpt == 1)
+          return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 1, false, false, 0, false, true>>(p, shape, device, stream);
+        if (cfg.lean && cfg.vpt == 2)
+          return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 2, false, false, 0, false, true>>(p, shape, device, stream);
+      }
       switch (cfg.vpt) {
         case 1: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 1, false, false, 0, kShift>>(p, shape, device, stream);
         case 2: return launch_softmax_kernel<softmax_fwd_reg_kernel<T, 2, false, false, 0, kShift>>(p, shape, device, stream);

@@ -573,6 +573,38 @@ TEST(SoftmaxPlan, TuningCanRestoreTheClusteredRegisterForward) {
 // vocabularies users meet are register-held or staged both ways. On by
 // default since the forty-fourth session's sweep (config.cpp); with the bit
 // off, the streaming kernel.
+// Lean forward rows (kLean, RowTuning::reg_lean bit 1): a forward plan is
+// lean exactly where its register tile is unclustered, 1 or 2 vectors a
+// thread, one team owning its CTA and the row exactly that tile; never
+// the backward, never with the bit off.
+TEST(SoftmaxPlan, LeanForwardRowsAreExactlyTheOneTeamTilesThatTheRowFills) {
+  auto text = [](int64_t rows, int64_t cols, DType dt, bool backward) {
+    return softmax_plan_description(rows, cols, dt, backward, DeviceLimits{}, true);
+  };
+  auto lean = [](const std::string& t) { return t.find(" lean") != std::string::npos; };
+  EXPECT_TRUE(lean(text(1, 2048, kBF16, false))) << text(1, 2048, kBF16, false);
+  EXPECT_TRUE(lean(text(64, 8192, kBF16, false))) << text(64, 8192, kBF16, false);
+  EXPECT_FALSE(lean(text(1, 2048, kBF16, true))) << "backward: " << text(1, 2048, kBF16, true);
+  EXPECT_FALSE(lean(text(1, 2056, kBF16, false))) << text(1, 2056, kBF16, false);
+  for (DType dt : {kBF16, kF16, kF32}) {
+    const int64_t vec = 16 / dtype_size(dt);
+    for (int64_t rows : {1, 64, 4096}) {
+      for (int64_t cols = vec; cols <= 16384; cols += vec) {
+        const std::string t = text(rows, cols, dt, false);
+        int team = 0, thr = 0, cl = 0, vpt = 0;
+        const bool reg = std::sscanf(t.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt) == 4;
+        const bool rule = reg && cl == 1 && vpt <= 2 && team == thr && team % 32 == 0 && int64_t(vpt) * team * vec == cols;
+        ASSERT_EQ(lean(t), rule) << "rows " << rows << " N " << cols << ": " << t;
+      }
+    }
+  }
+  RowTuning t = default_row_tuning();
+  t.reg_lean = 1;  // the norms' bit alone
+  set_row_tuning(&t);
+  EXPECT_FALSE(lean(text(1, 2048, kBF16, false)));
+  set_row_tuning(nullptr);
+}
+
 TEST(SoftmaxPlan, ShiftedRowsTakeTheRegisterPlanOfTheirVectors) {
   EXPECT_EQ(default_row_tuning().shifted_rows & 1, 1);
   RowTuning t = default_row_tuning();

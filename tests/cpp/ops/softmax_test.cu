@@ -690,6 +690,41 @@ class TunedSoftmaxGpu : public testing::TestWithParam<SmCase> {
   void TearDown() override { set_row_tuning(nullptr); }
 };
 
+// Lean forward rows (RowTuning::reg_lean bit 1, kLean): decode-sized rows
+// that are one team owning its CTA and exactly the tile take the kernel
+// with the row's bounds compiled away (the plan says so, or the test
+// fails), then again with the bit off: both tiles (1 and 2 vectors), the
+// three dtypes, softmax and log-softmax, 1 row and many, large magnitudes
+// and special values.
+std::vector<SmCase> lean_cases() {
+  return {{"N2048_bf16_M1", 1, 2048, kBF16},
+          {"N2048_bf16_M7_log", 7, 2048, kBF16, true},
+          {"N4096_f16_M3", 3, 4096, kF16},
+          {"N8192_bf16_M64_shift1e4", 64, 8192, kBF16, false, 0, 0, 1e4},
+          {"N8192_bf16_M8_special_log", 8, 8192, kBF16, true, 0, 0, 0.0, true},
+          {"N1024_f32_M5", 5, 1024, kF32},
+          {"N2048_f32_M2_log", 2, 2048, kF32, true},
+          {"N2048_bf16_M1024", 1024, 2048, kBF16}};
+}
+
+class SoftmaxGpuLean : public TunedSoftmaxGpu {};
+
+TEST_P(SoftmaxGpuLean, ForwardAndBackwardMatchFloat64LeanAndNot) {
+  const SmCase c = as_run(GetParam());
+  ASSERT_NE(plan_of(c, false).find(" lean"), std::string::npos) << "forward not lean: " << plan_of(c, false);
+  QUACK_REQUIRE_SM90();
+  run_case(c);
+  if (HasFatalFailure()) return;
+  RowTuning t = default_row_tuning();
+  t.reg_lean &= ~2;
+  set_row_tuning(&t);
+  ASSERT_EQ(plan_of(c, false).find(" lean"), std::string::npos) << plan_of(c, false);
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeanCases, SoftmaxGpuLean, testing::ValuesIn(lean_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
 class SoftmaxGpuStaged : public TunedSoftmaxGpu {};
 
 TEST_P(SoftmaxGpuStaged, ForwardAndBackwardMatchFloat64) {
