@@ -153,7 +153,13 @@ RowTuning default_row_tuning() {
   // 256 3.12 / 5.02 -> 2.67 / 4.31; every lean cell faster, the others (4
   // vectors a thread at M = 1024 past 2048) even. ncu at M = 1, N = 2048:
   // LayerNorm 298 -> 235 warp instructions a warp, RMSNorm 206 -> 162
-  // (Liger's 189 / 169). Bit 1, softmax's lean rows: measured below (TBD).
+  // (Liger's 189 / 169). Bit 1, softmax's (and log-softmax's) lean rows:
+  // decode_sweep bf16 at 2b4e64d, the defaults against reg_lean=1 (the
+  // norms' bit alone) in one binary, two rounds, H100
+  // (bench/results/logs/2026-12-06-decode-softmax-lean-2b4e64d-h100.log):
+  // 2048 M = 1 / 256 / 1024 1.93 / 2.45 / 3.70 -> 1.85 / 2.36 / 3.28, 4096
+  // M = 1 / 256 2.16 / 3.12 -> 2.06 / 2.97, 8192 M = 1 / 256 2.76 / 4.09 ->
+  // 2.60 / 3.70 us; the 4- and 8-vector cells (M = 1024 from 4096) even.
   t.reg_lean = 3;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
