@@ -553,19 +553,30 @@ TEST_P(RMSNormFwdGpuRegClusters, LayerNormMatchesFloat64ReferenceAndStaysInBound
 INSTANTIATE_TEST_SUITE_P(RegClusterCases, RMSNormFwdGpuRegClusters, testing::ValuesIn(fwd_cases()),
                          [](const testing::TestParamInfo<FwdCase>& i) { return i.param.name; });
 
+// Cases run twice: at the defaults, through the instance under test (the
+// plan says so: `on`), then under the tuning kOff sets, without it (`off`).
+template <void (*kOff)(RowTuning&)>
+class RMSNormFwdGpuOnAndOff : public testing::TestWithParam<FwdCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+  void run_on_and_off(bool centre, const PlanCheck& on, const PlanCheck& off) {
+    run_case(GetParam(), centre, on);
+    if (HasFatalFailure()) return;
+    RowTuning t = default_row_tuning();
+    kOff(t);
+    set_row_tuning(&t);
+    run_case(GetParam(), centre, off);
+  }
+};
+
 // The small-CTA cases above take the small-CTA instance (and run again
 // without it, through the 64-register one): the plan says so, or the test
 // fails.
-class RMSNormFwdGpuSmallCta : public testing::TestWithParam<FwdCase> {
+void small_cta_off(RowTuning& t) { t.reg_small_cta = 0; }
+class RMSNormFwdGpuSmallCta : public RMSNormFwdGpuOnAndOff<small_cta_off> {
  protected:
-  void TearDown() override { set_row_tuning(nullptr); }
   void run_both(bool centre) {
-    run_case(GetParam(), centre, PlanCheck{"reg", {"vpt  8", "small cta"}, {}});
-    if (HasFatalFailure()) return;
-    RowTuning t = default_row_tuning();
-    t.reg_small_cta = 0;
-    set_row_tuning(&t);
-    run_case(GetParam(), centre, PlanCheck{"reg", {"vpt  8"}, {"small cta"}});
+    run_on_and_off(centre, PlanCheck{"reg", {"vpt  8", "small cta"}, {}}, PlanCheck{"reg", {"vpt  8"}, {"small cta"}});
   }
 };
 
@@ -698,17 +709,10 @@ std::vector<FwdCase> lean_cases() {
   return v;
 }
 
-class RMSNormFwdGpuLean : public testing::TestWithParam<FwdCase> {
+void lean_off(RowTuning& t) { t.reg_lean = 0; }
+class RMSNormFwdGpuLean : public RMSNormFwdGpuOnAndOff<lean_off> {
  protected:
-  void TearDown() override { set_row_tuning(nullptr); }
-  void run_both(bool centre) {
-    run_case(GetParam(), centre, PlanCheck{"reg", {" lean"}, {}});
-    if (HasFatalFailure()) return;
-    RowTuning t = default_row_tuning();
-    t.reg_lean = 0;
-    set_row_tuning(&t);
-    run_case(GetParam(), centre, PlanCheck{"reg", {}, {" lean"}});
-  }
+  void run_both(bool centre) { run_on_and_off(centre, PlanCheck{"reg", {" lean"}, {}}, PlanCheck{"reg", {}, {" lean"}}); }
 };
 
 TEST_P(RMSNormFwdGpuLean, MatchesFloat64LeanAndNot) {
