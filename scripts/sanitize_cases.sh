@@ -34,15 +34,17 @@ bin=${SANITIZE_BIN:-build/tests/cpp/quack_gpu_tests}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Full case names ("Suite/Fixture.Test/Param") with their problem sizes,
-# largest first; the order of equal sizes is the listing's. Under
+# Full case names ("Suite/Fixture.Test/Param") with their problem sizes
+# (N, V or G -- the grid forward's cases -- times M; G was read as size 0
+# until the fifty-seventh session, which batched 16 grid cases of up to 1M
+# elements into one memcheck process that ran past 110 s), largest first; the order of equal sizes is the listing's. Under
 # QUACK_TEST_MAX_ELEMS (the racecheck runs' row cap, test::case_rows) a
 # case's rows are counted as the cap leaves them.
 "$bin" --gtest_list_tests --gtest_filter="$filter" | awk -v cap="${QUACK_TEST_MAX_ELEMS:-0}" '
   /^[^ ]/ { suite = $1; next }
   /^  / {
     name = suite $1; n = 0; m = 1; rest = $1
-    while (match(rest, /[NVM][0-9]+/)) {
+    while (match(rest, /[NVGM][0-9]+/)) {
       v = substr(rest, RSTART + 1, RLENGTH - 1) + 0
       if (substr(rest, RSTART, 1) == "M") m = v; else if (v > n) n = v
       rest = substr(rest, RSTART + RLENGTH)

@@ -29,6 +29,9 @@ Cases/Fwd.
 Edge.
   DeterministicLoss
   Slow
+GridCases/Grid.
+  Match/G100_bf16_M2
+  Match/G1048576_f32_M3
 """
 
 # The stand-in test binary: --gtest_list_tests with gtest's glob filter
@@ -107,6 +110,20 @@ def test_biggest_first_big_cases_alone_small_ones_batched(stand_ins):
     assert len(status) == 5 and status[3] == "1 2 Cases/Fwd.Match/N100_f32:Ops/WarpReduce.Sum/width1", status
     log = (out / "racecheck.log").read_text()
     assert "ERROR SUMMARY: 0 errors" in log and "== Cases/Fwd.Match/N4096_bf16_M8192\n" in log
+
+
+def test_grid_cases_are_sized_by_g(stand_ins):
+    # The grid forward's cases name their columns G<n>: G1048576 x M3 runs
+    # alone and first; G100 x M2 (200 elements) comes next, batched with
+    # the size-less ones. (G was read as size 0 until the fifty-seventh
+    # session: 16 grid cases of up to 3M elements shared one memcheck
+    # process.)
+    tmp, out, env = stand_ins
+    r = run(env, out, filt="GridCases/*:Ops/*")
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = (tmp / "runs").read_text().split()
+    assert runs == ["GridCases/Grid.Match/G1048576_f32_M3", "GridCases/Grid.Match/G100_bf16_M2:Ops/WarpReduce.Sum/width1",
+                    "Ops/WarpReduce.Sum/width2"], runs
 
 
 def test_row_cap_counts_capped_sizes(stand_ins):
