@@ -114,6 +114,9 @@
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
 #              $LATENCY_PROBE_ARGS), with the peers carried in .whl/
+#   synccheck_repeat  the fifty-seventh session's synccheck question: chosen
+#              cases natively and under synccheck (default and a larger
+#              mbarrier table), $SYNC_REPEAT times each ($SYNC_RUNS)
 #   synccheck_probe  synccheck of softmax_sweep with the chunk kernel forced
 #              (the eleventh session's unexplained illegal address), one
 #              variable changed a run, each killed after $PROBE_TIMEOUT (120) s
@@ -316,10 +319,14 @@ for part in $parts; do
     sanitize|initcheck|synccheck)
       # memcheck (sanitize), initcheck or synccheck over the C++ GPU cases
       # in $SANITIZE_FILTER, killed after $SANITIZE_TIMEOUT s.
+      # $SANITIZE_TOOL_ARGS: more compute-sanitizer arguments (e.g.
+      # "--num-cuda-barriers 1048576": the fifty-seventh session's synccheck
+      # runs, where the default table of tracked mbarriers overflowed).
       tool=$part
       [ "$part" = sanitize ] && tool=memcheck
+      # shellcheck disable=SC2086
       bash scripts/sanitize_cases.sh "$tool" "${SANITIZE_FILTER:-*}" "${SANITIZE_TIMEOUT:-300}" "$out" \
-        || status=1 ;;
+        ${SANITIZE_TOOL_ARGS:-} || status=1 ;;
     sanitize_py)
       # memcheck under the Python suite ($SANITIZE_PY_FILTER: a pytest -k
       # expression; "" for all of it), the package installed first if need be:
@@ -342,6 +349,48 @@ for part in $parts; do
       QUACK_TEST_MAX_ELEMS=${RACECHECK_MAX_ELEMS-1048576} SANITIZE_BATCH_ELEMS=${SANITIZE_BATCH_ELEMS:-1048576} \
         bash scripts/sanitize_cases.sh racecheck "${RACECHECK_FILTER:-*}" "${RACECHECK_TIMEOUT:-300}" "$out" \
         --racecheck-report all || status=1 ;;
+    synccheck_repeat)
+      # Issue 7: the fifty-seventh session's open synccheck question
+      # (bench/results/2026-12-06-sanitizers-2402340-h100.md): which
+      # illegal addresses under synccheck follow the run (placement,
+      # timing) and which the kernel. Each line of $SYNC_RUNS
+      # ("label|tool args|gtest filter", ';'-separated; the default below)
+      # runs $SYNC_REPEAT (5) times natively and under synccheck, each
+      # killed after $PROBE_TIMEOUT (120) s; synccheck_repeat.log has every
+      # run's tail, synccheck_repeat.txt a line a run: label, tool, exit,
+      # illegal-address and report counts. The default lines: the grid
+      # backward (one CTA an SM, no cluster) that faulted only with the
+      # larger mbarrier table, the same case forced onto the grid kernel,
+      # a clustered staged forward (256-thread CTAs in 12-CTA clusters)
+      # at both tables, and cluster_exchange_probe with one CTA an SM at the
+      # larger table.
+      { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_BENCH=ON \
+          -DQUACK_BUILD_PYTHON=OFF && cmake --build build --target quack_gpu_tests cluster_exchange_probe; } \
+        > "$out/synccheck_repeat_build.log" 2>&1 || { status=1; tail -n 20 "$out/synccheck_repeat_build.log"; continue; }
+      big="--num-cuda-barriers 1048576"
+      g=Cases/RMSNormBwdGpu
+      runs=${SYNC_RUNS:-"grid bwd N139264, defaults||gtest $g.MatchesFloat64AndIsDeterministic/N139264_f16_M3_grid_rows_lt_groups;grid bwd N139264, defaults, big table|$big|gtest $g.MatchesFloat64AndIsDeterministic/N139264_f16_M3_grid_rows_lt_groups;grid bwd N139264 forced, big table|$big|gtest $g.GridKernelMatchesFloat64/N139264_f16_M3_grid_rows_lt_groups;staged fwd cl12 G98304||gtest GridCases/RMSNormFwdGpuGrid.MatchesFloat64ReferenceAndStaysInBounds/G98304_f32_M150;staged fwd cl12 G98304, big table|$big|gtest GridCases/RMSNormFwdGpuGrid.MatchesFloat64ReferenceAndStaysInBounds/G98304_f32_M150;probe 16 x 64 one CTA an SM, big table|$big|probe 1 16 64 1000 120"}
+      : > "$out/synccheck_repeat.txt"
+      while IFS='|' read -r label targs what; do
+        [ -n "$label" ] || continue
+        case $what in
+          "gtest "*) cmd=(build/tests/cpp/quack_gpu_tests "--gtest_filter=${what#gtest }") ;;
+          "probe "*) read -r -a pa <<< "${what#probe }"; cmd=(build/cluster_exchange_probe "${pa[@]}") ;;
+          *) echo "synccheck_repeat: unknown target '$what'"; status=1; continue ;;
+        esac
+        for ((k = 1; k <= ${SYNC_REPEAT:-5}; ++k)); do
+          for tool in none synccheck; do
+            if [ "$tool" = none ]; then pre=(); else read -r -a pre <<< "compute-sanitizer --tool synccheck $targs"; fi
+            log=$(timeout "${PROBE_TIMEOUT:-120}" "${pre[@]}" "${cmd[@]}" < /dev/null 2>&1)
+            e=$?
+            { echo "== $label, $tool, run $k: exit $e"; tail -n 30 <<< "$log"; } >> "$out/synccheck_repeat.log"
+            printf '%s | %s | run %d | exit %d | illegal %d | reports %d\n' "$label" "$tool" "$k" "$e" \
+              "$(grep -c 'illegal memory access' <<< "$log")" "$(grep -c '^========= [A-Z][a-z]* error detected' <<< "$log")" \
+              >> "$out/synccheck_repeat.txt"
+          done
+        done
+      done <<< "$(tr ';' '\n' <<< "$runs")"
+      cat "$out/synccheck_repeat.txt" ;;
     synccheck_probe)
       # Issue 7: under synccheck (and only there) the chunk kernel forced as
       # ChunkCases force it (N = 70000 bf16, 128-thread CTAs, 8 KB staged,
