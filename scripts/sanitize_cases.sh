@@ -34,12 +34,13 @@ bin=${SANITIZE_BIN:-build/tests/cpp/quack_gpu_tests}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Full case names ("Suite/Fixture.Test/Param") with their problem sizes
-# (N, V or G -- the grid forward's cases -- times M; G was read as size 0
-# until the fifty-seventh session, which batched 16 grid cases of up to 1M
-# elements into one memcheck process that ran past 110 s), largest first; the order of equal sizes is the listing's. Under
-# QUACK_TEST_MAX_ELEMS (the racecheck runs' row cap, test::case_rows) a
-# case's rows are counted as the cap leaves them.
+# Full case names ("Suite/Fixture.Test/Param") with their problem sizes:
+# the columns (N, V, or G in the grid forward's cases) times the rows (M).
+# G was read as size 0 until the fifty-seventh session, which batched 16
+# grid cases (rows of up to 1M columns, up to 42M elements) into one memcheck
+# process that ran past 110 s. Largest first; the order of equal sizes is
+# the listing's. Under QUACK_TEST_MAX_ELEMS (the racecheck runs' row cap,
+# test::case_rows) a case's rows are counted as the cap leaves them.
 "$bin" --gtest_list_tests --gtest_filter="$filter" | awk -v cap="${QUACK_TEST_MAX_ELEMS:-0}" '
   /^[^ ]/ { suite = $1; next }
   /^  / {
