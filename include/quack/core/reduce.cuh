@@ -279,7 +279,17 @@ struct ShiftedMoments {
 // of 32). `scratch` holds 32 values in shared memory. Contains one
 // __syncthreads. Two consecutive calls must use different scratch buffers
 // (ping-pong); the barrier inside the second call then protects the first.
-template <class Op>
+//
+// Narrow (block_reduce_narrow): the warp partials combined over the power of
+// two of lanes at or above their count (8 warps: 3 butterfly levels, not 5),
+// every aligned group of that many lanes reading all of them in the same
+// order: the same value in every lane, and the same as the full butterfly's
+// (its levels past the partials add identities). A decode-sized row waits on
+// each level. (A template flag, not a test of the width in every
+// block_reduce: that test spilled 4-20 bytes in the f16 norm backward's grid
+// kernel, ptxas -v, CUDA 13.0; a shared helper taking v by reference spilled
+// 8 bytes in the f16 softmax backward's register kernel.)
+template <class Op, bool Narrow = false>
 __device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typename Op::T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_reduce<Op>(v);
@@ -287,29 +297,20 @@ __device__ __forceinline__ typename Op::T block_reduce(typename Op::T v, typenam
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   // Every warp reads all warp partials in the same order: same result everywhere.
-  v = lane < nwarps ? scratch[lane] : Op::identity();
-  return warp_reduce<Op>(v);
+  if constexpr (Narrow) {
+    const int width = 1 << (32 - __clz(nwarps - 1));  // (nwarps >= 2)
+    const int k = lane & (width - 1);
+    v = k < nwarps ? scratch[k] : Op::identity();
+    return warp_reduce<Op>(v, width);
+  } else {
+    v = lane < nwarps ? scratch[lane] : Op::identity();
+    return warp_reduce<Op>(v);
+  }
 }
 
-// block_reduce with the warp partials combined over the power of two of
-// lanes at or above their count (8 warps: 3 butterfly levels, not 5), every
-// aligned group of that many lanes reading all of them in the same order:
-// the same value in every lane, and the same as block_reduce's (its levels
-// past the partials add identities). A decode-sized row waits on each
-// level. (For the lean norm rows: in block_reduce itself the test of the
-// width spilled 4-20 bytes in the f16 norm backward's grid kernel, ptxas
-// -v, CUDA 13.0.)
 template <class Op>
 __device__ __forceinline__ typename Op::T block_reduce_narrow(typename Op::T v, typename Op::T* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_reduce<Op>(v);
-  if (nwarps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int width = 1 << (32 - __clz(nwarps - 1));  // (nwarps >= 2)
-  const int k = lane & (width - 1);
-  v = k < nwarps ? scratch[k] : Op::identity();
-  return warp_reduce<Op>(v, width);
+  return block_reduce<Op, true>(v, scratch);
 }
 
 // Reduction over one team of a CTA that holds several: a sub-warp team
