@@ -528,6 +528,14 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
+  // One row's reduced loss without the finish kernel: a launch less at M = 1
+  // (bench_latency's decode cells, CUDA-graph replay, H100, 52f77fe: bf16
+  // M = 1 at 2048 / 4096 / 8192 5.54 / 5.77 / 6.00 us against torch
+  // eager's 6.67 / 4.59 / 5.58; a graph-replayed launch costs ~1.5-2 us
+  // there). UNMEASURED: predicted ~1.5 us a decode-sized call (4096: 5.77
+  // -> ~4.2) and ~2-3 us of host time an eager call
+  // (decode_sweep cross_entropy, the defaults against ce_one_row_loss=0).
+  t.ce_one_row_loss = 1;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
   // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):

@@ -568,6 +568,11 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.totals = totals;
   p.row_loss = a.reduction == Reduction::kNone ? a.loss : shares;
   p.row_z = zshares;
+  // One row's reduced loss from the row's own kernel (ce_write_row), with no
+  // finish kernel: a launch less for a decode-sized call.
+  const RowTuning tune = current_row_tuning();
+  const bool one_row = a.rows == 1 && shares != nullptr && tune.ce_one_row_loss != 0;
+  p.loss_out = one_row ? a.loss : nullptr;
   p.lse = a.lse;
   p.dx = a.dlogits.ptr;
   p.dx_stride = a.dlogits.row_stride;
@@ -576,7 +581,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const bool grad = a.dlogits.ptr != nullptr;
   // The reduced loss: the sums of the rows' terms in a fixed order.
   auto finish = [&]() -> Status {
-    if (shares == nullptr) return Status::success();
+    if (shares == nullptr || one_row) return Status::success();
     ops::ce_finish_kernel<<<parts, scalar_threads, 0, stream>>>(sp);
     if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
     return cuda_check("cross_entropy finish kernel launch");
@@ -594,7 +599,6 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int vec = 16 / es;
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
-  const RowTuning tune = current_row_tuning();
   // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
   // most one per row.
   const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);

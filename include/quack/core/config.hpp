@@ -254,6 +254,10 @@ struct RowTuning {
   // fused, unless staged (ce_staged_grad below).
   int64_t ce_fwd_stream_min_bytes;
   int64_t ce_grad_split_min_cols;
+  // A reduced loss ('mean' or 'sum') of one row is written by the row's
+  // kernel itself (CEParams::loss_out), the same bits as the finish
+  // kernel's, which is then not launched; 0: the finish kernel as for any M.
+  int ce_one_row_loss;
   // Cross-entropy gradients of aligned rows that a cluster of
   // reg_staged_team-thread CTAs holds in shared memory at ce_staged_vpt
   // 16-byte vectors a thread (8 or 16, the tiles built; 2x that for rows

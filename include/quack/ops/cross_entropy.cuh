@@ -76,6 +76,10 @@ struct CEParams {
   // kernel divides the sums by W and R).
   float* row_loss;
   float* row_z;
+  // One row ('mean' or 'sum', rows == 1, row_loss set): the reduced loss
+  // itself, the bits ce_finish_kernel would write (ce_write_row), so that
+  // no finish kernel runs (RowTuning::ce_one_row_loss); else null.
+  float* loss_out;
   float* lse;           // [rows] or null
   void* dx;             // null: no gradient
   int64_t dx_stride;
@@ -226,6 +230,19 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
     p.row_z[row] = z;
   } else {
     p.row_loss[row] = ce + z;
+  }
+  // One row: the finish kernel's value from its sums of one term each. Its
+  // sums start at 0 and add zeros (0 + v: -0 becomes +0, nothing else
+  // changes), W is w_t of a counted row (else 0: NaN, as torch's 0 / 0)
+  // and R is 1; 'sum' adds no z-loss sum (0).
+  if (p.loss_out) {
+    if (p.reduction != 1) {
+      *p.loss_out = (0.0f + (ce + z)) + 0.0f;
+    } else {
+      const float w = 0.0f + r.wt;
+      // (z / R with R = 1 is z itself: a division by 1 is exact.)
+      *p.loss_out = !(w != 0.0f) ? __int_as_float(0x7fc00000) : __fdiv_rn(0.0f + ce, w) + (0.0f + z);
+    }
   }
 }
 

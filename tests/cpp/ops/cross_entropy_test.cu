@@ -1696,6 +1696,117 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
   }
 }
 
+// One row's reduced loss is written by the row's own kernel
+// (RowTuning::ce_one_row_loss, CEParams::loss_out) and no finish kernel
+// runs: the same bits as the finish kernel's (the tuning off) and the
+// float64 reference's value, for every kind of target -- counted, ignored,
+// out of range, and (with class weights) of zero weight, where a mean is
+// NaN -- with and without the options and the gradient, through the
+// register (V = 7 .. 16384 bf16), streaming (fp32 16384, and 50304's
+// forward) and two-pass (50304's gradient) kernels.
+TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
+  QUACK_REQUIRE_SM90();
+  struct Opt {
+    const char* name;
+    bool weight;
+    float eps, z, cap;
+  };
+  const Opt opts[] = {{"plain", false, 0.0f, 0.0f, 0.0f},
+                      {"w_eps", true, 0.1f, 0.0f, 0.0f},
+                      {"z_cap", false, 0.0f, 1e-4f, 30.0f},
+                      {"w_z", true, 0.0f, 1e-4f, 0.0f}};
+  const char* kinds[] = {"counted", "ignored", "out of range", "zero weight"};
+  std::mt19937 gen(23);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  RowTuning off = default_row_tuning();
+  off.ce_one_row_loss = 0;
+  int64_t direct_nan = 0, compared = 0;
+  for (const DType dt : {kBF16, kF32}) {
+    for (const int64_t V : {int64_t(7), int64_t(1000), int64_t(4096), int64_t(16384), int64_t(50304)}) {
+      std::vector<float> x(static_cast<size_t>(V)), w(static_cast<size_t>(V));
+      for (float& v : x) v = float(round_to(dt, normal(gen)));
+      for (float& v : w) v = 0.25f + 1.75f * uni(gen);
+      const int64_t t0 = (V * 7) / 11;
+      x[size_t(t0)] = float(round_to(dt, x[size_t(t0)] + 4.0f));
+      GuardedTensor tx(Layout{dt, 1, V, V, 0}), tdx(Layout{dt, 1, V, V, 0}), tloss(Layout{kF32, 1, 1, 1, 0});
+      DeviceBuffer dtarget(8), dweight(size_t(V) * 4);
+      ASSERT_TRUE(tx.ok() && tdx.ok() && tloss.ok() && dtarget.ok() && dweight.ok());
+      QUACK_ASSERT_CUDA(tx.upload(x));
+      for (const Opt& o : opts) {
+        for (int kind = 0; kind < 4; ++kind) {
+          if (kind == 3 && !o.weight) continue;
+          const int64_t t = kind == 1 ? -100 : kind == 2 ? V + 3 : t0;
+          std::vector<float> wk = w;
+          if (kind == 3) wk[size_t(t0)] = 0.0f;
+          QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), &t, 8, cudaMemcpyHostToDevice));
+          QUACK_ASSERT_CUDA(cudaMemcpy(dweight.data(), wk.data(), dweight.bytes(), cudaMemcpyHostToDevice));
+          Problem p;
+          p.rows = 1;
+          p.cols = V;
+          p.x.assign(x.begin(), x.end());
+          p.target = {t};
+          if (o.weight) p.weight.assign(wk.begin(), wk.end());
+          p.eps = o.eps;
+          p.z_loss = o.z;
+          p.cap = o.cap;
+          for (const Reduction red : {kMean, kSum}) {
+            p.reduction = red;
+            const Reference ref = reference(p);
+            for (const bool grad : {false, true}) {
+              SCOPED_TRACE(std::string(dt == kBF16 ? "bf16" : "f32") + " V " + std::to_string(V) + " " + o.name + " " +
+                           kinds[kind] + (red == kMean ? " mean" : " sum") + (grad ? " with dlogits" : ""));
+              CrossEntropyArgs a;
+              a.rows = 1;
+              a.cols = V;
+              a.logits = {tx.ptr(), dt, V};
+              a.target = dtarget.data();
+              a.weight = o.weight ? reinterpret_cast<const float*>(dweight.data()) : nullptr;
+              a.reduction = red;
+              a.label_smoothing = o.eps;
+              a.z_loss = o.z;
+              a.softcap = o.cap;
+              a.loss = static_cast<float*>(tloss.ptr());
+              if (grad) a.dlogits = {tdx.ptr(), dt, V};
+              size_t need = 0;
+              ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need).ok());
+              GuardedTensor tws(Layout{kF32, 1, int64_t(std::max<size_t>(need / 4, 1)), int64_t(std::max<size_t>(need / 4, 1)), 0});
+              ASSERT_TRUE(tws.ok());
+              a.workspace = need > 0 ? tws.ptr() : nullptr;
+              a.workspace_bytes = need;
+              std::vector<double> loss[2];
+              for (int run = 0; run < 2; ++run) {  // 0: one row's own loss (the default), 1: the finish kernel
+                set_row_tuning(run == 0 ? nullptr : &off);
+                QUACK_ASSERT_CUDA(tloss.upload({kSentinel}));
+                QUACK_ASSERT_CUDA(tws.poison());
+                const Status st = cross_entropy(a, nullptr);
+                set_row_tuning(nullptr);
+                ASSERT_TRUE(st.ok()) << st.message;
+                QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+                int64_t dirty = 0;
+                QUACK_ASSERT_CUDA(tloss.download(&loss[run], &dirty));
+                EXPECT_EQ(dirty, 0) << "bytes outside loss were written";
+                std::vector<double> scratch;
+                QUACK_ASSERT_CUDA(tws.download(&scratch, &dirty));
+                EXPECT_EQ(dirty, 0) << "bytes written past the workspace";
+                EXPECT_NE(loss[run][0], double(kSentinel)) << "run " << run << ": the loss was not written";
+              }
+              EXPECT_TRUE(same_bits(loss[0], loss[1])) << loss[0][0] << " against the finish kernel's " << loss[1][0];
+              check_loss_lse(p, ref, &loss[0], nullptr, kind == 2);
+              direct_nan += std::isnan(loss[0][0]) ? 1 : 0;
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  // The NaN cases are there: a mean over an ignored, out-of-range or
+  // zero-weight row, and a sum with an out-of-range target.
+  EXPECT_GT(direct_nan, 0);
+  EXPECT_GT(compared - direct_nan, 0);
+}
+
 // ---------------------------------------------------------------------------
 // cross_entropy_scale_grad: dx *= dloss in fp32, rounded to the dtype, so
 // every scaled element is exactly round(float(dx) * f); rows whose factor is
