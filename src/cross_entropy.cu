@@ -219,6 +219,9 @@ int64_t ce_classes(const CrossEntropyArgs& a) { return a.num_classes > 0 ? a.num
 struct CEWorkspace {
   bool totals = false;
   bool shares = false;
+  // One row's reduced loss written by the row's kernel itself
+  // (RowTuning::ce_one_row_loss): no shares, no finish kernel.
+  bool one_row = false;
   bool lse = false;
   ops::CEScalarSplit split;
   size_t parts_offset = 0, shares_offset = 0, z_offset = 0, lse_offset = 0, bytes = 0;
@@ -233,7 +236,9 @@ CEWorkspace ce_workspace(const CrossEntropyArgs& a) {
   // kernel: no prepare launch.)
   const bool grad = a.dlogits.ptr != nullptr;
   w.totals = !stats && ((a.reduction == Reduction::kMean && grad) || (a.weight != nullptr && a.label_smoothing != 0.0f));
-  w.shares = !stats && a.lse_in == nullptr && a.reduction != Reduction::kNone && a.loss != nullptr;
+  const bool reduced = !stats && a.lse_in == nullptr && a.reduction != Reduction::kNone && a.loss != nullptr;
+  w.one_row = reduced && a.rows == 1 && current_row_tuning().ce_one_row_loss != 0;
+  w.shares = reduced && !w.one_row;
   w.lse = !stats && a.lse == nullptr && ce_two_pass(a, current_row_tuning());
   w.split = ops::ce_scalar_split(a.rows, ce_classes(a));
   const bool parts = (w.totals || w.shares) && w.split.parts > 1;
@@ -568,11 +573,9 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.totals = totals;
   p.row_loss = a.reduction == Reduction::kNone ? a.loss : shares;
   p.row_z = zshares;
-  // One row's reduced loss from the row's own kernel (ce_write_row), with no
-  // finish kernel: a launch less for a decode-sized call.
-  const RowTuning tune = current_row_tuning();
-  const bool one_row = a.rows == 1 && shares != nullptr && tune.ce_one_row_loss != 0;
-  p.loss_out = one_row ? a.loss : nullptr;
+  // One row's reduced loss from the row's own kernel (ce_write_row): no
+  // shares (so no workspace for a plain call) and no finish kernel.
+  p.loss_out = ws.one_row ? a.loss : nullptr;
   p.lse = a.lse;
   p.dx = a.dlogits.ptr;
   p.dx_stride = a.dlogits.row_stride;
@@ -581,7 +584,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const bool grad = a.dlogits.ptr != nullptr;
   // The reduced loss: the sums of the rows' terms in a fixed order.
   auto finish = [&]() -> Status {
-    if (shares == nullptr || one_row) return Status::success();
+    if (shares == nullptr) return Status::success();
     ops::ce_finish_kernel<<<parts, scalar_threads, 0, stream>>>(sp);
     if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
     return cuda_check("cross_entropy finish kernel launch");
@@ -599,6 +602,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int vec = 16 / es;
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
+  const RowTuning tune = current_row_tuning();
   // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
   // most one per row.
   const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);

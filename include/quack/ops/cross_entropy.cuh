@@ -76,9 +76,10 @@ struct CEParams {
   // kernel divides the sums by W and R).
   float* row_loss;
   float* row_z;
-  // One row ('mean' or 'sum', rows == 1, row_loss set): the reduced loss
-  // itself, the bits ce_finish_kernel would write (ce_write_row), so that
-  // no finish kernel runs (RowTuning::ce_one_row_loss); else null.
+  // One row ('mean' or 'sum', rows == 1; row_loss and row_z then null): the
+  // reduced loss itself, the bits ce_finish_kernel would write
+  // (ce_write_row), so that no finish kernel runs and no shares are needed
+  // (RowTuning::ce_one_row_loss); else null.
   float* loss_out;
   float* lse;           // [rows] or null
   void* dx;             // null: no gradient
@@ -213,7 +214,7 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   }
   const float lse = ce_lse(st);
   if (p.lse) p.lse[row] = lse;
-  if (!p.row_loss) return;
+  if (!p.row_loss && !p.loss_out) return;
   float ce = 0.0f, z = 0.0f;
   if (r.bad) {
     ce = __int_as_float(0x7fc00000);
@@ -224,12 +225,6 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
     ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
     if (p.smoothing != 0.0f) ce += p.smoothing / V * (lse * wsum - st.d);
     z = p.z_loss * lse * lse;
-  }
-  if (p.reduction == 1) {
-    p.row_loss[row] = ce;
-    p.row_z[row] = z;
-  } else {
-    p.row_loss[row] = ce + z;
   }
   // One row: the finish kernel's value from its sums of one term each. Its
   // sums start at 0 and add zeros (0 + v: -0 becomes +0, nothing else
@@ -243,6 +238,11 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
       // (z / R with R = 1 is z itself: a division by 1 is exact.)
       *p.loss_out = !(w != 0.0f) ? __int_as_float(0x7fc00000) : __fdiv_rn(0.0f + ce, w) + (0.0f + z);
     }
+  } else if (p.reduction == 1) {
+    p.row_loss[row] = ce;
+    p.row_z[row] = z;
+  } else {
+    p.row_loss[row] = ce + z;
   }
 }
 

@@ -1703,7 +1703,10 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
 // out of range, and (with class weights) of zero weight, where a mean is
 // NaN -- with and without the options and the gradient, through the
 // register (V = 7 .. 16384 bf16), streaming (fp32 16384, and 50304's
-// forward) and two-pass (50304's gradient) kernels.
+// forward) and two-pass (50304's gradient) kernels. It needs no shares in
+// the workspace (none at all for a plain call without a gradient); the
+// finish kernel's run gets its own, larger, workspace, which the row's own
+// run is given too.
 TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
   QUACK_REQUIRE_SM90();
   struct Opt {
@@ -1768,8 +1771,15 @@ TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
               a.softcap = o.cap;
               a.loss = static_cast<float*>(tloss.ptr());
               if (grad) a.dlogits = {tdx.ptr(), dt, V};
-              size_t need = 0;
-              ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need).ok());
+              // The workspace of the finish kernel's run (the larger: one
+              // row's own loss needs no shares).
+              size_t need = 0, need_on = 0;
+              ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need_on).ok());
+              set_row_tuning(&off);
+              const Status q = cross_entropy_workspace_bytes(a, &need);
+              set_row_tuning(nullptr);
+              ASSERT_TRUE(q.ok()) << q.message;
+              EXPECT_LT(need_on, need) << "one row's own loss still asks for shares";
               GuardedTensor tws(Layout{kF32, 1, int64_t(std::max<size_t>(need / 4, 1)), int64_t(std::max<size_t>(need / 4, 1)), 0});
               ASSERT_TRUE(tws.ok());
               a.workspace = need > 0 ? tws.ptr() : nullptr;

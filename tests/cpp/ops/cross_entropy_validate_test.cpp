@@ -408,7 +408,9 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
   auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
   for (const int64_t rows : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(7), int64_t(289), int64_t(100000)}) {
     SCOPED_TRACE("rows " + std::to_string(rows));
-    const size_t shares = size_t(rows) * 4;
+    // One row's reduced loss is written by its own kernel: no shares
+    // (RowTuning::ce_one_row_loss).
+    const size_t shares = rows == 1 ? 0 : size_t(rows) * 4;
     // The scalar kernels' parts: one per 16384 rows (or classes), 16 bytes
     // each, between the totals and the shares when there is more than one.
     const int64_t parts = std::max<int64_t>({int64_t(1), (rows + 16383) / 16384, (kCols + 16383) / 16384});
@@ -444,8 +446,21 @@ TEST(CrossEntropyWorkspace, BytesForEveryReductionAndOption) {
   EXPECT_EQ(bytes(Reduction::kMean, 289, false, 0.0f, true, false), 2336u);
   EXPECT_EQ(bytes(Reduction::kSum, 289, false, 0.0f, true), 1168u);
   EXPECT_EQ(bytes(Reduction::kSum, 4, false, 0.0f, true), 16u);
-  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 48u);
-  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true, false), 32u);
+  // One row: the totals alone with a gradient, nothing without; the shares
+  // (16 + 4 -> 32, + 4 -> 48; 4 -> 16, + 4 -> 32) with ce_one_row_loss off.
+  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true), 16u);
+  EXPECT_EQ(bytes(Reduction::kMean, 1, false, 0.0f, true, false), 0u);
+  EXPECT_EQ(bytes(Reduction::kSum, 1, false, 0.0f, true, false), 0u);
+  RowTuning off = default_row_tuning();
+  off.ce_one_row_loss = 0;
+  set_row_tuning(&off);
+  const size_t off_grad = bytes(Reduction::kMean, 1, false, 0.0f, true);
+  const size_t off_plain = bytes(Reduction::kMean, 1, false, 0.0f, true, false);
+  const size_t off_sum = bytes(Reduction::kSum, 1, false, 0.0f, true, false);
+  set_row_tuning(nullptr);
+  EXPECT_EQ(off_grad, 48u);
+  EXPECT_EQ(off_plain, 32u);
+  EXPECT_EQ(off_sum, 16u);
   // 100000 rows: 7 parts: 16 + 112 + 400000 = 400128, + 400000 = 800128;
   // without a gradient 112 + 400000 = 400112, + 400000 = 800112.
   EXPECT_EQ(bytes(Reduction::kMean, 100000, false, 0.0f, true), 800128u);
