@@ -394,9 +394,12 @@ def markdown(rec):
         out += ["## Small batches: us a call, CUDA-graph replay (GB/s of the model bytes)", ""]
         for op in dict.fromkeys(c["op"] for c in rec["small"]):
             out += [f"### {op}", "", f"| N | M | {heads} |", "|---:|---:|" + "---:|" * len(peers)]
-            shapes = dict.fromkeys((c["N"], c["M"]) for c in rec["small"] if c["op"] == op)
+            # (An implementation that failed to import has one cell, without a
+            # shape: n/a in every row, its reason under Checks.)
+            shapes = dict.fromkeys((c["N"], c["M"]) for c in rec["small"] if c["op"] == op and "N" in c)
             for n, m in shapes:
-                row = {c["impl"]: c for c in rec["small"] if c["op"] == op and c["N"] == n and c["M"] == m}
+                row = {c["impl"]: c for c in rec["small"]
+                       if c["op"] == op and c.get("N") == n and c.get("M") == m}
                 best = min((c["us"] for c in row.values() if "us" in c and c.get("ok")), default=None)
                 cells = []
                 for k in peers:
@@ -434,7 +437,7 @@ def markdown(rec):
     out += [f"## Checks: {len(wrong)} WRONG, {len(errors)} n/a", ""]
     out += [f"- WRONG: {TITLE[c['impl']]} {c['op']} " + (f"M = {c['M']} N = {c['N']} " if "M" in c else "")
             + f"(error / bound {c['err_ratio']:.2f})" for c in wrong]
-    out += [f"- n/a: {TITLE[c['impl']]} {c['op']} " + (f"M = {c['M']} N = {c['N']}" if "M" in c else "")
+    out += [f"- n/a: {TITLE[c['impl']]} {c['op']}" + (f" M = {c['M']} N = {c['N']}" if "M" in c else "")
             + f": {c['error']}" for c in errors]
     return "\n".join(out) + "\n"
 

@@ -133,3 +133,20 @@ def test_latency_probe_runs_each_peer_and_names_the_ones_that_cannot(capsys):
         assert "M=1 N=64: wall time a call" in ran
         (na,) = [ln for ln in lines if ln.startswith(op) and "nosuchpeer" in ln]
         assert "n/a:" in na
+
+
+def test_report_with_a_peer_that_failed_to_import():
+    # main() records such a peer as one shapeless cell a section: the small
+    # table shows it n/a in every row and names the reason under Checks.
+    rec = {"date": "2026-12-06", "commit": "abc1234", "gpu": "H100", "clocks": "1980 MHz", "torch": "2.11",
+           "dtype": "bf16", "peers": ["quack_cpp", "liger"], "versions": {},
+           "small": [{"op": "cross_entropy", "impl": "liger", "error": "import failed: no module"},
+                     {"op": "cross_entropy", "M": 1, "N": 2048, "impl": "quack_cpp", "us": 3.0, "gbps": 1.4,
+                      "ok": True},
+                     {"op": "cross_entropy", "M": 4, "N": 2048, "impl": "quack_cpp", "us": 5.0, "gbps": 3.3,
+                      "ok": True}],
+           "host": [], "first": [], "import": []}
+    text = lat.markdown(rec)
+    assert "| 2048 | 1 | **3.00 (1)** | n/a |" in text
+    assert "| 2048 | 4 | **5.00 (3)** | n/a |" in text
+    assert "- n/a: Liger cross_entropy: import failed: no module" in text
