@@ -536,6 +536,12 @@ RowTuning default_row_tuning() {
   // -> ~4.2) and ~2-3 us of host time an eager call
   // (decode_sweep cross_entropy, the defaults against ce_one_row_loss=0).
   t.ce_one_row_loss = 1;
+  // The finish kernel after the rows' kernel by programmatic dependent
+  // launch: M > 1's second launch (4096 bf16, M = 4: 6.17 us against M = 1's
+  // one launch, 3.36, bench_latency, H100, a25d4e5). UNMEASURED: predicted
+  // ~1-1.5 us less a decode-sized call from M = 2 (decode_sweep
+  // cross_entropy, the defaults against ce_finish_pdl=0).
+  t.ce_finish_pdl = 1;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
   // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):

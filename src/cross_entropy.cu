@@ -137,8 +137,13 @@ __device__ __forceinline__ float ce_sum_share(const float* v, int64_t r0, int64_
 // The part's (W, R, sum of the cross-entropy terms, sum of the z-loss
 // terms): into parts[b], or, one part, the loss itself. 'sum' reads the
 // rows' losses alone (W = R = 0, sz = 0).
+//
+// After the rows' kernel it is launched programmatically dependent on it
+// (RowTuning::ce_finish_pdl): set up while those rows run, it waits here for
+// their shares.
 __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
   __shared__ float2 scratch_a[64], scratch_b[64];
+  core::pdl_wait();
   const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   const bool mean = p.reduction == 1;
   float2 s = make_float2(ce_sum_share(p.row_loss, r0, r1), mean ? ce_sum_share(p.row_z, r0, r1) : 0.0f);
@@ -178,6 +183,7 @@ constexpr int kCECombineThreads = 256;
 __global__ void __launch_bounds__(kCECombineThreads) ce_combine_shards_kernel(const CEParams p,
                                                                               const float4* __restrict__ in,
                                                                               int64_t shards) {
+  core::pdl_launch_dependents();  // (the finish kernel)
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < p.rows; row += stride) {
     core::MaxSumDot st = core::MaxSumDotOp::identity();
@@ -582,10 +588,14 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.dloss = a.dloss;
   p.dloss_per_row = a.reduction == Reduction::kNone;
   const bool grad = a.dlogits.ptr != nullptr;
+  const RowTuning tune = current_row_tuning();
   // The reduced loss: the sums of the rows' terms in a fixed order.
   auto finish = [&]() -> Status {
     if (shares == nullptr) return Status::success();
-    ops::ce_finish_kernel<<<parts, scalar_threads, 0, stream>>>(sp);
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t lc = core::pdl_config(parts, scalar_threads, stream, tune.ce_finish_pdl != 0, &attr);
+    if (!(st = core::cuda_status(cudaLaunchKernelEx(&lc, ops::ce_finish_kernel, sp), "cross_entropy finish kernel launch")).ok())
+      return st;
     if (parts > 1) ops::ce_combine_kernel<<<1, ops::kCEScalarThreads, 0, stream>>>(sp, parts, true);
     return cuda_check("cross_entropy finish kernel launch");
   };
@@ -602,7 +612,6 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   const int vec = 16 / es;
   const bool vec_io = detail::vec_ok(a.logits.ptr, a.logits.dtype, a.logits.row_stride, vec) &&
                       detail::vec_ok(a.dlogits.ptr, a.dlogits.dtype, a.dlogits.row_stride, vec);
-  const RowTuning tune = current_row_tuning();
   // Persistent streaming kernels: four CTAs an SM (their launch bounds), at
   // most one per row.
   const int64_t stream_grid = std::min<int64_t>(a.rows, int64_t(lim.num_sms) * 4);

@@ -258,6 +258,10 @@ struct RowTuning {
   // kernel itself (CEParams::loss_out), the same bits as the finish
   // kernel's, which is then not launched; 0: the finish kernel as for any M.
   int ce_one_row_loss;
+  // The finish kernel of a reduced loss launched programmatically dependent
+  // on the rows' kernel (PDL: core::pdl_config), which lets it start as soon
+  // as every CTA of the rows' kernel has started; 0: an ordinary launch.
+  int ce_finish_pdl;
   // Cross-entropy gradients of aligned rows that a cluster of
   // reg_staged_team-thread CTAs holds in shared memory at ce_staged_vpt
   // 16-byte vectors a thread (8 or 16, the tiles built; 2x that for rows

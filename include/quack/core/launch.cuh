@@ -45,6 +45,39 @@ inline cudaLaunchAttribute cluster_dim_attr(int cluster) {
   attr.val.clusterDim.z = 1;
   return attr;
 }
+// Programmatic dependent launch (PDL). A kernel that ends a call's chain
+// (cross-entropy's finish kernel) is launched with programmatic stream
+// serialisation (pdl_config); its CTAs may then start once every CTA of the
+// kernel before it has run pdl_launch_dependents (or exited) -- so never
+// ahead of a CTA of that grid still waiting for an SM -- and pdl_wait holds
+// them until that grid has completed and its writes are visible. Launched
+// without the attribute, both are no-ops.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// A launch of `grid` CTAs of `threads` on `stream`, programmatically
+// dependent on the stream's previous kernel where `pdl`; *attr (which must
+// outlive the launch) holds the attribute.
+inline cudaLaunchConfig_t pdl_config(int grid, int threads, cudaStream_t stream, bool pdl, cudaLaunchAttribute* attr) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(grid), 1, 1);
+  lc.blockDim = dim3(unsigned(threads), 1, 1);
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = pdl ? 1 : 0;
+  return lc;
+}
+
 // A launch of one cluster of `cluster` CTAs of `threads`, `smem` bytes of
 // dynamic shared memory each; *attr (which must outlive the launch) holds
 // its cluster attribute (device_limits' probe and its test's launch).

@@ -365,6 +365,7 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
 // columns (g.col(i) - sh) and their valid lanes [g.lo(i), g.valid(i)).
 template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -490,6 +491,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 template <typename T, int VPT, bool kGeneral, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEStagedThreads, ce_staged_min_blocks(VPT, int(sizeof(T)), kGeneral))
     ce_staged_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   using V = RawVec<T, VEC>;
@@ -796,6 +798,7 @@ constexpr int kCEFwdStreamU = 8;
 
 template <typename T, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int U = kCEFwdStreamU;
@@ -933,6 +936,7 @@ struct CEBulkRing {
 template <typename T, bool kSum, bool kShift = false>
 __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     ce_fwd_bulk_kernel(const CEParams p, const int stages, const int slot_bytes) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int B = kCEBulkBatch;
@@ -1125,6 +1129,7 @@ constexpr int kCEGradStreamU = 4;
 
 template <typename T>
 __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_grad_stream_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   constexpr int U = kCEGradStreamU;
@@ -1200,6 +1205,7 @@ __device__ __forceinline__ void ce_stream_grad_row(const CEParams& p, const CECo
 // (aligned rows); otherwise element by element.
 template <typename T, bool kVecIO, bool kGrad>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1240,6 +1246,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_stream_kernel(const C
 // second pass.
 template <typename T, bool kVecIO>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_grad_row_kernel(const CEParams p) {
+  core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride;

@@ -1817,6 +1817,121 @@ TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
   EXPECT_GT(compared - direct_nan, 0);
 }
 
+// The finish kernel after the rows' kernel by programmatic dependent launch
+// (RowTuning::ce_finish_pdl, the default): it may start while the rows run
+// and must wait for their shares. Through every kernel that can come before
+// it -- register rows, the forward streams, the bulk kernel, the two-pass
+// gradient, staged gradients, and the combine kernel after it (40000 rows:
+// three parts) -- each call eagerly and captured in a CUDA graph, replayed
+// three times, with the loss and the workspace poisoned before each run:
+// every run must give the bits of the ordinary launch (the tuning off) and
+// the float64 reference's loss. A finish kernel that read the shares early
+// would add poison.
+TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
+  QUACK_REQUIRE_SM90();
+  struct Case {
+    DType dt;
+    int64_t rows, V;
+    bool grad;
+  };
+  const Case cases[] = {{kBF16, 4, 4096, false},   {kBF16, 2, 8192, true},    {kF32, 3, 16384, false},
+                        {kBF16, 1024, 4096, false}, {kBF16, 5, 50304, true},   {kBF16, 6, 32768, true},
+                        {kF32, 40000, 160, false},  {kBF16, 700, 2048, true}};
+  RowTuning off = default_row_tuning();
+  off.ce_finish_pdl = 0;
+  std::mt19937 gen(29);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  cudaStream_t stream = nullptr;
+  QUACK_ASSERT_CUDA(cudaStreamCreate(&stream));
+  for (const Case& c : cases) {
+    for (const Reduction red : {kMean, kSum}) {
+      SCOPED_TRACE(std::string(c.dt == kBF16 ? "bf16" : "f32") + " M " + std::to_string(c.rows) + " V " +
+                   std::to_string(c.V) + (red == kMean ? " mean" : " sum") + (c.grad ? " with dlogits" : ""));
+      const int64_t M = c.rows, V = c.V;
+      std::vector<float> x(static_cast<size_t>(M * V));
+      for (float& v : x) v = float(round_to(c.dt, normal(gen)));
+      std::vector<int64_t> t(static_cast<size_t>(M));
+      for (int64_t r = 0; r < M; ++r) t[size_t(r)] = r % 5 == 3 ? -100 : (r * 7919 + 13) % V;
+      GuardedTensor tx(Layout{c.dt, M, V, V, 0}), tdx(Layout{c.dt, M, V, V, 0}), tloss(Layout{kF32, 1, 1, 1, 0});
+      DeviceBuffer dtarget(size_t(M) * 8);
+      ASSERT_TRUE(tx.ok() && tdx.ok() && tloss.ok() && dtarget.ok());
+      QUACK_ASSERT_CUDA(tx.upload(x));
+      QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), t.data(), dtarget.bytes(), cudaMemcpyHostToDevice));
+      CrossEntropyArgs a;
+      a.rows = M;
+      a.cols = V;
+      a.logits = {tx.ptr(), c.dt, V};
+      a.target = dtarget.data();
+      a.reduction = red;
+      a.loss = static_cast<float*>(tloss.ptr());
+      if (c.grad) a.dlogits = {tdx.ptr(), c.dt, V};
+      size_t need = 0;
+      ASSERT_TRUE(cross_entropy_workspace_bytes(a, &need).ok());
+      ASSERT_GT(need, 0u);
+      const int64_t words = int64_t(need / 4);
+      GuardedTensor tws(Layout{kF32, 1, words, words, 0});
+      ASSERT_TRUE(tws.ok());
+      a.workspace = tws.ptr();
+      a.workspace_bytes = need;
+      // One run: poison, call (eagerly, or the graph's replay), the loss.
+      auto run = [&](cudaGraphExec_t exec, double* out) {
+        QUACK_ASSERT_CUDA(tloss.upload({kSentinel}));
+        QUACK_ASSERT_CUDA(tws.poison());
+        QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+        if (exec != nullptr) {
+          QUACK_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+        } else {
+          const Status st = cross_entropy(a, stream);
+          ASSERT_TRUE(st.ok()) << st.message;
+        }
+        QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
+        std::vector<double> l;
+        int64_t dirty = 0;
+        QUACK_ASSERT_CUDA(tloss.download(&l, &dirty));
+        EXPECT_EQ(dirty, 0) << "bytes outside loss were written";
+        std::vector<double> scratch;
+        QUACK_ASSERT_CUDA(tws.download(&scratch, &dirty));
+        EXPECT_EQ(dirty, 0) << "bytes written past the workspace";
+        *out = l[0];
+      };
+      double ordinary = 0.0;
+      set_row_tuning(&off);
+      run(nullptr, &ordinary);
+      set_row_tuning(nullptr);
+      if (HasFatalFailure()) break;
+      std::vector<double> got;
+      double v = 0.0;
+      run(nullptr, &v);
+      got.push_back(v);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      QUACK_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const Status cap = cross_entropy(a, stream);
+      QUACK_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+      ASSERT_TRUE(cap.ok()) << cap.message;
+      QUACK_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int k = 0; k < 3; ++k) {
+        run(exec, &v);
+        got.push_back(v);
+      }
+      QUACK_ASSERT_CUDA(cudaGraphExecDestroy(exec));
+      QUACK_ASSERT_CUDA(cudaGraphDestroy(graph));
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_TRUE(same_bits({got[k]}, {ordinary})) << "run " << k << ": " << got[k] << " against the ordinary "
+                                                     << "launch's " << ordinary;
+      Problem p;
+      p.rows = M;
+      p.cols = V;
+      p.x.assign(x.begin(), x.end());
+      p.target = t;
+      p.reduction = red;
+      std::vector<double> loss = {got.back()};
+      check_loss_lse(p, reference(p), &loss, nullptr, false);
+    }
+  }
+  QUACK_ASSERT_CUDA(cudaStreamDestroy(stream));
+}
+
 // ---------------------------------------------------------------------------
 // cross_entropy_scale_grad: dx *= dloss in fp32, rounded to the dtype, so
 // every scaled element is exactly round(float(dx) * f); rows whose factor is
