@@ -528,19 +528,25 @@ RowTuning default_row_tuning() {
   // against 38.9-49.7% and 29.2-50.7% fused -- two passes from 32000 classes.
   t.ce_fwd_stream_min_bytes = 48 << 10;
   t.ce_grad_split_min_cols = 32000;
-  // One row's reduced loss without the finish kernel: a launch less at M = 1
-  // (bench_latency's decode cells, CUDA-graph replay, H100, 52f77fe: bf16
-  // M = 1 at 2048 / 4096 / 8192 5.54 / 5.77 / 6.00 us against torch
-  // eager's 6.67 / 4.59 / 5.58; a graph-replayed launch costs ~1.5-2 us
-  // there). UNMEASURED: predicted ~1.5 us a decode-sized call (4096: 5.77
-  // -> ~4.2) and ~2-3 us of host time an eager call
-  // (decode_sweep cross_entropy, the defaults against ce_one_row_loss=0).
+  // One row's reduced loss without the finish kernel or a workspace: a launch
+  // less at M = 1. decode_sweep cross_entropy, CUDA-graph replay, H100,
+  // 63af781, bf16 / fp32 M = 1 at 2048 / 4096 / 8192: 2.96 / 3.24 / 3.42 and
+  // 3.12 / 3.28 / 3.57 us against 4.91 / 5.15 / 5.36 and 5.05 / 5.20 / 5.42
+  // with ce_one_row_loss=0 (predicted ~1.5 us less; measured 1.85-1.95).
+  // bench_latency, same call: 2.90 / 3.34 / 3.56 us against torch eager's
+  // 6.61 / 4.56 / 5.59, and eager host time 20.68 us a call against torch's
+  // 20.97 (bench/results/2026-12-06-ce-decode-63af781-h100.md).
   t.ce_one_row_loss = 1;
   // The finish kernel after the rows' kernel by programmatic dependent
   // launch: M > 1's second launch (4096 bf16, M = 4: 6.17 us against M = 1's
-  // one launch, 3.36, bench_latency, H100, a25d4e5). UNMEASURED: predicted
-  // ~1-1.5 us less a decode-sized call from M = 2 (decode_sweep
-  // cross_entropy, the defaults against ce_finish_pdl=0).
+  // one launch, 3.36, bench_latency, H100, a25d4e5). decode_sweep
+  // cross_entropy, H100, 63af781, the defaults against ce_finish_pdl=0, two
+  // rounds each: 0.18-0.78 us less from M = 4 (bf16 4096 x 16: 5.70
+  // against 6.40; fp32 8192 x 16: 5.98 against 6.76) except at 2048 x 256
+  // (bf16 6.40 against 6.38, fp32 6.98 against 7.08). Predicted 1-1.5 us:
+  // the finish kernel's own loads still follow its wait
+  // (wip/ce-finish-count-early moves a mean's target loads ahead of it; not
+  // yet run).
   t.ce_finish_pdl = 1;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
