@@ -544,9 +544,9 @@ RowTuning default_row_tuning() {
   // rounds each: 0.18-0.78 us less from M = 4 (bf16 4096 x 16: 5.70
   // against 6.40; fp32 8192 x 16: 5.98 against 6.76) except at 2048 x 256
   // (bf16 6.40 against 6.38, fp32 6.98 against 7.08). Predicted 1-1.5 us:
-  // the finish kernel's own loads still follow its wait
-  // (wip/ce-finish-count-early moves a mean's target loads ahead of it; not
-  // yet run).
+  // the finish kernel's own loads still follow its wait (branch
+  // wip/ce-cluster-finish, built and not run: a mean's target loads ahead of
+  // the wait, and 2 .. 16 rows in one launch, ce_cluster_rows).
   t.ce_finish_pdl = 1;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
