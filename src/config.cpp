@@ -548,6 +548,14 @@ RowTuning default_row_tuning() {
   // wip/ce-cluster-finish, built and not run: a mean's target loads ahead of
   // the wait, and 2 .. 16 rows in one launch, ce_cluster_rows).
   t.ce_finish_pdl = 1;
+  // Decode-sized batches in one launch: the rows' CTAs as one cluster that
+  // finishes the loss itself. UNMEASURED (built after the session's device
+  // time ran out): the finish kernel costs 2.2-2.5 us over M = 1's single
+  // kernel even by PDL (decode_sweep, H100, 63af781: bf16 4096 x 4 5.66 us
+  // against 3.24 at M = 1; torch eager 4.59), so ~1.5-2 us less predicted
+  // at 2 .. 16 rows (two cluster barriers cost a few hundred ns). Measure
+  // with decode_sweep cross_entropy against ce_cluster_rows=0.
+  t.ce_cluster_rows = 16;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
   // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):

@@ -346,6 +346,18 @@ bool shifted_fwd_bulk(int64_t rows, int64_t cols, int es, bool wide, const RowTu
   return (tune.shifted_rows & 8) && ce_fwd_bulk(rows, cols, es, wide, tune);
 }
 
+// Whether a reduced loss of `rows` rows takes one cluster of its rows' CTAs
+// (CEParams::rows_cluster, ops::ce_cluster_finish): 2 .. ce_cluster_rows
+// rows (at most the device's cluster), no gradient, the loss written
+// through shares (finish: not one row's own loss, not the statistics or the
+// gradient-from-lse modes, not the shards' combine), and an unstaged,
+// unclustered register plan whose CTAs each hold one row.
+bool ce_cluster_rows(int64_t rows, const RegRowConfig& c, bool grad, bool shares, const DeviceLimits& lim,
+                     const RowTuning& tune) {
+  return !grad && shares && rows >= 2 && rows <= std::min(tune.ce_cluster_rows, lim.max_cluster) && !c.staged &&
+         c.cluster == 1 && c.threads == c.team && c.row_blocks == rows;
+}
+
 Status cuda_check(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorString(e)};
@@ -589,9 +601,10 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.dloss_per_row = a.reduction == Reduction::kNone;
   const bool grad = a.dlogits.ptr != nullptr;
   const RowTuning tune = current_row_tuning();
-  // The reduced loss: the sums of the rows' terms in a fixed order.
+  // The reduced loss: the sums of the rows' terms in a fixed order (by the
+  // rows' own cluster where p.rows_cluster, ce_cluster_finish).
   auto finish = [&]() -> Status {
-    if (shares == nullptr) return Status::success();
+    if (shares == nullptr || p.rows_cluster > 1) return Status::success();
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t lc = core::pdl_config(parts, scalar_threads, stream, tune.ce_finish_pdl != 0, &attr);
     if (!(st = core::cuda_status(cudaLaunchKernelEx(&lc, ops::ce_finish_kernel, sp), "cross_entropy finish kernel launch")).ok())
@@ -677,6 +690,11 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       p.team = plan.cfg.team;
       p.cluster = plan.cfg.cluster;
       p.row_blocks = plan.cfg.row_blocks;
+      if (ce_cluster_rows(a.rows, plan.cfg, grad, shares != nullptr && a.combine_stats == nullptr, lim, tune)) {
+        p.rows_cluster = int(a.rows);
+        p.loss_out = a.loss;
+        p.row_loss = p.row_z = nullptr;
+      }
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
         return ops::launch_ce_reg<decltype(dt)::value>(p, plan.cfg, row_grad, shifted, device, stream);
       });

@@ -262,6 +262,13 @@ struct RowTuning {
   // on the rows' kernel (PDL: core::pdl_config), which lets it start as soon
   // as every CTA of the rows' kernel has started; 0: an ordinary launch.
   int ce_finish_pdl;
+  // A reduced loss of 2 .. ce_cluster_rows rows (at most the device's
+  // cluster size) without a gradient, where each row is an unclustered
+  // register CTA of its own: those CTAs launched as one cluster, rank 0
+  // combining the rows' terms from their shared memory into the loss, the
+  // finish kernel's bits, with no finish kernel (ops::ce_cluster_finish);
+  // 0: off.
+  int ce_cluster_rows;
   // Cross-entropy gradients of aligned rows that a cluster of
   // reg_staged_team-thread CTAs holds in shared memory at ce_staged_vpt
   // 16-byte vectors a thread (8 or 16, the tiles built; 2x that for rows

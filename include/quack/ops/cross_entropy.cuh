@@ -80,7 +80,12 @@ struct CEParams {
   // reduced loss itself, the bits ce_finish_kernel would write
   // (ce_write_row), so that no finish kernel runs and no shares are needed
   // (RowTuning::ce_one_row_loss); else null.
+  // rows_cluster (2 .. 16 rows, a reduced loss, no gradient): the rows'
+  // CTAs, one a row, are one cluster; each row's terms go to its CTA's
+  // shared slot and rank 0 writes the reduced loss to loss_out, the finish
+  // kernel's bits (ce_cluster_finish; RowTuning::ce_cluster_rows). 0: off.
   float* loss_out;
+  int rows_cluster;
   float* lse;           // [rows] or null
   void* dx;             // null: no gradient
   int64_t dx_stride;
@@ -205,9 +210,11 @@ struct CECoef {
 };
 
 // The row's loss (or its share of the total) from its statistics and target
-// logit x'_t; written by one thread per row (tot: the totals, if loaded).
+// logit x'_t; written by one thread per row (tot: the totals, if loaded;
+// slot: the CTA's shared slot of a rows cluster, p.rows_cluster).
 __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, const core::MaxSumDot& st,
-                                             float xt, int64_t row, const CETotals* tot = nullptr) {
+                                             float xt, int64_t row, const CETotals* tot = nullptr,
+                                             float4* slot = nullptr) {
   if (p.stats) {  // a shard's statistics, combined across shards by the caller
     p.stats[row] = make_float4(st.m, st.s, st.d, xt);
     return;
@@ -225,6 +232,14 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
     ce = (1.0f - p.smoothing) * r.wt * (lse - xt);
     if (p.smoothing != 0.0f) ce += p.smoothing / V * (lse * wsum - st.d);
     z = p.z_loss * lse * lse;
+  }
+  // A rows cluster: what the finish kernel would read of this row -- its
+  // share(s) -- and count -- w_t and 1 where counted -- for rank 0.
+  if (slot != nullptr && p.rows_cluster > 1) {
+    const bool counted = !r.ignored && !r.bad;
+    *slot = p.reduction == 1 ? make_float4(ce, z, r.wt, counted ? 1.0f : 0.0f)
+                             : make_float4(ce + z, 0.0f, 0.0f, 0.0f);
+    return;
   }
   // One row: the finish kernel's value from its sums of one term each. Its
   // sums start at 0 and add zeros (0 + v: -0 becomes +0, nothing else
@@ -356,6 +371,62 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
   }
 }
 
+// A rows cluster's reduced loss (p.rows_cluster = M rows, CTA r of the one
+// cluster holding row r's terms in its `slot`): every thread of every CTA
+// calls it once, after its rows. Rank 0's first warp adds the slots as the
+// finish kernel adds the shares -- lane l the float4 group of rows 4l ..
+// 4l + 3 as (a + b) + (c + d) after 0, then the tail row 4 * (M / 4) + l,
+// then the butterfly (a one-warp block_reduce; the finish kernel's wider
+// CTAs add only zero partials at M <= 16) -- and counts W and R as its
+// ce_counted_rows (lane l row l): the same bits. The second barrier keeps
+// every CTA until rank 0 has read its slot.
+__device__ __forceinline__ void ce_cluster_finish(const CEParams& p, float4* slot) {
+  core::cluster_arrive();  // (release: the slot's store)
+  core::cluster_wait();
+  if (core::cluster_cta_rank() == 0 && threadIdx.x < 32) {
+    const int lane = int(threadIdx.x), m = p.rows_cluster, groups = m / 4;
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(slot));
+    // Rank k's slot through distributed shared memory.
+    auto at = [&](int k) {
+      uint32_t remote;
+      float4 v;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(k));
+      asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                   : "r"(remote)
+                   : "memory");
+      return v;
+    };
+    float2 s = make_float2(0.0f, 0.0f), wr = make_float2(0.0f, 0.0f);
+    if (lane < groups) {
+      const float4 a = at(4 * lane), b = at(4 * lane + 1), c = at(4 * lane + 2), d = at(4 * lane + 3);
+      s.x += (a.x + b.x) + (c.x + d.x);
+      s.y += (a.y + b.y) + (c.y + d.y);
+    }
+    if (4 * groups + lane < m) {
+      const float4 e = at(4 * groups + lane);
+      s.x += e.x;
+      s.y += e.y;
+    }
+    if (lane < m) {
+      const float4 e = at(lane);
+      wr.x += e.z;
+      wr.y += e.w;
+    }
+    s = core::warp_reduce<core::SumPairOp>(s);
+    wr = core::warp_reduce<core::SumPairOp>(wr);
+    if (lane == 0) {
+      // ce_reduced_loss's arithmetic ('sum': the shares' sum plus a zero z sum).
+      float loss;
+      if (p.reduction != 1) loss = s.x + s.y;
+      else loss = !(wr.x != 0.0f) ? __int_as_float(0x7fc00000) : __fdiv_rn(s.x, wr.x) + __fdiv_rn(s.y, wr.y);
+      *p.loss_out = loss;
+    }
+  }
+  core::cluster_arrive();
+  core::cluster_wait();
+}
+
 // ---------------------------------------------------------------------------
 // Register-resident rows. kGrad: dx is written (from the registers).
 // kShift: rows whose first logit may lie inside a 16-byte vector (x and dx
@@ -372,6 +443,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   RowReduce<MaxSumDotOp, kCluster> red;
   red.start(smem);
   const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
+  // A rows cluster's slot (unclustered rows without a gradient only).
+  constexpr bool kRowsCluster = !kCluster && !kGrad;
+  __shared__ float4 rows_slot;
+  float4* const slot = kRowsCluster ? &rows_slot : nullptr;
 
   auto do_rows = [&](int64_t blk) {
     auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
@@ -436,7 +511,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     // The row's scalars again (the target from L1 now), when fewer registers
     // are live.
     const CERow r = CERow::make(p, row);
-    if (writer) ce_write_row(p, r, st, st.x, row);
+    if (writer) ce_write_row(p, r, st, st.x, row, nullptr, slot);
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride - sh;
@@ -456,6 +531,9 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
   red.finish();
+  if constexpr (kRowsCluster) {
+    if (p.rows_cluster > 1) ce_cluster_finish(p, slot);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1406,6 +1484,9 @@ Status launch_ce_reg(const CEParams& p, const RegRowConfig& cfg, bool grad, bool
                      cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
   core::LaunchShape shape = core::launch_shape(cfg);
+  // A rows cluster: the rows' CTAs (one a row, unclustered rows) launched
+  // as one cluster (ce_cluster_finish).
+  if (p.rows_cluster > 1) shape.cluster = p.rows_cluster;
   if (!cfg.staged) {
     if (shift) return launch_ce_reg_tiles<T, true>(p, cfg, shape, grad, device, stream);
     return launch_ce_reg_tiles<T, false>(p, cfg, shape, grad, device, stream);

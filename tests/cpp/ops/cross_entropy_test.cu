@@ -1837,8 +1837,16 @@ TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
   const Case cases[] = {{kBF16, 4, 4096, false},   {kBF16, 2, 8192, true},    {kF32, 3, 16384, false},
                         {kBF16, 1024, 4096, false}, {kBF16, 5, 50304, true},   {kBF16, 6, 32768, true},
                         {kF32, 40000, 160, false},  {kBF16, 700, 2048, true}};
-  RowTuning off = default_row_tuning();
+  // (Decode-sized rows would take the rows' cluster and no finish kernel at
+  // all: ce_cluster_rows off, in both runs.)
+  RowTuning on = default_row_tuning();
+  on.ce_cluster_rows = 0;
+  RowTuning off = on;
   off.ce_finish_pdl = 0;
+  struct Restore {
+    ~Restore() { set_row_tuning(nullptr); }
+  } restore;
+  set_row_tuning(&on);
   std::mt19937 gen(29);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   cudaStream_t stream = nullptr;
@@ -1897,7 +1905,7 @@ TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
       double ordinary = 0.0;
       set_row_tuning(&off);
       run(nullptr, &ordinary);
-      set_row_tuning(nullptr);
+      set_row_tuning(&on);
       if (HasFatalFailure()) break;
       std::vector<double> got;
       double v = 0.0;
@@ -1930,6 +1938,139 @@ TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
     }
   }
   QUACK_ASSERT_CUDA(cudaStreamDestroy(stream));
+}
+
+// 2 .. 16 rows of a reduced loss without a gradient, each row a register
+// CTA of its own: the rows' CTAs launch as one cluster and rank 0 writes the
+// loss (RowTuning::ce_cluster_rows, ops::ce_cluster_finish) -- one kernel,
+// where the tuning off gives two (rows, finish), counted as the kernel nodes
+// of the call captured in a CUDA graph -- with the finish kernel's bits and
+// the float64 reference's value. Every kind of target (counted, ignored, out
+// of range, and with class weights of zero weight), the options, bf16 and
+// fp32, loss and workspace poisoned before each run.
+TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
+  QUACK_REQUIRE_SM90();
+  struct Opt {
+    const char* name;
+    bool weight;
+    float eps, z, cap;
+  };
+  const Opt opts[] = {{"plain", false, 0.0f, 0.0f, 0.0f},
+                      {"w_eps", true, 0.1f, 0.0f, 0.0f},
+                      {"z_cap", false, 0.0f, 1e-4f, 30.0f},
+                      {"w_z", true, 0.0f, 1e-4f, 0.0f}};
+  RowTuning off = default_row_tuning();
+  off.ce_cluster_rows = 0;
+  std::mt19937 gen(31);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  cudaStream_t stream = nullptr;
+  QUACK_ASSERT_CUDA(cudaStreamCreate(&stream));
+  int64_t one_kernel = 0, nan_losses = 0;
+  for (const DType dt : {kBF16, kF32}) {
+    for (const int64_t V : {int64_t(1000), int64_t(2048), int64_t(4096), int64_t(8192)}) {
+      for (const int64_t M : {int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(8), int64_t(11), int64_t(16)}) {
+        std::vector<float> x(static_cast<size_t>(M * V)), w(static_cast<size_t>(V));
+        for (float& v : x) v = float(round_to(dt, normal(gen)));
+        for (float& v : w) v = 0.25f + 1.75f * uni(gen);
+        // Targets: counted, with row 1 ignored and, from 5 rows, row 3 out of
+        // range (its row's loss NaN: the reduced loss too); class 0 of zero
+        // weight where a row targets it (row 2).
+        std::vector<int64_t> t(static_cast<size_t>(M));
+        for (int64_t r = 0; r < M; ++r) t[size_t(r)] = 1 + (r * 7919 + 17) % (V - 1);
+        t[1] = -100;
+        if (M >= 3) t[2] = 0;
+        w[0] = 0.0f;
+        if (M >= 5) t[3] = V + 2;
+        GuardedTensor tx(Layout{dt, M, V, V, 0}), tloss(Layout{kF32, 1, 1, 1, 0});
+        DeviceBuffer dtarget(size_t(M) * 8), dweight(size_t(V) * 4);
+        ASSERT_TRUE(tx.ok() && tloss.ok() && dtarget.ok() && dweight.ok());
+        QUACK_ASSERT_CUDA(tx.upload(x));
+        QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), t.data(), dtarget.bytes(), cudaMemcpyHostToDevice));
+        QUACK_ASSERT_CUDA(cudaMemcpy(dweight.data(), w.data(), dweight.bytes(), cudaMemcpyHostToDevice));
+        for (const Opt& o : opts) {
+          for (const Reduction red : {kMean, kSum}) {
+            SCOPED_TRACE(std::string(dt == kBF16 ? "bf16" : "f32") + " M " + std::to_string(M) + " V " +
+                         std::to_string(V) + " " + o.name + (red == kMean ? " mean" : " sum"));
+            CrossEntropyArgs a;
+            a.rows = M;
+            a.cols = V;
+            a.logits = {tx.ptr(), dt, V};
+            a.target = dtarget.data();
+            a.weight = o.weight ? reinterpret_cast<const float*>(dweight.data()) : nullptr;
+            a.reduction = red;
+            a.label_smoothing = o.eps;
+            a.z_loss = o.z;
+            a.softcap = o.cap;
+            a.loss = static_cast<float*>(tloss.ptr());
+            size_t need = 0;
+            set_row_tuning(&off);
+            const Status q = cross_entropy_workspace_bytes(a, &need);
+            set_row_tuning(nullptr);
+            ASSERT_TRUE(q.ok()) << q.message;
+            const int64_t words = int64_t(std::max<size_t>(need / 4, 1));
+            GuardedTensor tws(Layout{kF32, 1, words, words, 0});
+            ASSERT_TRUE(tws.ok());
+            a.workspace = need > 0 ? tws.ptr() : nullptr;
+            a.workspace_bytes = need;
+            double loss[2] = {0.0, 0.0};
+            size_t kernels[2] = {0, 0};
+            for (int run = 0; run < 2; ++run) {  // 0: the defaults, 1: the finish kernel
+              set_row_tuning(run == 0 ? nullptr : &off);
+              QUACK_ASSERT_CUDA(tloss.upload({kSentinel}));
+              QUACK_ASSERT_CUDA(tws.poison());
+              QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+              cudaGraph_t graph = nullptr;
+              cudaGraphExec_t exec = nullptr;
+              QUACK_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+              const Status st = cross_entropy(a, stream);
+              QUACK_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+              set_row_tuning(nullptr);
+              ASSERT_TRUE(st.ok()) << st.message;
+              QUACK_ASSERT_CUDA(cudaGraphGetNodes(graph, nullptr, &kernels[run]));
+              QUACK_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+              QUACK_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+              QUACK_ASSERT_CUDA(cudaStreamSynchronize(stream));
+              QUACK_ASSERT_CUDA(cudaGraphExecDestroy(exec));
+              QUACK_ASSERT_CUDA(cudaGraphDestroy(graph));
+              std::vector<double> l, scratch;
+              int64_t dirty = 0;
+              QUACK_ASSERT_CUDA(tloss.download(&l, &dirty));
+              EXPECT_EQ(dirty, 0) << "bytes outside loss were written";
+              QUACK_ASSERT_CUDA(tws.download(&scratch, &dirty));
+              EXPECT_EQ(dirty, 0) << "bytes written past the workspace";
+              EXPECT_NE(l[0], double(kSentinel)) << "run " << run << ": the loss was not written";
+              loss[run] = l[0];
+            }
+            EXPECT_TRUE(same_bits({loss[0]}, {loss[1]})) << loss[0] << " against the finish kernel's " << loss[1];
+            // (Class-weighted smoothing launches the prepare kernel first.)
+            const size_t prepare = o.weight && o.eps != 0.0f ? 1 : 0;
+            EXPECT_EQ(kernels[1], 2 + prepare) << "the tuning off: the rows' kernel and the finish kernel";
+            EXPECT_EQ(kernels[0], 1 + prepare) << "the rows' cluster: no finish kernel";
+            one_kernel += kernels[0] == 1 + prepare ? 1 : 0;
+            nan_losses += std::isnan(loss[0]) ? 1 : 0;
+            Problem p;
+            p.rows = M;
+            p.cols = V;
+            p.x.assign(x.begin(), x.end());
+            p.target = t;
+            if (o.weight) p.weight.assign(w.begin(), w.end());
+            p.reduction = red;
+            p.eps = o.eps;
+            p.z_loss = o.z;
+            p.cap = o.cap;
+            std::vector<double> got = {loss[0]};
+            check_loss_lse(p, reference(p), &got, nullptr, M >= 5);
+          }
+        }
+      }
+    }
+  }
+  QUACK_ASSERT_CUDA(cudaStreamDestroy(stream));
+  // Some losses are NaN (an out-of-range target), most are not.
+  EXPECT_GT(one_kernel, 0);
+  EXPECT_GT(nan_losses, 0);
+  EXPECT_LT(nan_losses, one_kernel);
 }
 
 // ---------------------------------------------------------------------------
