@@ -139,17 +139,18 @@ __device__ __forceinline__ float ce_sum_share(const float* v, int64_t r0, int64_
 // rows' losses alone (W = R = 0, sz = 0).
 //
 // After the rows' kernel it is launched programmatically dependent on it
-// (RowTuning::ce_finish_pdl): set up while those rows run, it waits here for
-// their shares.
+// (RowTuning::ce_finish_pdl): set up while those rows run, it counts a
+// mean's rows (from the targets and weights, inputs the rows' kernel does
+// not write) and then waits for their shares.
 __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CEScalarParams p) {
   __shared__ float2 scratch_a[64], scratch_b[64];
-  core::pdl_wait();
   const int64_t r0 = int64_t(blockIdx.x) * p.row_share, r1 = min(p.rows, r0 + p.row_share);
   const bool mean = p.reduction == 1;
-  float2 s = make_float2(ce_sum_share(p.row_loss, r0, r1), mean ? ce_sum_share(p.row_z, r0, r1) : 0.0f);
-  s = core::block_reduce<core::SumPairOp>(s, scratch_a);
   const float2 wr =
       mean ? core::block_reduce<core::SumPairOp>(ce_counted_rows(p, r0, r1), scratch_b) : make_float2(0.0f, 0.0f);
+  core::pdl_wait();
+  float2 s = make_float2(ce_sum_share(p.row_loss, r0, r1), mean ? ce_sum_share(p.row_z, r0, r1) : 0.0f);
+  s = core::block_reduce<core::SumPairOp>(s, scratch_a);
   if (threadIdx.x == 0) {
     if (p.parts != nullptr) p.parts[blockIdx.x] = make_float4(wr.x, wr.y, s.x, s.y);
     else *p.loss = ce_reduced_loss(p, wr.x, wr.y, s.x, s.y);
