@@ -1696,6 +1696,36 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
   }
 }
 
+// The reduced-loss edge tests' option sets: none, class weights with
+// smoothing (which also launches the prepare kernel), z-loss with softcap,
+// class weights with z-loss.
+struct LossOpt {
+  const char* name;
+  bool weight;
+  float eps, z, cap;
+};
+const LossOpt kLossOpts[] = {{"plain", false, 0.0f, 0.0f, 0.0f},
+                             {"w_eps", true, 0.1f, 0.0f, 0.0f},
+                             {"z_cap", false, 0.0f, 1e-4f, 30.0f},
+                             {"w_z", true, 0.0f, 1e-4f, 0.0f}};
+// A reduced loss of M rows of V contiguous logits with option set o (its
+// class weights from `weight` where it has them), no gradient.
+CrossEntropyArgs loss_args(int64_t M, int64_t V, DType dt, void* logits, const void* target, const void* weight,
+                           Reduction red, const LossOpt& o, float* loss) {
+  CrossEntropyArgs a;
+  a.rows = M;
+  a.cols = V;
+  a.logits = {logits, dt, V};
+  a.target = target;
+  a.weight = o.weight ? static_cast<const float*>(weight) : nullptr;
+  a.reduction = red;
+  a.label_smoothing = o.eps;
+  a.z_loss = o.z;
+  a.softcap = o.cap;
+  a.loss = loss;
+  return a;
+}
+
 // One row's reduced loss is written by the row's own kernel
 // (RowTuning::ce_one_row_loss, CEParams::loss_out) and no finish kernel
 // runs: the same bits as the finish kernel's (the tuning off) and the
@@ -1709,15 +1739,6 @@ TEST(CrossEntropyGpuEdge, DeterministicLoss) {
 // run is given too.
 TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
   QUACK_REQUIRE_SM90();
-  struct Opt {
-    const char* name;
-    bool weight;
-    float eps, z, cap;
-  };
-  const Opt opts[] = {{"plain", false, 0.0f, 0.0f, 0.0f},
-                      {"w_eps", true, 0.1f, 0.0f, 0.0f},
-                      {"z_cap", false, 0.0f, 1e-4f, 30.0f},
-                      {"w_z", true, 0.0f, 1e-4f, 0.0f}};
   const char* kinds[] = {"counted", "ignored", "out of range", "zero weight"};
   std::mt19937 gen(23);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -1736,7 +1757,7 @@ TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
       DeviceBuffer dtarget(8), dweight(size_t(V) * 4);
       ASSERT_TRUE(tx.ok() && tdx.ok() && tloss.ok() && dtarget.ok() && dweight.ok());
       QUACK_ASSERT_CUDA(tx.upload(x));
-      for (const Opt& o : opts) {
+      for (const LossOpt& o : kLossOpts) {
         for (int kind = 0; kind < 4; ++kind) {
           if (kind == 3 && !o.weight) continue;
           const int64_t t = kind == 1 ? -100 : kind == 2 ? V + 3 : t0;
@@ -1759,17 +1780,8 @@ TEST(CrossEntropyGpuEdge, OneRowLossIsTheFinishKernelsBits) {
             for (const bool grad : {false, true}) {
               SCOPED_TRACE(std::string(dt == kBF16 ? "bf16" : "f32") + " V " + std::to_string(V) + " " + o.name + " " +
                            kinds[kind] + (red == kMean ? " mean" : " sum") + (grad ? " with dlogits" : ""));
-              CrossEntropyArgs a;
-              a.rows = 1;
-              a.cols = V;
-              a.logits = {tx.ptr(), dt, V};
-              a.target = dtarget.data();
-              a.weight = o.weight ? reinterpret_cast<const float*>(dweight.data()) : nullptr;
-              a.reduction = red;
-              a.label_smoothing = o.eps;
-              a.z_loss = o.z;
-              a.softcap = o.cap;
-              a.loss = static_cast<float*>(tloss.ptr());
+              CrossEntropyArgs a = loss_args(1, V, dt, tx.ptr(), dtarget.data(), dweight.data(), red, o,
+                                             static_cast<float*>(tloss.ptr()));
               if (grad) a.dlogits = {tdx.ptr(), dt, V};
               // The workspace of the finish kernel's run (the larger: one
               // row's own loss needs no shares).
@@ -1950,15 +1962,6 @@ TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
 // fp32, loss and workspace poisoned before each run.
 TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
   QUACK_REQUIRE_SM90();
-  struct Opt {
-    const char* name;
-    bool weight;
-    float eps, z, cap;
-  };
-  const Opt opts[] = {{"plain", false, 0.0f, 0.0f, 0.0f},
-                      {"w_eps", true, 0.1f, 0.0f, 0.0f},
-                      {"z_cap", false, 0.0f, 1e-4f, 30.0f},
-                      {"w_z", true, 0.0f, 1e-4f, 0.0f}};
   RowTuning off = default_row_tuning();
   off.ce_cluster_rows = 0;
   std::mt19937 gen(31);
@@ -1988,21 +1991,12 @@ TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
         QUACK_ASSERT_CUDA(tx.upload(x));
         QUACK_ASSERT_CUDA(cudaMemcpy(dtarget.data(), t.data(), dtarget.bytes(), cudaMemcpyHostToDevice));
         QUACK_ASSERT_CUDA(cudaMemcpy(dweight.data(), w.data(), dweight.bytes(), cudaMemcpyHostToDevice));
-        for (const Opt& o : opts) {
+        for (const LossOpt& o : kLossOpts) {
           for (const Reduction red : {kMean, kSum}) {
             SCOPED_TRACE(std::string(dt == kBF16 ? "bf16" : "f32") + " M " + std::to_string(M) + " V " +
                          std::to_string(V) + " " + o.name + (red == kMean ? " mean" : " sum"));
-            CrossEntropyArgs a;
-            a.rows = M;
-            a.cols = V;
-            a.logits = {tx.ptr(), dt, V};
-            a.target = dtarget.data();
-            a.weight = o.weight ? reinterpret_cast<const float*>(dweight.data()) : nullptr;
-            a.reduction = red;
-            a.label_smoothing = o.eps;
-            a.z_loss = o.z;
-            a.softcap = o.cap;
-            a.loss = static_cast<float*>(tloss.ptr());
+            CrossEntropyArgs a = loss_args(M, V, dt, tx.ptr(), dtarget.data(), dweight.data(), red, o,
+                                           static_cast<float*>(tloss.ptr()));
             size_t need = 0;
             set_row_tuning(&off);
             const Status q = cross_entropy_workspace_bytes(a, &need);
