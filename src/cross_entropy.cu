@@ -104,15 +104,6 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_prepare_kernel(const CESc
   }
 }
 
-// The reduced loss from the sums: 'sum' sce + sz (sz = 0), 'mean' sce / W +
-// sz / R; a mean with W = 0 (every row ignored, or zero weights) is NaN, as
-// torch's 0 / 0 (W != 0 means a counted row: R >= 1).
-__device__ __forceinline__ float ce_reduced_loss(const CEScalarParams& p, float w, float r, float sce, float sz) {
-  if (p.reduction != 1) return sce + sz;
-  if (!(w != 0.0f)) return __int_as_float(0x7fc00000);
-  return __fdiv_rn(sce, w) + __fdiv_rn(sz, r);
-}
-
 // This thread's share of the sum of v[r0, r1) (16-byte aligned: the
 // workspace's layout; r0 a multiple of 4): float4 groups i + k * 1024, U / 2
 // loads in flight, then the tail.
@@ -153,7 +144,7 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_finish_kernel(const CESca
   s = core::block_reduce<core::SumPairOp>(s, scratch_a);
   if (threadIdx.x == 0) {
     if (p.parts != nullptr) p.parts[blockIdx.x] = make_float4(wr.x, wr.y, s.x, s.y);
-    else *p.loss = ce_reduced_loss(p, wr.x, wr.y, s.x, s.y);
+    else *p.loss = ce_reduced_loss(p.reduction, wr.x, wr.y, s.x, s.y);
   }
 }
 
@@ -168,7 +159,7 @@ __global__ void __launch_bounds__(kCEScalarThreads) ce_combine_kernel(const CESc
   const float2 zw = core::block_reduce<core::SumPairOp>(make_float2(v.z, v.w), scratch_b);
   if (threadIdx.x != 0) return;
   if (finish) {
-    *p.loss = ce_reduced_loss(p, xy.x, xy.y, zw.x, zw.y);
+    *p.loss = ce_reduced_loss(p.reduction, xy.x, xy.y, zw.x, zw.y);
   } else {
     p.totals[0] = xy.x;
     p.totals[1] = xy.y;

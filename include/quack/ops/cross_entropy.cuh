@@ -209,6 +209,17 @@ struct CECoef {
   }
 };
 
+// The reduced loss from the sums: 'sum' sce + sz (sz = 0), 'mean' sce / W +
+// sz / R; a mean with W = 0 (every row ignored, or zero weights) is NaN, as
+// torch's 0 / 0 (W != 0 means a counted row: R >= 1). The finish and combine
+// kernels, one row's own loss and a rows cluster's rank 0 all end here: the
+// same arithmetic, the same bits.
+__device__ __forceinline__ float ce_reduced_loss(int reduction, float w, float r, float sce, float sz) {
+  if (reduction != 1) return sce + sz;
+  if (!(w != 0.0f)) return __int_as_float(0x7fc00000);
+  return __fdiv_rn(sce, w) + __fdiv_rn(sz, r);
+}
+
 // The row's loss (or its share of the total) from its statistics and target
 // logit x'_t; written by one thread per row (tot: the totals, if loaded;
 // slot: the CTA's shared slot of a rows cluster, p.rows_cluster).
@@ -244,15 +255,11 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   // One row: the finish kernel's value from its sums of one term each. Its
   // sums start at 0 and add zeros (0 + v: -0 becomes +0, nothing else
   // changes), W is w_t of a counted row (else 0: NaN, as torch's 0 / 0)
-  // and R is 1; 'sum' adds no z-loss sum (0).
+  // and R is 1 (where W = 0 it is never read); 'sum' adds no z-loss sum (0).
   if (p.loss_out) {
-    if (p.reduction != 1) {
-      *p.loss_out = (0.0f + (ce + z)) + 0.0f;
-    } else {
-      const float w = 0.0f + r.wt;
-      // (z / R with R = 1 is z itself: a division by 1 is exact.)
-      *p.loss_out = !(w != 0.0f) ? __int_as_float(0x7fc00000) : __fdiv_rn(0.0f + ce, w) + (0.0f + z);
-    }
+    const bool mean = p.reduction == 1;
+    *p.loss_out = ce_reduced_loss(p.reduction, 0.0f + r.wt, 1.0f, mean ? 0.0f + ce : 0.0f + (ce + z),
+                                  mean ? 0.0f + z : 0.0f);
   } else if (p.reduction == 1) {
     p.row_loss[row] = ce;
     p.row_z[row] = z;
@@ -415,13 +422,7 @@ __device__ __forceinline__ void ce_cluster_finish(const CEParams& p, float4* slo
     }
     s = core::warp_reduce<core::SumPairOp>(s);
     wr = core::warp_reduce<core::SumPairOp>(wr);
-    if (lane == 0) {
-      // ce_reduced_loss's arithmetic ('sum': the shares' sum plus a zero z sum).
-      float loss;
-      if (p.reduction != 1) loss = s.x + s.y;
-      else loss = !(wr.x != 0.0f) ? __int_as_float(0x7fc00000) : __fdiv_rn(s.x, wr.x) + __fdiv_rn(s.y, wr.y);
-      *p.loss_out = loss;
-    }
+    if (lane == 0) *p.loss_out = ce_reduced_loss(p.reduction, wr.x, wr.y, s.x, s.y);
   }
   core::cluster_arrive();
   core::cluster_wait();
