@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _on_device,
-                      _raw_stream, _rows_view)
+from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _is_compiling,
+                      _on_device, _raw_stream, _rows_view)
 
 
 # Rows from this length on may take the grid forward, which needs a
@@ -167,6 +167,28 @@ class _SoftmaxFn(torch.autograd.Function):
 # Public functions.
 
 def _softmax(x: Tensor, dim: int, log: bool) -> Tensor:
+    # The eager inference call in one step: a contiguous CUDA tensor of a
+    # supported dtype, the last dim, rows shorter than the workspace's, no
+    # gradient to come. Every test here is one that _check or the general
+    # path below makes too; anything else (and every error) takes that path.
+    # (Host time a call, the 2-core CI machine, the extension stubbed: 4.6 us
+    # through the general path, of which 1.5 are the output's allocation.)
+    if type(x) is Tensor and type(dim) is int and x.is_cuda and x.is_contiguous() and not _is_compiling():
+        shape = x.shape
+        nd = len(shape)
+        code = _DTYPE_CODE.get(x.dtype)
+        if (code is not None and nd > 0 and (dim == -1 or dim == nd - 1) and 0 < shape[-1] < _FWD_WS_MIN_COLS
+                and not (x.requires_grad and _grad_enabled())):
+            n = shape[-1]
+            # A contiguous x: empty_like's strides are contiguous ones (up to
+            # size-1 dims, which address nothing).
+            out = torch.empty_like(x)
+            rows = x.numel() // n
+            if rows:
+                dev = x.get_device()
+                _on_device(dev, _C.softmax_fwd, rows, n, x.data_ptr(), code, n, out.data_ptr(), n, log,
+                           _raw_stream(dev))
+            return out
     d = _check(x, dim, log)
     last = d == x.dim() - 1
     if not last:

@@ -85,3 +85,51 @@ def test_short_rows_take_the_plain_launch(fake_ext):
 def test_the_workspace_constant_is_the_librarys():
     assert _softmax._FWD_WS_MIN_COLS == _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS == 65536
     assert set(_CODE_DTYPE) == {0, 1, 2}
+
+
+# The eager fast path (_softmax's first branch) and the general path must
+# hand the extension the same call for every layout the fast path takes, and
+# the general path must still serve the rest.
+_LAYOUTS = {
+    "2-D": lambda: torch.randn(5, 300),
+    "3-D, dim = nd - 1": lambda: torch.randn(2, 3, 300),
+    "size-1 dims of any stride": lambda: torch.randn(4, 300).unsqueeze(1).as_strided((4, 1, 300), (300, 7, 1)),
+    "one row": lambda: torch.randn(300),
+    "padded rows (general path)": lambda: torch.randn(5, 512)[:, :300],
+    "transposed (general path)": lambda: torch.randn(300, 5).t(),
+}
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+def test_eager_fast_path_matches_the_general_path(fake_ext, monkeypatch, layout, log):
+    calls, _ = fake_ext
+    x = (_LAYOUTS[layout]() * 3).to(torch.bfloat16)
+    dim = x.dim() - 1 if layout.startswith("3-D") else -1
+    fn = quack_cpp.log_softmax if log else quack_cpp.softmax
+    y = fn(x, dim)
+    fast = list(calls)
+    calls.clear()
+    # The general path's launch, called by hand (x's softmax dim is last).
+    want_y = _softmax._launch_fwd(x, log)
+    general = list(calls)
+    assert len(fast) == 1 and fast[0][0] == "plain"
+    assert len(general) == 1 and general[0][0] == "plain"
+    # Same rows, columns, dtype code, strides and flag; the pointers differ
+    # only where the general path copied x or allocated another output.
+    assert fast[0][1:3] == general[0][1:3] and fast[0][4:6] == general[0][4:6]
+    assert fast[0][7:] == general[0][7:]
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    torch.testing.assert_close(y, want_y, rtol=0, atol=0)
+    ref = (torch.log_softmax if log else torch.softmax)(x.double(), dim=-1)
+    torch.testing.assert_close(y.double(), ref, rtol=1.6e-2, atol=1e-2 if log else 1e-6)
+
+
+def test_a_gradient_to_come_takes_the_autograd_path(fake_ext):
+    calls, _ = fake_ext
+    x = torch.randn(3, 64, requires_grad=True)
+    y = quack_cpp.softmax(x)
+    assert y.grad_fn is not None and [c[0] for c in calls] == ["plain"]
+    with torch.no_grad():
+        z = quack_cpp.softmax(x)
+    assert z.grad_fn is None
