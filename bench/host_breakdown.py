@@ -63,6 +63,8 @@ def main():
         # rmsnorm
         "rmsnorm: F.rms_norm": lambda: F.rms_norm(x, (4096,), w, 1e-6),
         "rmsnorm: quack_cpp.rmsnorm": lambda: quack_cpp.rmsnorm(x, w),
+        # An int eps is valid but not the fast path's float: the general path.
+        "rmsnorm: the general path (eps=0, an int)": lambda: quack_cpp.rmsnorm(x, w, eps=0),
         # cross_entropy
         "cross_entropy: F.cross_entropy": lambda: F.cross_entropy(x, t),
         "cross_entropy: quack_cpp.cross_entropy": lambda: quack_cpp.cross_entropy(x, t),

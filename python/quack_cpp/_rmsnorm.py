@@ -11,7 +11,9 @@ Two paths reach the kernel:
   stream, without the dispatcher -- through ``_NormFn`` (a
   torch.autograd.Function) when an input needs a gradient, whose backward
   calls ``_C.rmsnorm_bwd`` likewise. Taken when not compiling and x is a
-  plain CUDA ``torch.Tensor`` (``_direct``).
+  plain CUDA ``torch.Tensor`` (``_direct``). The commonest inference call,
+  x and at most a weight with no gradient to come, takes ``_fast_fwd``
+  first: the same launch after only the tests it needs.
 * dispatcher path: everything else (torch.compile / export tracing, fake and
   meta tensors, tensor subclasses) goes through
   ``torch.ops.quack_cpp.rmsnorm_fwd``, whose CUDA implementation is the same
@@ -30,8 +32,8 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _on_device,
-                      _raw_stream, _row_stride, _rows_view)
+from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, _grad_enabled, _is_compiling,
+                      _on_device, _raw_stream, _row_stride, _rows_view)
 
 _NAME = "quack_cpp.rmsnorm"
 
@@ -466,6 +468,45 @@ def _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_
 # ---------------------------------------------------------------------------
 # Public function.
 
+def _fast_fwd(x: Tensor, weight, eps, weight_offset) -> Optional[Tensor]:
+    """The eager inference call ``rmsnorm(x[, weight][, eps=...][,
+    weight_offset=...])`` in one step, for a plain contiguous CUDA x (the
+    caller tested the options and x's type), rows shorter than the
+    workspace's, a contiguous weight on x's device or none, float eps and
+    weight_offset, no gradient to come: y, launched as _launch would launch
+    it. Every test here is one that _check or _launch makes; None when one
+    fails (the general path then runs, and raises any error). (Host time a
+    call on the 2-core CI machine, the extension stubbed: 6.2 us through the
+    general path, of which 1.5 are the output's allocation.)"""
+    if not (x.is_cuda and x.is_contiguous() and type(eps) is float and 0.0 <= eps < _INF
+            and type(weight_offset) is float and -_INF < weight_offset < _INF) or _is_compiling():
+        return None
+    shape = x.shape
+    code = _DTYPE_CODE.get(x.dtype)
+    if code is None or not shape or not 0 < shape[-1] < _FWD_WS_MIN_COLS:
+        return None
+    n = shape[-1]
+    dev = x.get_device()
+    if weight is None:
+        w_ptr = w_code = 0
+        grad = x.requires_grad
+    else:
+        if not (isinstance(weight, Tensor) and weight.is_cuda and weight.shape == (n,) and weight.is_contiguous()):
+            return None
+        w_code = _DTYPE_CODE.get(weight.dtype)
+        if w_code is None or weight.get_device() != dev:
+            return None
+        w_ptr = weight.data_ptr()
+        grad = x.requires_grad or weight.requires_grad
+    if grad and _grad_enabled():
+        return None
+    out = _empty_like(x)
+    rows = x.numel() // n
+    if rows:
+        _on_device(dev, _rmsnorm_fwd, rows, n, x.data_ptr(), code, n, 0, 0, 0, w_ptr, w_code, 0, 0,
+                   out.data_ptr(), code, n, 0, code, n, 0, eps, weight_offset, _raw_stream(dev))
+    return out
+
 def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
             residual: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None,
             residual_dtype: Optional[torch.dtype] = None, eps: float = 1e-6,
@@ -518,6 +559,11 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     a gradient to come, the forward also writes h (when there is a residual)
     and rstd for the backward to read.
     """
+    if (bias is None and residual is None and out_dtype is None and residual_dtype is None and not prenorm
+            and not return_rstd and type(x) is Tensor):
+        out = _fast_fwd(x, weight, eps, weight_offset)
+        if out is not None:
+            return out
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm)
     out, res_out, rstd, _ = _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
                                       prenorm, return_rstd, centre=False)

@@ -218,6 +218,54 @@ def test_requires_grad_goes_through_the_op(launches):
     assert {k for k in launches[0] if launches[0][k] != launches[1][k]} <= {"out_ptr", "rstd_ptr"}
 
 
+# The eager fast path (_rmsnorm._fast_fwd: x and at most a weight, no
+# gradient to come) must hand the extension the call the general path's
+# _launch makes, and leave every other call to the general path.
+_FAST = {
+    "2-D, bf16 weight": lambda: (rand(5, 96), rand(96), {}),
+    "3-D, fp32 weight, eps, offset": lambda: (rand(2, 3, 96), rand(96, dtype=F32), dict(eps=1e-5, weight_offset=1.0)),
+    "one row, no weight": lambda: (rand(96, dtype=F16), None, {}),
+    "size-1 dims of any stride": lambda: (rand(4, 96).unsqueeze(1).as_strided((4, 1, 96), (96, 5, 1)),
+                                          rand(96, dtype=F16), {}),
+}
+_GENERAL = {
+    "padded rows": lambda: (rand(5, 128)[:, :96], rand(96), {}),
+    "non-contiguous weight": lambda: (rand(5, 96), rand(192)[::2], {}),
+    "integer eps": lambda: (rand(5, 96), rand(96), dict(eps=0)),
+    "weight as a parameter needing no gradient": lambda: (rand(5, 96), torch.nn.Parameter(rand(96), False), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(_FAST) + list(_GENERAL))
+def test_eager_fast_path_makes_the_general_paths_call(launches, monkeypatch, case):
+    x, w, kw = (_FAST.get(case) or _GENERAL[case])()
+    fast_calls = []
+    real_fast = _rmsnorm._fast_fwd
+    monkeypatch.setattr(_rmsnorm, "_fast_fwd", lambda *a: fast_calls.append(real_fast(*a)) or fast_calls[-1])
+    y = _rmsnorm.rmsnorm(x, w, **kw)
+    took_fast = fast_calls[0] is not None
+    assert took_fast == (case in _FAST or case.startswith("weight as a parameter"))
+    eps, off = float(kw.get("eps", 1e-6)), kw.get("weight_offset", 0.0)
+    want = _rmsnorm._launch(x, w, None, None, x.dtype, x.dtype, eps, off, False, False)[0]
+    assert len(launches) == 2
+    # The same call but for the output's pointer (and x's, where the general
+    # path copied x).
+    same = {k for k in launches[0] if launches[0][k] == launches[1][k]}
+    assert set(launches[0]) - same <= {"out_ptr", "x_ptr"}
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+    # And the float64 reference, through the public call once more (its
+    # poisoning allocates rstd's shape: not for a 1-D x).
+    run_and_check(x, w, poison=x.dim() > 1, **kw)
+
+
+def test_eager_fast_path_leaves_a_gradient_to_the_autograd_path(launches):
+    x, w = rand(3, 8, dtype=F32), rand(8, dtype=F32).requires_grad_()
+    assert _rmsnorm.rmsnorm(x, w).grad_fn is not None and launches[-1]["rstd_ptr"] != 0
+    with torch.no_grad():
+        assert _rmsnorm.rmsnorm(x, w).grad_fn is None and launches[-1]["rstd_ptr"] == 0
+
+
 @pytest.mark.parametrize("weight, bias, residual, prenorm, offset",
                          [(True, False, False, False, 0.0), (True, True, True, True, 1.0),
                           (False, True, True, False, 0.0), (True, False, False, True, 0.0),
