@@ -1,4 +1,4 @@
-"""Where an eager call's host time goes: softmax, rmsnorm and cross_entropy
+"""Where an eager call's host time goes: softmax, rmsnorm, layernorm and cross_entropy
 (M = 1, N = 4096, bf16), each whole and in its parts, beside torch's own
 call, in one process. A tool for the host-cost work of issue 2 (bench_latency
 gives the headline numbers; this splits them).
@@ -29,6 +29,7 @@ def main():
     dev = torch.device("cuda")
     x = torch.randn(1, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(4096, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(4096, device=dev, dtype=torch.bfloat16)
     t = torch.randint(0, 4096, (1,), device=dev)
     out = torch.empty_like(x)
     xp, op_ = x.data_ptr(), out.data_ptr()
@@ -65,6 +66,10 @@ def main():
         "rmsnorm: quack_cpp.rmsnorm": lambda: quack_cpp.rmsnorm(x, w),
         # An int eps is valid but not the fast path's float: the general path.
         "rmsnorm: the general path (eps=0, an int)": lambda: quack_cpp.rmsnorm(x, w, eps=0),
+        # layernorm
+        "layernorm: F.layer_norm": lambda: F.layer_norm(x, (4096,), w, b, 1e-5),
+        "layernorm: quack_cpp.layernorm": lambda: quack_cpp.layernorm(x, w, b),
+        "layernorm: the general path (eps=0, an int)": lambda: quack_cpp.layernorm(x, w, b, eps=0),
         # cross_entropy
         "cross_entropy: F.cross_entropy": lambda: F.cross_entropy(x, t),
         "cross_entropy: quack_cpp.cross_entropy": lambda: quack_cpp.cross_entropy(x, t),

@@ -13,8 +13,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._rmsnorm import (_backward, _check, _launch, _launch_bwd, _norm_fwd, _resolve_dtypes, _rmsnorm_bwd_fake,
-                       _setup_context)
+from ._rmsnorm import (_backward, _check, _fast_fwd, _launch, _launch_bwd, _norm_fwd, _resolve_dtypes,
+                       _rmsnorm_bwd_fake, _setup_context)
 
 _NAME = "quack_cpp.layernorm"
 
@@ -113,6 +113,11 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     residual_out with prenorm); dweight and dbias accumulated in fp32,
     bit-identical run after run. mean and rstd are not differentiable.
     """
+    if (residual is None and out_dtype is None and residual_dtype is None and not prenorm and not return_mean_rstd
+            and type(x) is Tensor):
+        out = _fast_fwd(x, weight, bias, eps, weight_offset, True)
+        if out is not None:
+            return out
     _check(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, prenorm, _NAME)
     out, res_out, rstd, mean = _norm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
                                          prenorm, return_mean_rstd, centre=True)

@@ -13,7 +13,7 @@ import ctypes
 import pytest
 import torch
 
-from quack_cpp import _C, _common, _rmsnorm
+from quack_cpp import _C, _common, _layernorm, _rmsnorm
 from rmsnorm_ref import check_grads, run_and_check
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -31,20 +31,38 @@ def _matrix(ptr, code, stride, rows, cols):
     return _raw(ptr, (rows - 1) * stride + cols, _CODE_DTYPE[code]).as_strided((rows, cols), (stride, 1))
 
 
-def _emulated_kernel(calls):
+def _emulated_kernel(calls, centre=False):
+    """_C.rmsnorm_fwd, or with centre _C.layernorm_fwd (two more arguments:
+    the mean's pointer and check_only, which the Python layer passes False)."""
     def kernel(rows, cols, x_ptr, x_dtype, x_stride, res_ptr, res_dtype, res_stride, w_ptr, w_dtype, b_ptr,
                b_dtype, out_ptr, out_dtype, out_stride, res_out_ptr, res_out_dtype, res_out_stride, rstd_ptr, eps,
-               weight_offset, stream):
+               weight_offset, stream, *ln):
         args = locals().copy()
-        args.pop("calls", None)
-        _C.rmsnorm_fwd_check(**args)
+        for k in ("calls", "centre", "ln"):
+            args.pop(k, None)
+        assert len(ln) == (2 if centre else 0)
+        if centre:
+            mean_ptr, check_only = ln
+            assert check_only is False
+            _C.layernorm_fwd(**args, mean_ptr=mean_ptr, check_only=True)
+            args["mean_ptr"] = mean_ptr
+        else:
+            _C.rmsnorm_fwd_check(**args)
         calls.append(args)
         assert rows > 0 and stream == 12345
         h = _matrix(x_ptr, x_dtype, x_stride, rows, cols).float()
         if res_ptr:
             h = h + _matrix(res_ptr, res_dtype, res_stride, rows, cols).float()
+        if centre:
+            mean = h.mean(dim=-1)
+            h0 = h
+            h = h - mean[:, None]
         rstd = torch.rsqrt((h * h).mean(dim=-1) + torch.tensor(eps, dtype=F32))
         y = h * rstd[:, None]
+        if centre:
+            if ln[0]:
+                _raw(ln[0], rows, F32).copy_(mean)
+            h = h0
         if w_ptr:
             y = y * (_raw(w_ptr, cols, _CODE_DTYPE[w_dtype]).float() + torch.tensor(weight_offset, dtype=F32))
         if b_ptr:
@@ -119,6 +137,7 @@ def launches(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_fwd", _emulated_kernel(calls))
+    monkeypatch.setattr(_rmsnorm, "_layernorm_fwd", _emulated_kernel(calls, centre=True))
     monkeypatch.setattr(_rmsnorm, "_norm_fwd_ws", _emulated_fwd_ws(calls))
     monkeypatch.setattr(_rmsnorm, "_rmsnorm_bwd", _emulated_bwd_kernel(calls))
     monkeypatch.setattr(_rmsnorm, "_raw_stream", lambda device: 12345)
@@ -223,6 +242,8 @@ def test_requires_grad_goes_through_the_op(launches):
 # _launch makes, and leave every other call to the general path.
 _FAST = {
     "2-D, bf16 weight": lambda: (rand(5, 96), rand(96), {}),
+    "weight and bias of two dtypes": lambda: (rand(5, 96), rand(96, dtype=F32), dict(bias=rand(96, dtype=F16))),
+    "bias alone": lambda: (rand(5, 96, dtype=F32), None, dict(bias=rand(96))),
     "3-D, fp32 weight, eps, offset": lambda: (rand(2, 3, 96), rand(96, dtype=F32), dict(eps=1e-5, weight_offset=1.0)),
     "one row, no weight": lambda: (rand(96, dtype=F16), None, {}),
     "size-1 dims of any stride": lambda: (rand(4, 96).unsqueeze(1).as_strided((4, 1, 96), (96, 5, 1)),
@@ -231,32 +252,37 @@ _FAST = {
 _GENERAL = {
     "padded rows": lambda: (rand(5, 128)[:, :96], rand(96), {}),
     "non-contiguous weight": lambda: (rand(5, 96), rand(192)[::2], {}),
+    "non-contiguous bias": lambda: (rand(5, 96), rand(96), dict(bias=rand(192)[::2])),
     "integer eps": lambda: (rand(5, 96), rand(96), dict(eps=0)),
     "weight as a parameter needing no gradient": lambda: (rand(5, 96), torch.nn.Parameter(rand(96), False), {}),
 }
 
 
+@pytest.mark.parametrize("centre", [False, True], ids=["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("case", list(_FAST) + list(_GENERAL))
-def test_eager_fast_path_makes_the_general_paths_call(launches, monkeypatch, case):
+def test_eager_fast_path_makes_the_general_paths_call(launches, monkeypatch, case, centre):
     x, w, kw = (_FAST.get(case) or _GENERAL[case])()
     fast_calls = []
     real_fast = _rmsnorm._fast_fwd
-    monkeypatch.setattr(_rmsnorm, "_fast_fwd", lambda *a: fast_calls.append(real_fast(*a)) or fast_calls[-1])
-    y = _rmsnorm.rmsnorm(x, w, **kw)
+    spy = lambda *a: fast_calls.append(real_fast(*a)) or fast_calls[-1]  # noqa: E731
+    monkeypatch.setattr(_rmsnorm, "_fast_fwd", spy)
+    monkeypatch.setattr(_layernorm, "_fast_fwd", spy)
+    y = (_layernorm.layernorm if centre else _rmsnorm.rmsnorm)(x, w, **kw)
     took_fast = fast_calls[0] is not None
     assert took_fast == (case in _FAST or case.startswith("weight as a parameter"))
-    eps, off = float(kw.get("eps", 1e-6)), kw.get("weight_offset", 0.0)
-    want = _rmsnorm._launch(x, w, None, None, x.dtype, x.dtype, eps, off, False, False)[0]
+    eps = float(kw.get("eps", 1e-5 if centre else 1e-6))
+    want = _rmsnorm._launch(x, w, kw.get("bias"), None, x.dtype, x.dtype, eps, kw.get("weight_offset", 0.0), False,
+                            False, centre)[0]
     assert len(launches) == 2
-    # The same call but for the output's pointer (and x's, where the general
-    # path copied x).
+    # The same call but for the output's pointer (and, where the general path
+    # copied an operand, the copy's: twice, once a call).
     same = {k for k in launches[0] if launches[0][k] == launches[1][k]}
-    assert set(launches[0]) - same <= {"out_ptr", "x_ptr"}
+    assert set(launches[0]) - same <= ({"out_ptr"} if took_fast else {"out_ptr", "x_ptr", "w_ptr", "b_ptr"})
     assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
     torch.testing.assert_close(y, want, rtol=0, atol=0)
     # And the float64 reference, through the public call once more (its
     # poisoning allocates rstd's shape: not for a 1-D x).
-    run_and_check(x, w, poison=x.dim() > 1, **kw)
+    run_and_check(x, w, poison=x.dim() > 1, centre=centre, **kw)
 
 
 def test_eager_fast_path_leaves_a_gradient_to_the_autograd_path(launches):
