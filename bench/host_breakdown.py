@@ -5,9 +5,12 @@ gives the headline numbers; this splits them).
 
     python3 bench/host_breakdown.py [--calls 20000] [--out F.md]
 
-Each line is wall us a call of a loop of eager calls (synchronised at the
-end; every part's kernel is ~2-3 us of GPU time, so the loop is bound by
-the host), the median of 7 interleaved rounds.
+Each line is wall us a call of a loop of eager calls, the median of 7
+interleaved rounds. The loop synchronises every 256 calls, so that the
+launch queue never fills: a full queue times the GPU, not the host (the
+first run, 2c93803 on an H100, synchronised only at the end of a round and
+timed the bare softmax launch at 4.49 us, the stream's kernel-to-kernel
+pace; bench/cpp/host_launch times the same launch's host side at 3.11).
 """
 import argparse
 import statistics
@@ -89,8 +92,10 @@ def main():
     for _ in range(rounds):
         for name, fn in live.items():
             t0 = time.perf_counter()
-            for _ in range(per):
+            for i in range(per):
                 fn()
+                if i & 255 == 255:
+                    torch.cuda.synchronize()
             torch.cuda.synchronize()
             times[name].append((time.perf_counter() - t0) / per * 1e6)
     lines = [f"# Host time by part (M = 1, N = 4096, bf16; {torch.cuda.get_device_name()}, torch {torch.__version__})",
