@@ -544,17 +544,25 @@ RowTuning default_row_tuning() {
   // rounds each: 0.18-0.78 us less from M = 4 (bf16 4096 x 16: 5.70
   // against 6.40; fp32 8192 x 16: 5.98 against 6.76) except at 2048 x 256
   // (bf16 6.40 against 6.38, fp32 6.98 against 7.08). Predicted 1-1.5 us:
-  // the finish kernel's own loads still follow its wait (branch
-  // wip/ce-cluster-finish, built and not run: a mean's target loads ahead of
-  // the wait, and 2 .. 16 rows in one launch, ce_cluster_rows).
+  // the finish kernel's own loads still followed its wait. With a mean's
+  // rows counted before the wait (9d7cc41), the rest came: against main's
+  // 63af781 kernels in one call, bf16, 0.56-1.05 us less from M = 4 (4096 x
+  // 64: 5.98 -> 5.32 us; 8192 x 1024: 11.79 -> 10.77; M >= 64 takes no
+  // rows cluster, so this is the count's alone; H100, two rounds,
+  // bench/results/2026-12-06-ce-decode-2c93803-h100.md).
   t.ce_finish_pdl = 1;
   // Decode-sized batches in one launch: the rows' CTAs as one cluster that
-  // finishes the loss itself. UNMEASURED (built after the session's device
-  // time ran out): the finish kernel costs 2.2-2.5 us over M = 1's single
-  // kernel even by PDL (decode_sweep, H100, 63af781: bf16 4096 x 4 5.66 us
-  // against 3.24 at M = 1; torch eager 4.59), so ~1.5-2 us less predicted
-  // at 2 .. 16 rows (two cluster barriers cost a few hundred ns). Measure
-  // with decode_sweep cross_entropy against ce_cluster_rows=0.
+  // finishes the loss itself. Predicted ~1.5-2 us less at 2 .. 16 rows (the
+  // PDL finish cost 2.2-2.5 us over M = 1 at 63af781); measured far less,
+  // decode_sweep cross_entropy against ce_cluster_rows=0, H100, b2f9841's
+  // kernels, two calls of two rounds: M = 4 0.13-0.28 us less in both
+  // (bf16 2048 / 4096 / 8192: 4.77 / 4.98 / 5.35 -> 4.50 / 4.82 / 5.12;
+  // fp32 -0.14 .. -0.26), M = 16 -0.18 .. +0.08 (8192 bf16 5.24 -> 5.32 in
+  // one call, 5.50 -> 5.43 in the other): with the rows counted before the
+  // PDL wait the finish kernel costs about what a cluster launch and its
+  // two barriers cost. On, as it is never worse by more than 0.08 us; its
+  // code in the register kernel costs M = 1 ~0.07 us (3.06 against 2.99,
+  // across two calls; bench/results/2026-12-06-ce-decode-2c93803-h100.md).
   t.ce_cluster_rows = 16;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
