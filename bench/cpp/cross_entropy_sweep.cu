@@ -108,12 +108,7 @@ int main(int argc, char** argv) {
       for (auto& t : ht) t = int64_t(rng() % uint64_t(V));
       CK(cudaMemcpy(target, ht.data(), sizeof(int64_t) * ht.size(), cudaMemcpyHostToDevice));
     }
-    quack::CrossEntropyArgs a;
-    a.rows = M;
-    a.cols = V;
-    a.logits = {x, dt, V};
-    a.target = target;
-    a.loss = loss;
+    quack::CrossEntropyArgs a = sweep::mean_loss_args(M, V, x, dt, target, loss);
     a.workspace = ws;
     a.workspace_bytes = ws_cap;
     quack::CrossEntropyArgs g = a;

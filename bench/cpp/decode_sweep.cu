@@ -130,11 +130,7 @@ int main(int argc, char** argv) {
         std::vector<int64_t> ht(static_cast<size_t>(M));
         for (int64_t r = 0; r < M; ++r) ht[size_t(r)] = (r * 7919 + 13) % N;
         CK(cudaMemcpy(target, ht.data(), ht.size() * 8, cudaMemcpyHostToDevice));
-        quack::LayerNormFwdArgs na;
-        na.rows = M;
-        na.cols = N;
-        na.x = {x, dt, N};
-        na.out = {y, dt, N};
+        quack::LayerNormFwdArgs na = sweep::norm_args<quack::LayerNormFwdArgs>(M, N, x, y, dt);
         if (op == "rmsnorm") {
           na.eps = 1e-6f;
           if (!no_weight) na.weight = {w16, dt};
@@ -142,17 +138,8 @@ int main(int argc, char** argv) {
           na.weight = {w32, quack::DType::kFloat32};
           na.bias = {b32, quack::DType::kFloat32};
         }
-        quack::SoftmaxFwdArgs sa;
-        sa.rows = M;
-        sa.cols = N;
-        sa.x = {x, dt, N};
-        sa.out = {y, dt, N};
-        quack::CrossEntropyArgs ca;
-        ca.rows = M;
-        ca.cols = N;
-        ca.logits = {x, dt, N};
-        ca.target = target;
-        ca.loss = loss;
+        quack::SoftmaxFwdArgs sa = sweep::softmax_args(M, N, x, y, dt);
+        quack::CrossEntropyArgs ca = sweep::mean_loss_args(M, N, x, dt, target, loss);
         size_t need = 0;
         quack::Status st = op == "rmsnorm"         ? quack::rmsnorm_fwd_workspace_bytes(na, &need)
                            : op == "layernorm"     ? quack::layernorm_fwd_workspace_bytes(na, &need)

@@ -75,35 +75,17 @@ int main(int argc, char** argv) {
   CK(cudaMemset(w, 0, N * 2));
   CK(cudaMemset(target, 0, 8));
 
-  quack::SoftmaxFwdArgs sa;
-  sa.rows = M;
-  sa.cols = N;
-  sa.x = {x, bf16, N};
-  sa.out = {y, bf16, N};
-  quack::RMSNormFwdArgs na;
-  na.rows = M;
-  na.cols = N;
-  na.x = {x, bf16, N};
-  na.out = {y, bf16, N};
+  const quack::SoftmaxFwdArgs sa = sweep::softmax_args(M, N, x, y, bf16);
+  quack::RMSNormFwdArgs na = sweep::norm_args<quack::RMSNormFwdArgs>(M, N, x, y, bf16);
   na.weight = {w, bf16};
-  quack::CrossEntropyArgs ca;
-  ca.rows = M;
-  ca.cols = N;
-  ca.logits = {x, bf16, N};
-  ca.target = target;
-  ca.loss = static_cast<float*>(loss);
+  quack::CrossEntropyArgs ca = sweep::mean_loss_args(M, N, x, bf16, target, static_cast<float*>(loss));
   size_t need = 0;
   ok(quack::cross_entropy_workspace_bytes(ca, &need));
   ca.workspace = need > 0 ? ws : nullptr;
   ca.workspace_bytes = need;
-  quack::DeviceLimits lim;
+  const quack::DeviceLimits lim = sweep::device_limits();
   int device = -1;
   CK(cudaGetDevice(&device));
-  {
-    int v = 0;
-    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    lim.num_sms = v;
-  }
   Big big{};
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(1);

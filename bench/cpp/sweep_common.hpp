@@ -286,6 +286,39 @@ inline bool install_tuning_from_env() {
   return true;
 }
 
+// The benchmarks' calls (decode_sweep, host_launch, cross_entropy_sweep) over one
+// (rows, cols) row-major matrix x of dtype dt with a row stride of cols:
+// a norm forward into y (Args: RMSNormFwdArgs or LayerNormFwdArgs; no
+// weight or bias), softmax into y, and cross-entropy's mean loss against
+// int64 targets.
+template <typename Args>
+inline Args norm_args(int64_t rows, int64_t cols, const void* x, void* y, quack::DType dt) {
+  Args a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = {x, dt, cols};
+  a.out = {y, dt, cols};
+  return a;
+}
+inline quack::SoftmaxFwdArgs softmax_args(int64_t rows, int64_t cols, const void* x, void* y, quack::DType dt) {
+  quack::SoftmaxFwdArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = {x, dt, cols};
+  a.out = {y, dt, cols};
+  return a;
+}
+inline quack::CrossEntropyArgs mean_loss_args(int64_t rows, int64_t cols, const void* x, quack::DType dt,
+                                              const void* target, float* loss) {
+  quack::CrossEntropyArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.logits = {x, dt, cols};
+  a.target = target;
+  a.loss = loss;
+  return a;
+}
+
 inline quack::DeviceLimits device_limits() {
   quack::DeviceLimits lim;
   int v;
