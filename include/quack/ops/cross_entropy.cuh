@@ -214,10 +214,16 @@ struct CECoef {
 // torch's 0 / 0 (W != 0 means a counted row: R >= 1). The finish and combine
 // kernels, one row's own loss and a rows cluster's rank 0 all end here: the
 // same arithmetic, the same bits.
+// kOneRow: R = 1, whose division (sz / 1 = sz, exact) is left out: ptxas
+// does not fold a __fdiv_rn by 1, and one row's own loss paid for it
+// (+0.13 us a call at M = 1, decode_sweep bf16, H100: 3.06 -> 3.19 at
+// N = 2048, 3.34 -> 3.47 at 4096, 3.57 -> 3.70 at 8192, b2f9841 against
+// 0638829, two rounds).
+template <bool kOneRow = false>
 __device__ __forceinline__ float ce_reduced_loss(int reduction, float w, float r, float sce, float sz) {
   if (reduction != 1) return sce + sz;
   if (!(w != 0.0f)) return __int_as_float(0x7fc00000);
-  return __fdiv_rn(sce, w) + __fdiv_rn(sz, r);
+  return __fdiv_rn(sce, w) + (kOneRow ? sz : __fdiv_rn(sz, r));
 }
 
 // The row's loss (or its share of the total) from its statistics and target
@@ -258,7 +264,7 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   // and R is 1 (where W = 0 it is never read); 'sum' adds no z-loss sum (0).
   if (p.loss_out) {
     const bool mean = p.reduction == 1;
-    *p.loss_out = ce_reduced_loss(p.reduction, 0.0f + r.wt, 1.0f, mean ? 0.0f + ce : 0.0f + (ce + z),
+    *p.loss_out = ce_reduced_loss<true>(p.reduction, 0.0f + r.wt, 1.0f, mean ? 0.0f + ce : 0.0f + (ce + z),
                                   mean ? 0.0f + z : 0.0f);
   } else if (p.reduction == 1) {
     p.row_loss[row] = ce;
