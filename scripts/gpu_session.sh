@@ -110,6 +110,8 @@
 #              sweep's default sizes (or $SWEEP_NS / $SOFTMAX_NS / $CE_NS; ops as the sweep's,
 #              layernorm and layernorm_bwd included), into ab.log (ab_tables.md: side by side,
 #              the rounds' medians)
+#   ab_decode  the ab part's two trees through bench/cpp/decode_sweep
+#              ($DECODE_OPS, $DECODE_DTYPES, $AB_ROUNDS): ab_decode.log
 #   ncu        Nsight Compute reports of sweep kernels ($NCU_RUNS: see its case)
 #   ncu_latency  Nsight Compute over bench/latency_probe.py: every kernel of a
 #              decode-sized call per implementation (quack_cpp, Liger, torch;
@@ -501,6 +503,29 @@ PROBES
       done
       grep -c "^== " "$out/ab.log"
       python3 bench/sweep_table.py "$out/ab.log" > "$out/ab_tables.md" 2>&1 || status=1 ;;
+    ab_decode)
+      # decode_sweep of two trees, alternating: $AB_OLD built beside this
+      # one (as the ab part), then $AB_ROUNDS (default 2) rounds of new, old
+      # for each dtype of $DECODE_DTYPES (bf16) over $DECODE_OPS (all four)
+      # into ab_decode.log. (A change of a decode-sized launch moves it by
+      # tenths of a microsecond: only the same call's two trees compare.)
+      build_sweeps || { status=1; continue; }
+      old_tree=${AB_OLD:?set AB_OLD to the old tree}
+      { cmake -S "$old_tree" -B "$old_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
+          -DQUACK_BUILD_TESTS=OFF && cmake --build "$old_tree/build" --target decode_sweep; } \
+        > "$out/ab_decode_build.log" 2>&1 || { status=1; tail -n 20 "$out/ab_decode_build.log"; continue; }
+      for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
+        for dt in ${DECODE_DTYPES:-bf16}; do
+          for side in new old; do
+            dir=build
+            [ "$side" = old ] && dir=$old_tree/build
+            echo "== $side $dt round $round" >> "$out/ab_decode.log"
+            "$dir/decode_sweep" "$dt" "${DECODE_OPS:-rmsnorm,layernorm,softmax,cross_entropy}" \
+              >> "$out/ab_decode.log" 2>&1 || status=1
+          done
+        done
+      done
+      grep -c WRONG "$out/ab_decode.log" ;;
     ncu)
       # One ncu report per entry of $NCU_RUNS, ';'-separated entries of
       # "kernel-regex|QUACK_TUNE|sweep binary and arguments", e.g.
