@@ -218,7 +218,9 @@ struct CECoef {
 // does not fold a __fdiv_rn by 1, and one row's own loss paid for it
 // (+0.13 us a call at M = 1, decode_sweep bf16, H100: 3.06 -> 3.19 at
 // N = 2048, 3.34 -> 3.47 at 4096, 3.57 -> 3.70 at 8192, b2f9841 against
-// 0638829, two rounds).
+// 0638829, two rounds). Without it, 0.07-0.15 us less again (3.19 / 3.47 /
+// 3.71 -> 3.10 / 3.39 / 3.57, one call, two rounds, H100, sixtieth
+// session: bench/results/2026-12-06-ce-decode-rows-pack-h100.md).
 template <bool kOneRow = false>
 __device__ __forceinline__ float ce_reduced_loss(int reduction, float w, float r, float sce, float sz) {
   if (reduction != 1) return sce + sz;
