@@ -164,6 +164,16 @@ build_sweeps() {
   sweeps_built=1
 }
 
+# The A/B parts' old tree ($old_tree) built beside this one, the given
+# targets, into $out/LOG (its last 20 lines printed on a failure).
+build_old_tree() {
+  local log=$1
+  shift
+  { cmake -S "$old_tree" -B "$old_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
+      -DQUACK_BUILD_TESTS=OFF && cmake --build "$old_tree/build" --target "$@"; } > "$out/$log" 2>&1 \
+    || { tail -n 20 "$out/$log"; return 1; }
+}
+
 # The Python package, for the bench parts: `tests` installs it; without it
 # (a call of bench parts alone) they would run every peer but quack_cpp, as
 # the thirteenth session's first call did. Built in build/python, as
@@ -483,10 +493,8 @@ PROBES
     ab)
       build_sweeps || { status=1; continue; }
       old_tree=${AB_OLD:?set AB_OLD to the old tree}
-      { cmake -S "$old_tree" -B "$old_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
-          -DQUACK_BUILD_TESTS=OFF \
-          && cmake --build "$old_tree/build" --target rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep; } \
-        > "$out/ab_build.log" 2>&1 || { status=1; tail -n 20 "$out/ab_build.log"; continue; }
+      build_old_tree ab_build.log rmsnorm_sweep softmax_sweep rmsnorm_bwd_sweep cross_entropy_sweep \
+        || { status=1; continue; }
       for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
         # shellcheck disable=SC2086
         for op in ${SWEEP_OPS:-rmsnorm softmax}; do
@@ -511,9 +519,7 @@ PROBES
       # tenths of a microsecond: only the same call's two trees compare.)
       build_sweeps || { status=1; continue; }
       old_tree=${AB_OLD:?set AB_OLD to the old tree}
-      { cmake -S "$old_tree" -B "$old_tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_BENCH=ON \
-          -DQUACK_BUILD_TESTS=OFF && cmake --build "$old_tree/build" --target decode_sweep; } \
-        > "$out/ab_decode_build.log" 2>&1 || { status=1; tail -n 20 "$out/ab_decode_build.log"; continue; }
+      build_old_tree ab_decode_build.log decode_sweep || { status=1; continue; }
       for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
         for dt in ${DECODE_DTYPES:-bf16}; do
           for side in new old; do
