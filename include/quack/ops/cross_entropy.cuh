@@ -449,7 +449,20 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
-  RowReduce<MaxSumDotOp, kCluster> red;
+  // Up to 4 vectors a thread, the row's statistics reduce max first (the
+  // staged gradient's MaxSumDotMaxFirstOp: one exponential a lane, then
+  // plain sums), not by the online combine's two exponentials (with -inf
+  // tests) at every level of the warp's and the CTA's butterflies. At
+  // decode sizes the kernel is bound by its instructions' latency: at M =
+  // 1, N = 2048 bf16 it issued 4,781 warp instructions for 8 warps (~600 a
+  // warp, softmax's register kernel 205) and its busiest SMSP was active
+  // 5,300-5,800 cycles against softmax's 2,800 (ncu, H100, sixtieth
+  // session: bench/results/2026-12-06-ce-decode-rows-pack-h100.md).
+  // PREDICTION, NOT YET MEASURED: the two butterflies' ~240 instructions a
+  // lane -> ~90 and ~0.1-0.2 us less a call at M = 1 .. 16 (decode_sweep).
+  // (The 8-vector forward spilled 8 bytes with it at 00bb1fa, ptxas -v.)
+  using RedOp = std::conditional_t<(VPT <= 4), MaxSumDotMaxFirstOp, MaxSumDotOp>;
+  RowReduce<RedOp, kCluster> red;
   red.start(smem);
   const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
   // A rows cluster's slot (unclustered rows without a gradient only).
