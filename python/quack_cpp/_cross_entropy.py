@@ -90,13 +90,23 @@ def _loss_shape(logits: Tensor, reduction: int):
 def _run(on: Tensor, args: tuple, **shard) -> None:
     """The library call: `args` are quack::CrossEntropyArgs as the binding's
     leading positional arguments, `shard` its vocabulary-sharding keywords;
-    allocates the workspace the call needs on `on`'s device, then launches on
-    that device's current stream."""
-    ws_bytes = _C.cross_entropy(*args, 0, 0, 2, 0, **shard)
-    ws = torch.empty((ws_bytes,), device=on.device, dtype=torch.uint8) if ws_bytes else None
-    devi = on.get_device()
+    launched on `on`'s device's current stream (_run_on)."""
+    dev = on.get_device()
+    _on_device(dev, _run_on, on, dev, args, shard)
+
+
+def _run_on(on: Tensor, dev: int, args: tuple, shard: Optional[dict]) -> None:
+    """_run with `dev` current: one library call where the call needs no
+    workspace (the binding's mode 3 launches then), else two (mode 3 answers
+    the workspace's size, allocated on `on`'s device; mode 0 launches with
+    it). (One binding call where a query in mode 2, then mode 0, made two:
+    the loss-only fast path's way since c1817d6, the general path's too.)"""
     launch = functools.partial(_C.cross_entropy, **shard) if shard else _C.cross_entropy
-    _on_device(devi, launch, *args, ws.data_ptr() if ws is not None else 0, ws_bytes, 0, _raw_stream(devi))
+    stream = _raw_stream(dev)
+    nbytes = launch(*args, 0, 0, 3, stream)
+    if nbytes:
+        ws = on.new_empty((nbytes,), dtype=torch.uint8)
+        launch(*args, ws.data_ptr(), nbytes, 0, stream)
 
 
 def _launch(logits: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
@@ -350,19 +360,8 @@ def _fast_loss(logits: Tensor, target, ignore_index, reduction, label_smoothing,
     loss = _scalar_loss(dev, logits) if red else logits.new_empty(shape[:-1], dtype=torch.float32)
     args = (rows, n, logits.data_ptr(), code, n, target.data_ptr(), tdt is torch.int64, 1, 0, ignore_index, red,
             label_smoothing, z_loss, 0.0, loss.data_ptr(), 0, 0, 0, 0)
-    _on_device(dev, _fast_run, logits, dev, args)
+    _on_device(dev, _run_on, logits, dev, args, None)
     return loss
-
-
-def _fast_run(logits: Tensor, dev: int, args: tuple) -> None:
-    """_run in one library call where the workspace is not needed (mode 3
-    launches then), two where it is (mode 3 answers its size, mode 0
-    launches with it)."""
-    stream = _raw_stream(dev)
-    nbytes = _C.cross_entropy(*args, 0, 0, 3, stream)
-    if nbytes:
-        ws = logits.new_empty((nbytes,), dtype=torch.uint8)
-        _C.cross_entropy(*args, ws.data_ptr(), nbytes, 0, stream)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, weight: Optional[Tensor] = None, ignore_index: int = -100,

@@ -9,6 +9,7 @@ Markers (registered here):
 Every test starts from a seed derived from its own name, so inputs are fresh
 per test but reproducible.
 """
+import types
 import zlib
 
 import pytest
@@ -58,3 +59,34 @@ def pytest_collection_modifyitems(config, items):
 def _seed(request):
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
     yield
+
+
+@pytest.fixture
+def ce_validate_only(monkeypatch):
+    """quack_cpp's cross-entropy library calls on CPU tensors, each launch
+    (the binding's mode 3 where it needs no workspace, else mode 0 with the
+    one it asked for) turned into the binding's validate-only mode 1: every
+    argument reaches the C++ checks and no device is touched. Returns a list
+    that gets "launch" at each launch (a test may add its own events)."""
+    import quack_cpp
+
+    ce = quack_cpp._cross_entropy
+    real = ce._C
+    events = []
+
+    def cross_entropy(*a, **shard):
+        args, (ws_ptr, ws_bytes, mode, _stream) = a[:-4], a[-4:]
+        assert mode in (0, 3)
+        if mode == 3:
+            nbytes = real.cross_entropy(*args, 0, 0, 2, 0, **shard)
+            if nbytes:
+                return nbytes
+        events.append("launch")
+        return real.cross_entropy(*args, ws_ptr, ws_bytes, 1, 0, **shard)
+
+    binding = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("__")})
+    binding.cross_entropy = cross_entropy
+    monkeypatch.setattr(ce, "_C", binding)
+    monkeypatch.setattr(ce, "_on_device", lambda dev, launch, *a: launch(*a))
+    monkeypatch.setattr(ce, "_raw_stream", lambda dev: 0)
+    return events

@@ -493,30 +493,22 @@ def test_cuda_graph_capture_forward_backward():
 
 
 
-def test_launch_reaches_the_binding(monkeypatch):
+def test_launch_reaches_the_binding(ce_validate_only):
     # The eager launch on CPU tensors, the library call turned into the
     # binding's validate-only mode (mode 1, no stream): every argument reaches
     # the C++ checks, once per call, for each gradient mode; the C++ check
     # refuses an out-of-range label_smoothing by name.
     ce = quack_cpp._cross_entropy
-    modes = []
-
-    def validate_only(dev, launch, *a):
-        modes.append(a[-2])
-        return launch(*a[:-2], 1, 0)
-
-    monkeypatch.setattr(ce, "_on_device", validate_only)
-    monkeypatch.setattr(ce, "_raw_stream", lambda dev: 0)
     x = torch.randn(6, 40, dtype=BF16)
     t = torch.randint(0, 40, (6,))
     for grad in (None, "new", "inplace"):
         loss, lse, dx = ce._launch(x.clone(), t, None, -100, 1, 0.1, 1e-4, 0.0, grad)
         assert loss.shape == () and lse.shape == (6,)
-    assert modes == [0, 0, 0], "each call launches once, in mode 0"
+    assert ce_validate_only == ["launch"] * 3, "each call launches once"
     with pytest.raises(ValueError, match="label_smoothing"):
         ce._launch(x, t, None, -100, 1, 2.0, 0.0, 0.0, None)
 
-def test_autograd_calls_the_library_directly_in_eager(monkeypatch):
+def test_autograd_calls_the_library_directly_in_eager(monkeypatch, ce_validate_only):
     # Training on eager CUDA tensors skips the custom ops' dispatch: the
     # forward and backward reach _launch and _scale themselves, once each,
     # and bump the version of what they overwrite as mutates_args would (a
@@ -524,18 +516,12 @@ def test_autograd_calls_the_library_directly_in_eager(monkeypatch):
     # tensors stand in (_direct forced), the library call in validate-only
     # mode; any custom op call fails the test.
     ce = quack_cpp._cross_entropy
-    calls = []
-
-    def validate_only(dev, launch, *a):
-        calls.append("launch")
-        return launch(*a[:-2], 1, 0)
+    calls = ce_validate_only
 
     class NoOps:
         def __getattr__(self, name):
             raise AssertionError(f"custom op {name} called in eager")
 
-    monkeypatch.setattr(ce, "_on_device", validate_only)
-    monkeypatch.setattr(ce, "_raw_stream", lambda dev: 0)
     monkeypatch.setattr(ce, "_direct", lambda t: True)
     monkeypatch.setattr(ce, "_scale", lambda dx, g: calls.append(("scale", float(g))))
     monkeypatch.setattr(torch.ops, "quack_cpp", NoOps())
