@@ -160,7 +160,11 @@ RowTuning default_row_tuning() {
   // 2048 M = 1 / 256 / 1024 1.93 / 2.45 / 3.70 -> 1.85 / 2.36 / 3.28, 4096
   // M = 1 / 256 2.16 / 3.12 -> 2.06 / 2.97, 8192 M = 1 / 256 2.76 / 4.09 ->
   // 2.60 / 3.70 us; the 4- and 8-vector cells (M = 1024 from 4096) even.
-  t.reg_lean = 3;
+  // Bit 2, cross-entropy's plain forward (ce_reg_kernel's kLean).
+  // PREDICTION, NOT YET MEASURED: as softmax's, 0.08-0.1 us a call less at
+  // M = 1 and more at M = 256 .. 1024 (decode_sweep, the defaults against
+  // reg_lean=3 in one binary).
+  t.reg_lean = 7;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /
   // 1/4 of the power-of-two tile idle). rmsnorm_sweep / softmax_sweep bf16,

@@ -311,6 +311,10 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
     return plan;
   }
   choose();
+  // Lean forward rows (ce_reg_kernel's kLean, RowTuning::reg_lean bit 2):
+  // the plain forward's unclustered 1- and 2-vector tiles whose row is one
+  // team owning its CTA and exactly the tile (shifted_plan clears it).
+  plan.cfg.lean = plan.reg && wide && (tune.reg_lean & 4) != 0 && lean_row(plan.cfg, cols);
   return plan;
 }
 
@@ -323,7 +327,9 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool
 // none (the streaming kernel).
 Plan shifted_plan(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, bool wide, bool staged) {
   if (!(current_row_tuning().shifted_rows & 2)) return Plan{};
-  return plan_rows(rows, cols + 16 / es - 1, es, lim, wide, staged);
+  Plan plan = plan_rows(rows, cols + 16 / es - 1, es, lim, wide, staged);
+  plan.cfg.lean = false;  // (no kShift lean kernel)
+  return plan;
 }
 // A plain forward (wide) of shifted rows that ce_fwd_stream_kernel's kShift
 // takes: from ce_fwd_stream_min_bytes, as aligned rows (where the bulk
@@ -370,8 +376,8 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
     if (!plan.reg) return "stream";
     const RegRowConfig& c = plan.cfg;
     char buf[128];
-    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d", c.staged ? "stage" : "reg  ", c.team,
-                  c.threads, c.cluster, c.vpt);
+    std::snprintf(buf, sizeof buf, "%s team %4d thr %4d cl %2d vpt %d%s", c.staged ? "stage" : "reg  ", c.team,
+                  c.threads, c.cluster, c.vpt, c.lean ? " lean" : "");
     return buf;
   };
   if (shifted) {

@@ -107,7 +107,8 @@ struct RowTuning {
   // Unclustered 1- and 2-vector forward tiles whose row is one team owning
   // its CTA and exactly the tile (N = vpt * team * vec) take the lean
   // kernels (kLean): bit 0 the norms (ops/rmsnorm.cuh), bit 1 softmax and
-  // log-softmax (ops/softmax.cuh); 0: never.
+  // log-softmax (ops/softmax.cuh), bit 2 cross-entropy's plain forward
+  // (ops/cross_entropy.cuh); 0: never.
   int reg_lean;
   int reg_small_threads;     // CTA size when teams of <= 32 threads share a CTA
   // Unclustered register rows of one team a CTA (more than a warp) in the

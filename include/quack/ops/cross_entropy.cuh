@@ -443,11 +443,18 @@ __device__ __forceinline__ void ce_cluster_finish(const CEParams& p, float4* slo
 // softmax register kernels' (core::RowGeom::shift; the plan sized for
 // V + VEC - 1 columns); the per-element helpers take the vectors' real
 // columns (g.col(i) - sh) and their valid lanes [g.lo(i), g.valid(i)).
-template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false>
+// kLean (decode-sized forwards, RowTuning::reg_lean bit 2): a plain
+// forward's unclustered row that is one team owning its CTA and exactly the
+// tile (RowGeom::make_lean: the row is the row block, every vector whole),
+// reduced by the CTA with no test of the team's size (block_reduce_narrow:
+// 3 butterfly levels over 8 warps' partials, not 5) -- softmax's and the
+// norms' lean rows.
+template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false, bool kLean = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
   core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
   constexpr int VEC = 16 / sizeof(T);
+  static_assert(!kLean || (!kCluster && !kGrad && !kGeneral && !kShift), "lean rows: a plain, unclustered forward");
   extern __shared__ __align__(16) unsigned char smem[];
   // Up to 4 vectors a thread, the row's statistics reduce max first (the
   // staged gradient's MaxSumDotMaxFirstOp: one exponential a lane, then
@@ -471,9 +478,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   float4* const slot = kRowsCluster ? &rows_slot : nullptr;
 
   auto do_rows = [&](int64_t blk) {
-    auto g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
+    auto g = kLean ? RowGeom<VEC, VPT>::make_lean(p.team, p.cols)
+                   : RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
     const int64_t row = blk * g.teams + g.team_id;
-    const bool active = row < p.rows;
+    const bool active = kLean || row < p.rows;
     const bool writer = active && g.t == 0 && g.crank == 0;
     int sh = 0;  // kShift: the row's elements before it in its first vector
     if constexpr (kShift) sh = shift_row<T>(g, p.x, row, p.x_stride);
@@ -528,7 +536,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       }
       st.m = m;
     }
-    st = red.reduce(st, g.team, p.cluster, g.crank);
+    if constexpr (kLean) st = red.reduce_cta(st);
+    else st = red.reduce(st, g.team, p.cluster, g.crank);
     if (!active) return;
     // The row's scalars again (the target from L1 now), when fewer registers
     // are live.
@@ -1483,6 +1492,14 @@ Status launch_ce_reg_tiles(const CEParams& p, const RegRowConfig& cfg, const cor
     if (cfg.vpt == ce_cluster_vpt())
       return launch_ce_reg_tile<T, ce_cluster_vpt(), true, kShift>(p, shape, grad, device, stream);
   } else {
+    if constexpr (!kShift) {  // lean rows (RegRowConfig::lean): a plain forward of 1 or 2 vectors a thread
+      if (cfg.lean && !grad && p.softcap == 0.0f && !p.wsmooth) {
+        if (cfg.vpt == 1)
+          return launch_ce_kernel<ce_reg_kernel<T, 1, false, false, false, false, true>>(shape, device, stream, p);
+        if (cfg.vpt == 2)
+          return launch_ce_kernel<ce_reg_kernel<T, 2, false, false, false, false, true>>(shape, device, stream, p);
+      }
+    }
     switch (cfg.vpt) {
       case 1: return launch_ce_reg_tile<T, 1, false, kShift>(p, shape, grad, device, stream);
       case 2: return launch_ce_reg_tile<T, 2, false, kShift>(p, shape, grad, device, stream);

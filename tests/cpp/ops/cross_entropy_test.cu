@@ -997,6 +997,48 @@ TEST_P(CrossEntropyGpuShifted, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(ShiftedCases, CrossEntropyGpuShifted, testing::ValuesIn(shifted_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
+// Lean forward rows (RowTuning::reg_lean bit 2, ce_reg_kernel's kLean):
+// decode-sized plain forwards whose row is one team owning its CTA and
+// exactly the tile take the kernel with the row's bounds compiled away and
+// the CTA's narrow reduction (the plan says so, or the test fails), then
+// again with the bit off: both tiles (1 and 2 vectors), the three dtypes,
+// every reduction (one row's own loss, the rows cluster at 2 .. 16 rows,
+// the finish kernel past them), class weights, unweighted smoothing,
+// z-loss, int32 targets, bad and ignored targets, every row ignored, huge
+// logits, no loss (lse alone).
+std::vector<CeCase> lean_cases() {
+  return {C(kBF16, 1, 2048, kMean).nograd(),
+          C(kBF16, 4, 4096, kMean).nograd(),
+          C(kBF16, 16, 4096, kSum).nograd().w().i32_(),
+          C(kF16, 3, 4096, kMean).nograd().smooth(0.1f).zl(1e-4f),
+          C(kF32, 7, 1024, kNone).nograd().badt(),
+          C(kF32, 2, 2048, kMean).nograd().ign(10),
+          C(kBF16, 64, 8192, kMean).nograd().big(),
+          C(kBF16, 1024, 2048, kMean).nograd().w().zl(1e-4f),
+          C(kF16, 5, 8192, kNone).nograd().noloss()};
+}
+
+class CrossEntropyGpuLean : public testing::TestWithParam<CeCase> {
+ protected:
+  void TearDown() override { set_row_tuning(nullptr); }
+};
+
+TEST_P(CrossEntropyGpuLean, MatchesFloat64LeanAndNot) {
+  const CeCase& c = GetParam();
+  ASSERT_NE(case_plan(c).find(" lean"), std::string::npos) << "not lean: " << case_plan(c);
+  QUACK_REQUIRE_SM90();
+  run_case(c);
+  if (HasFatalFailure()) return;
+  RowTuning t = default_row_tuning();
+  t.reg_lean &= ~4;
+  set_row_tuning(&t);
+  ASSERT_EQ(case_plan(c).find(" lean"), std::string::npos) << case_plan(c);
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeanCases, CrossEntropyGpuLean, testing::ValuesIn(lean_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
 // A register plan of one CTA a row whose team, above a warp, is not a power
 // of two: fitted to the row (RowTuning::reg_fit_team).
 bool fitted_plan(const std::string& plan) {

@@ -656,6 +656,43 @@ TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   EXPECT_EQ(cross_entropy_plan_description(rows, 50304, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
 }
 
+// Lean forward rows (ce_reg_kernel's kLean, RowTuning::reg_lean bit 2): a
+// plain forward's plan is lean exactly where its register tile is
+// unclustered, 1 or 2 vectors a thread, one team owning its CTA and the row
+// exactly that tile; never a gradient, a general option's forward or
+// shifted rows, never with the bit off.
+TEST(CrossEntropyPlan, LeanForwardRowsAreExactlyTheOneTeamTilesThatTheRowFills) {
+  const DeviceLimits lim;
+  auto text = [&](int64_t rows, int64_t cols, DType dt, bool forward = true, bool general = false,
+                  bool shifted = false) {
+    return cross_entropy_plan_description(rows, cols, dt, lim, forward, general, shifted);
+  };
+  auto lean = [](const std::string& t) { return t.find(" lean") != std::string::npos; };
+  EXPECT_TRUE(lean(text(1, 2048, DType::kBFloat16))) << text(1, 2048, DType::kBFloat16);
+  EXPECT_TRUE(lean(text(16, 4096, DType::kBFloat16))) << text(16, 4096, DType::kBFloat16);
+  EXPECT_FALSE(lean(text(1, 2048, DType::kBFloat16, false))) << "gradient: " << text(1, 2048, DType::kBFloat16, false);
+  EXPECT_FALSE(lean(text(1, 2048, DType::kBFloat16, true, true))) << "softcap: " << text(1, 2048, DType::kBFloat16, true, true);
+  EXPECT_FALSE(lean(text(1, 2047, DType::kBFloat16, true, false, true))) << text(1, 2047, DType::kBFloat16, true, false, true);
+  EXPECT_FALSE(lean(text(1, 2056, DType::kBFloat16))) << text(1, 2056, DType::kBFloat16);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    const int64_t vec = 16 / dtype_size(dt);
+    for (int64_t rows : {1, 16, 4096}) {
+      for (int64_t cols = vec; cols <= 16384; cols += vec) {
+        const std::string t = text(rows, cols, dt);
+        int team = 0, thr = 0, cl = 0, vpt = 0;
+        const bool reg = std::sscanf(t.c_str(), "reg team %d thr %d cl %d vpt %d", &team, &thr, &cl, &vpt) == 4;
+        const bool rule = reg && cl == 1 && vpt <= 2 && team == thr && team % 32 == 0 && int64_t(vpt) * team * vec == cols;
+        ASSERT_EQ(lean(t), rule) << "rows " << rows << " N " << cols << ": " << t;
+      }
+    }
+  }
+  RowTuning t = default_row_tuning();
+  t.reg_lean = 3;  // the norms' and softmax's bits alone
+  set_row_tuning(&t);
+  EXPECT_FALSE(lean(text(1, 2048, DType::kBFloat16)));
+  set_row_tuning(nullptr);
+}
+
 // reg_staged_balance (on by default since the forty-second session's sweep:
 // the bf16 fused gradient at 50304 classes 79.1 -> 82.4% of copy) fits the staged fused
 // gradient's CTAs to the row: GPT-NeoX's 50304 classes (6288 bf16 vectors)
