@@ -160,10 +160,13 @@ RowTuning default_row_tuning() {
   // 2048 M = 1 / 256 / 1024 1.93 / 2.45 / 3.70 -> 1.85 / 2.36 / 3.28, 4096
   // M = 1 / 256 2.16 / 3.12 -> 2.06 / 2.97, 8192 M = 1 / 256 2.76 / 4.09 ->
   // 2.60 / 3.70 us; the 4- and 8-vector cells (M = 1024 from 4096) even.
-  // Bit 2, cross-entropy's plain forward (ce_reg_kernel's kLean).
-  // PREDICTION, NOT YET MEASURED: as softmax's, 0.08-0.1 us a call less at
-  // M = 1 and more at M = 256 .. 1024 (decode_sweep, the defaults against
-  // reg_lean=3 in one binary).
+  // Bit 2, cross-entropy's plain forward (ce_reg_kernel's kLean, with its
+  // max-first reductions): decode_sweep at 7b0e129, the defaults against
+  // reg_lean=3 in one binary, H100 (bench/results/logs/2026-12-06-ce-lean-
+  // maxfirst-7b0e129-{bf16,f32}-h100.log): bf16 2048 M = 1 / 1024 2.32 /
+  // 5.78 -> 2.06 / 5.43 us, 4096 M = 4 / 256 4.15 / 5.28 -> 3.83 / 4.94,
+  // 8192 M = 1 / 256 2.80 / 5.99 -> 2.50 / 5.52; fp32 0.22-0.37 less; every
+  // lean cell faster (predicted 0.08-0.1 at M = 1: softmax's gain).
   t.reg_lean = 7;
   t.reg_small_threads = 256;
   // Fitted CTAs at model widths (bf16 5120 / 2560 / 6144 leave 3/8 / 3/8 /

@@ -465,9 +465,14 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   // warp, softmax's register kernel 205) and its busiest SMSP was active
   // 5,300-5,800 cycles against softmax's 2,800 (ncu, H100, sixtieth
   // session: bench/results/2026-12-06-ce-decode-rows-pack-h100.md).
-  // PREDICTION, NOT YET MEASURED: the two butterflies' ~240 instructions a
-  // lane -> ~90 and ~0.1-0.2 us less a call at M = 1 .. 16 (decode_sweep).
-  // (The 8-vector forward spilled 8 bytes with it at 00bb1fa, ptxas -v.)
+  // Measured (predicted 0.1-0.2 us): decode_sweep bf16, H100, against
+  // d249a62 in one call, lean rows off: 0.68-1.28 us less a call where
+  // these tiles run (2048 M = 1 3.02 -> 2.32, 4096 M = 4 4.83 -> 4.15, 8192
+  // M = 256 6.96 -> 5.99); fp32 0.69-1.00 (bench/results/2026-12-06-ce-decode-lean-
+  // maxfirst-h100.md). Each level of the online combine kept a shuffle
+  // waiting on two exponentials and a branch: latency the instruction
+  // count (static SASS 1512 -> 1144, bf16 1 vector) understated. (The
+  // 8-vector forward spilled 8 bytes with it at 00bb1fa, ptxas -v.)
   using RedOp = std::conditional_t<(VPT <= 4), MaxSumDotMaxFirstOp, MaxSumDotOp>;
   RowReduce<RedOp, kCluster> red;
   red.start(smem);
