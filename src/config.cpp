@@ -571,6 +571,12 @@ RowTuning default_row_tuning() {
   // code in the register kernel costs M = 1 ~0.07 us (3.06 against 2.99,
   // across two calls; bench/results/2026-12-06-ce-decode-2c93803-h100.md).
   t.ce_cluster_rows = 16;
+  // PREDICTION (sixty-second session, not yet measured): the rows cluster's
+  // one-way finish is 0.3-0.5 us less a call at 2 .. 16 rows than its two
+  // cluster barriers (the first one's release costs MEMBAR.ALL.GPU; rank 0
+  // then reads each peer's shared memory, and the second barrier holds every
+  // CTA for those reads). Off until decode_sweep measures it.
+  t.ce_cluster_oneway = 0;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
   // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):

@@ -690,6 +690,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
       p.row_blocks = plan.cfg.row_blocks;
       if (ce_cluster_rows(a.rows, plan.cfg, grad, shares != nullptr && a.combine_stats == nullptr, lim, tune)) {
         p.rows_cluster = int(a.rows);
+        p.rows_oneway = tune.ce_cluster_oneway != 0;
         p.loss_out = a.loss;
         p.row_loss = p.row_z = nullptr;
       }

@@ -270,6 +270,11 @@ struct RowTuning {
   // finish kernel's bits, with no finish kernel (ops::ce_cluster_finish);
   // 0: off.
   int ce_cluster_rows;
+  // The rows cluster's finish one way (ops::ce_cluster_finish_oneway): each
+  // CTA sends its row's terms into rank 0's shared memory with st.async and
+  // leaves, rank 0 waits on an mbarrier for them; 0: two cluster barriers,
+  // rank 0 reading its peers' shared memory (ops::ce_cluster_finish).
+  int ce_cluster_oneway;
   // Cross-entropy gradients of aligned rows that a cluster of
   // reg_staged_team-thread CTAs holds in shared memory at ce_staged_vpt
   // 16-byte vectors a thread (8 or 16, the tiles built; 2x that for rows

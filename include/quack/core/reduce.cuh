@@ -366,6 +366,34 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// The cluster barrier's relaxed arrival (no release: for an arrival whose
+// only purpose is to say "my mbarriers are initialised", made visible by
+// mbar_init_fence) and its plain wait.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_plain() {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// The shared::cluster address of `addr` (a shared::cta address of this
+// CTA) in the CTA of rank `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+
+// 16 bytes stored into a peer's shared memory at `remote` (cluster_map),
+// completing 16 bytes on the peer's mbarrier at `remote_bar`: the receiver
+// waits for its mbarrier, the sender for nothing.
+__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 u, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   remote),
+               "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w), "r"(remote_bar)
+               : "memory");
+}
+
 // Cluster reduction of one value per CTA (`v` equal in all threads of a CTA)
 // through distributed shared memory. `slot` is one value in this CTA's shared
 // memory; consecutive calls must alternate between two slots. After the last
@@ -460,11 +488,11 @@ struct ClusterExchange {
   __device__ __forceinline__ void start(void* scratch) {
     bar = static_cast<uint32_t>(__cvta_generic_to_shared(scratch));
     if (threadIdx.x == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar + 8) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      mbar_init(bar, 1);
+      mbar_init(bar + 8, 1);
+      mbar_init_fence();
     }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    cluster_arrive_relaxed();
   }
 
   // `v` equal in all threads of the CTA; `size` CTAs in the cluster, this
@@ -475,20 +503,14 @@ struct ClusterExchange {
   // rank r's value (Op::identity() in lanes >= size), for combinations that
   // need to know whose value is whose (LayerNorm's per-CTA moments).
   __device__ __forceinline__ T gather(T v, int size, int rank) {
-    if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    if (count == 0) cluster_wait_plain();
     const uint32_t b = bar + 8 * (count & 1);
     const uint32_t set = bar + 16 + uint32_t((count & 1) * 16 * sizeof(T));
     const uint32_t parity = (count >> 1) & 1;
-    if (threadIdx.x == 0)
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b),
-                   "r"(uint32_t(size * sizeof(T)))
-                   : "memory");
+    if (threadIdx.x == 0) mbar_arrive_expect_tx(b, uint32_t(size * sizeof(T)));
     if (int(threadIdx.x) < size) {
-      uint32_t rbar, rslot;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rbar) : "r"(b), "r"(threadIdx.x));
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                   : "=r"(rslot)
-                   : "r"(set + uint32_t(rank * sizeof(T))), "r"(threadIdx.x));
+      const uint32_t rbar = cluster_map(b, threadIdx.x);
+      const uint32_t rslot = cluster_map(set + uint32_t(rank * sizeof(T)), threadIdx.x);
       if constexpr (sizeof(T) == 4) {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(rslot),
                      "r"(*reinterpret_cast<const uint32_t*>(&v)), "r"(rbar)
@@ -498,10 +520,7 @@ struct ClusterExchange {
                      "l"(*reinterpret_cast<const uint64_t*>(&v)), "r"(rbar)
                      : "memory");
       } else {
-        const uint4 u = *reinterpret_cast<const uint4*>(&v);
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(rslot),
-                     "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w), "r"(rbar)
-                     : "memory");
+        st_async_v4(rslot, *reinterpret_cast<const uint4*>(&v), rbar);
       }
     }
     mbar_wait(b, parity);
@@ -534,10 +553,10 @@ struct ClusterExchange {
   // value, so after its last one no peer writes into its shared memory, and
   // each of its own writes went to a peer that waits for it.
   __device__ __forceinline__ void finish(bool sync = true) {
-    if (count == 0) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    if (count == 0) cluster_wait_plain();
     if (!sync && count > 0) return;
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    cluster_arrive_relaxed();
+    cluster_wait_plain();
   }
 };
 

@@ -86,6 +86,11 @@ struct CEParams {
   // kernel's bits (ce_cluster_finish; RowTuning::ce_cluster_rows). 0: off.
   float* loss_out;
   int rows_cluster;
+  // A rows cluster's one-way finish (ce_cluster_finish_oneway;
+  // RowTuning::ce_cluster_oneway): each CTA sends its slot into rank 0's
+  // shared memory with st.async and leaves; false: ce_cluster_finish's two
+  // cluster barriers and rank 0's reads of its peers' slots.
+  bool rows_oneway;
   float* lse;           // [rows] or null
   void* dx;             // null: no gradient
   int64_t dx_stride;
@@ -386,20 +391,47 @@ __device__ __forceinline__ void ce_pick_target(const float (&f)[VEC], int k, flo
   }
 }
 
+// Rank 0's first warp (lane `lane`) adds a rows cluster's slots, rank k's
+// at(k), as the finish kernel adds the shares -- lane l the float4 group of
+// rows 4l .. 4l + 3 as (a + b) + (c + d) after 0, then the tail row
+// 4 * (M / 4) + l, then the butterfly (a one-warp block_reduce; the finish
+// kernel's wider CTAs add only zero partials at M <= 16) -- and counts W and
+// R as its ce_counted_rows (lane l row l): the same bits. Lane 0 writes the
+// loss.
+template <class At>
+__device__ __forceinline__ void ce_cluster_add_slots(const CEParams& p, int lane, At at) {
+  const int m = p.rows_cluster, groups = m / 4;
+  float2 s = make_float2(0.0f, 0.0f), wr = make_float2(0.0f, 0.0f);
+  if (lane < groups) {
+    const float4 a = at(4 * lane), b = at(4 * lane + 1), c = at(4 * lane + 2), d = at(4 * lane + 3);
+    s.x += (a.x + b.x) + (c.x + d.x);
+    s.y += (a.y + b.y) + (c.y + d.y);
+  }
+  if (4 * groups + lane < m) {
+    const float4 e = at(4 * groups + lane);
+    s.x += e.x;
+    s.y += e.y;
+  }
+  if (lane < m) {
+    const float4 e = at(lane);
+    wr.x += e.z;
+    wr.y += e.w;
+  }
+  s = core::warp_reduce<core::SumPairOp>(s);
+  wr = core::warp_reduce<core::SumPairOp>(wr);
+  if (lane == 0) *p.loss_out = ce_reduced_loss(p.reduction, wr.x, wr.y, s.x, s.y);
+}
+
 // A rows cluster's reduced loss (p.rows_cluster = M rows, CTA r of the one
 // cluster holding row r's terms in its `slot`): every thread of every CTA
-// calls it once, after its rows. Rank 0's first warp adds the slots as the
-// finish kernel adds the shares -- lane l the float4 group of rows 4l ..
-// 4l + 3 as (a + b) + (c + d) after 0, then the tail row 4 * (M / 4) + l,
-// then the butterfly (a one-warp block_reduce; the finish kernel's wider
-// CTAs add only zero partials at M <= 16) -- and counts W and R as its
-// ce_counted_rows (lane l row l): the same bits. The second barrier keeps
-// every CTA until rank 0 has read its slot.
+// calls it once, after its rows. Rank 0's first warp reads the slots
+// through distributed shared memory and adds them (ce_cluster_add_slots).
+// The second barrier keeps every CTA until rank 0 has read its slot.
 __device__ __forceinline__ void ce_cluster_finish(const CEParams& p, float4* slot) {
   core::cluster_arrive();  // (release: the slot's store)
   core::cluster_wait();
   if (core::cluster_cta_rank() == 0 && threadIdx.x < 32) {
-    const int lane = int(threadIdx.x), m = p.rows_cluster, groups = m / 4;
+    const int lane = int(threadIdx.x);
     const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(slot));
     // Rank k's slot through distributed shared memory.
     auto at = [&](int k) {
@@ -412,28 +444,53 @@ __device__ __forceinline__ void ce_cluster_finish(const CEParams& p, float4* slo
                    : "memory");
       return v;
     };
-    float2 s = make_float2(0.0f, 0.0f), wr = make_float2(0.0f, 0.0f);
-    if (lane < groups) {
-      const float4 a = at(4 * lane), b = at(4 * lane + 1), c = at(4 * lane + 2), d = at(4 * lane + 3);
-      s.x += (a.x + b.x) + (c.x + d.x);
-      s.y += (a.y + b.y) + (c.y + d.y);
-    }
-    if (4 * groups + lane < m) {
-      const float4 e = at(4 * groups + lane);
-      s.x += e.x;
-      s.y += e.y;
-    }
-    if (lane < m) {
-      const float4 e = at(lane);
-      wr.x += e.z;
-      wr.y += e.w;
-    }
-    s = core::warp_reduce<core::SumPairOp>(s);
-    wr = core::warp_reduce<core::SumPairOp>(wr);
-    if (lane == 0) *p.loss_out = ce_reduced_loss(p.reduction, wr.x, wr.y, s.x, s.y);
+    ce_cluster_add_slots(p, lane, at);
   }
   core::cluster_arrive();
   core::cluster_wait();
+}
+
+// The rows cluster's slots in rank 0 (slot r from rank r) and the mbarrier
+// that counts their bytes, for the one-way finish.
+struct CERowsInbox {
+  float4 slots[16];
+  uint64_t bar;
+};
+
+// At kernel start, every thread of every CTA of a one-way rows cluster:
+// rank 0's mbarrier initialised (every CTA initialises its own; only rank
+// 0's is used) and made visible to the cluster, then the barrier's relaxed
+// arrival, whose wait (ce_cluster_finish_oneway, at the end: long since
+// complete) lets the peers send.
+__device__ __forceinline__ void ce_cluster_oneway_start(CERowsInbox& in) {
+  if (threadIdx.x == 0) {
+    core::mbar_init(core::smem_addr(&in.bar), 1);
+    core::mbar_init_fence();
+  }
+  core::cluster_arrive_relaxed();
+}
+
+// ce_cluster_finish without its barriers (RowTuning::ce_cluster_oneway):
+// every thread of every CTA calls it once, after its rows; `sender` is the
+// thread that wrote `slot`. It sends the slot into rank 0's inbox with
+// st.async (completing 16 bytes on rank 0's mbarrier) and leaves; rank 0's
+// first warp waits for M * 16 bytes and adds the slots exactly as
+// ce_cluster_finish adds them (the same bits). No CTA reads a peer's shared
+// memory, and rank 0 -- the only one written to -- stays until every slot
+// has landed, so no barrier is needed before exit.
+__device__ __forceinline__ void ce_cluster_finish_oneway(const CEParams& p, const float4* slot, bool sender,
+                                                         CERowsInbox& in) {
+  core::cluster_wait_plain();  // every CTA's mbarrier initialised
+  const int rank = core::cluster_cta_rank();
+  const uint32_t bar = core::smem_addr(&in.bar), slots = core::smem_addr(&in.slots[0]);
+  if (sender)
+    core::st_async_v4(core::cluster_map(slots + 16 * uint32_t(rank), 0), *reinterpret_cast<const uint4*>(slot),
+                      core::cluster_map(bar, 0));
+  if (rank != 0 || threadIdx.x >= 32) return;
+  const int lane = int(threadIdx.x);
+  if (lane == 0) core::mbar_arrive_expect_tx(bar, 16 * uint32_t(p.rows_cluster));
+  core::mbar_wait(bar, 0);
+  ce_cluster_add_slots(p, lane, [&](int k) { return in.slots[k]; });
 }
 
 // ---------------------------------------------------------------------------
@@ -481,6 +538,10 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   constexpr bool kRowsCluster = !kCluster && !kGrad;
   __shared__ float4 rows_slot;
   float4* const slot = kRowsCluster ? &rows_slot : nullptr;
+  __shared__ CERowsInbox rows_inbox;  // (the one-way finish's)
+  const bool oneway = kRowsCluster && p.rows_cluster > 1 && p.rows_oneway;
+  if (oneway) ce_cluster_oneway_start(rows_inbox);
+  bool sender = false;  // this thread wrote `slot`
 
   auto do_rows = [&](int64_t blk) {
     auto g = kLean ? RowGeom<VEC, VPT>::make_lean(p.team, p.cols)
@@ -548,6 +609,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     // are live.
     const CERow r = CERow::make(p, row);
     if (writer) ce_write_row(p, r, st, st.x, row, nullptr, slot);
+    sender = writer;
     if constexpr (kGrad) {
       const CECoef k(p, r, st, row);
       T* orow = static_cast<T*>(p.dx) + row * p.dx_stride - sh;
@@ -568,7 +630,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
   red.finish();
   if constexpr (kRowsCluster) {
-    if (p.rows_cluster > 1) ce_cluster_finish(p, slot);
+    if (oneway) ce_cluster_finish_oneway(p, slot, sender, rows_inbox);
+    else if (p.rows_cluster > 1) ce_cluster_finish(p, slot);
   }
 }
 

@@ -1999,13 +1999,18 @@ TEST(CrossEntropyGpuEdge, FinishByPdlWaitsForTheRows) {
 // loss (RowTuning::ce_cluster_rows, ops::ce_cluster_finish) -- one kernel,
 // where the tuning off gives two (rows, finish), counted as the kernel nodes
 // of the call captured in a CUDA graph -- with the finish kernel's bits and
-// the float64 reference's value. Every kind of target (counted, ignored, out
+// the float64 reference's value, by both of the cluster's finishes (two
+// cluster barriers; one way, RowTuning::ce_cluster_oneway). Every kind of target (counted, ignored, out
 // of range, and with class weights of zero weight), the options, bf16 and
 // fp32, loss and workspace poisoned before each run.
 TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
   QUACK_REQUIRE_SM90();
   RowTuning off = default_row_tuning();
   off.ce_cluster_rows = 0;
+  RowTuning barriers = default_row_tuning(), oneway = default_row_tuning();
+  barriers.ce_cluster_oneway = 0;
+  oneway.ce_cluster_oneway = 1;
+  const RowTuning* const runs[3] = {&barriers, &oneway, &off};
   std::mt19937 gen(31);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -2049,10 +2054,10 @@ TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
             ASSERT_TRUE(tws.ok());
             a.workspace = need > 0 ? tws.ptr() : nullptr;
             a.workspace_bytes = need;
-            double loss[2] = {0.0, 0.0};
-            size_t kernels[2] = {0, 0};
-            for (int run = 0; run < 2; ++run) {  // 0: the defaults, 1: the finish kernel
-              set_row_tuning(run == 0 ? nullptr : &off);
+            double loss[3] = {0.0, 0.0, 0.0};
+            size_t kernels[3] = {0, 0, 0};
+            for (int run = 0; run < 3; ++run) {  // the cluster's two finishes, then the finish kernel
+              set_row_tuning(runs[run]);
               QUACK_ASSERT_CUDA(tloss.upload({kSentinel}));
               QUACK_ASSERT_CUDA(tws.poison());
               QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -2078,11 +2083,14 @@ TEST(CrossEntropyGpuEdge, ClusterRowsFinishIsTheFinishKernelsBits) {
               EXPECT_NE(l[0], double(kSentinel)) << "run " << run << ": the loss was not written";
               loss[run] = l[0];
             }
-            EXPECT_TRUE(same_bits({loss[0]}, {loss[1]})) << loss[0] << " against the finish kernel's " << loss[1];
+            EXPECT_TRUE(same_bits({loss[0]}, {loss[2]})) << loss[0] << " against the finish kernel's " << loss[2];
+            EXPECT_TRUE(same_bits({loss[1]}, {loss[2]}))
+                << "one way: " << loss[1] << " against the finish kernel's " << loss[2];
             // (Class-weighted smoothing launches the prepare kernel first.)
             const size_t prepare = o.weight && o.eps != 0.0f ? 1 : 0;
-            EXPECT_EQ(kernels[1], 2 + prepare) << "the tuning off: the rows' kernel and the finish kernel";
+            EXPECT_EQ(kernels[2], 2 + prepare) << "the tuning off: the rows' kernel and the finish kernel";
             EXPECT_EQ(kernels[0], 1 + prepare) << "the rows' cluster: no finish kernel";
+            EXPECT_EQ(kernels[1], 1 + prepare) << "the rows' cluster one way: no finish kernel";
             one_kernel += kernels[0] == 1 + prepare ? 1 : 0;
             nan_losses += std::isnan(loss[0]) ? 1 : 0;
             Problem p;
