@@ -1026,8 +1026,17 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
     vpt_target /= 2;
 
   // 1. A team of up to max_team threads at the target (up to wide_team for
-  //    decode-sized batches, whose target was lowered to spread the row).
-  const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team : max_team;
+  //    decode-sized batches, whose target was lowered to spread the row;
+  //    up to reg_fill_max_team for decode-sized batches whose target stayed
+  //    because its next lower tile would need a larger team: fp32 8192 at
+  //    M = 1 took 256 x 8 with the online reduction, 3.66 us, against 2.32
+  //    at 4096, H100, bench/results/2026-12-06-ce-decode-lean-maxfirst-h100.md).
+  //    PREDICTION, NOT YET MEASURED: fp32 8192 CE at 512 x 4 ~2.7 us.
+  const bool decode = prob.rows * ceil_div(nvec, vpt_target) < fill_threads;
+  const int64_t fill_cap = std::min<int64_t>(pow2_ceil(std::max(tune.reg_fill_max_team, 32)), wide_team);
+  const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team
+                             : decode                                   ? std::max(max_team, fill_cap)
+                                                                        : max_team;
   int64_t team = pow2_ceil(ceil_div(nvec, vpt_target));
   int64_t cluster = 1;
   if (team > stage1_cap) {

@@ -546,7 +546,9 @@ TEST(RegConfigShapes, TypicalShapes) {
       {"decode: 256 threads at 2K", 1, 2048, 256, 1, -1, -1},
       {"decode: teams of at most 512 threads (reg_fill_max_team), 2 vectors at 8K", 1, 8192, 512, 2, 1, 512},
       {"... at 64 rows too", 64, 8192, 512, 2, 1, 512},
-      {"decode, 16K: past the cap at 4 vectors, the largest tile (as to dd5bc91)", 1, 16384, 256, 8, 1, 256},
+      {"decode, 16K: the target tile (4 vectors) in a team up to the cap (512), not the largest tile", 1, 16384, 512, 4,
+       1, 512},
+      {"... not past decode sizes (rows x 512 threads at the fill threshold)", 4096, 16384, 256, 8, 1, 256},
       {"long rows: 1M bf16 takes the whole 16 x 1024 x 8 tile", 256, 1 << 20, 1024, 8, 16, -1},
   };
   RegRowConfig c;
