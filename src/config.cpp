@@ -571,12 +571,16 @@ RowTuning default_row_tuning() {
   // code in the register kernel costs M = 1 ~0.07 us (3.06 against 2.99,
   // across two calls; bench/results/2026-12-06-ce-decode-2c93803-h100.md).
   t.ce_cluster_rows = 16;
-  // PREDICTION (sixty-second session, not yet measured): the rows cluster's
-  // one-way finish is 0.3-0.5 us less a call at 2 .. 16 rows than its two
-  // cluster barriers (the first one's release costs MEMBAR.ALL.GPU; rank 0
-  // then reads each peer's shared memory, and the second barrier holds every
-  // CTA for those reads). Off until decode_sweep measures it.
-  t.ce_cluster_oneway = 0;
+  // The rows cluster's finish one way (ce_cluster_finish_oneway), against
+  // its two cluster barriers (whose first arrival's release is MEMBAR.ALL.GPU,
+  // then rank 0 reads each peer's shared memory and the second barrier holds
+  // every CTA for those reads). Predicted 0.3-0.5 us less at 2 .. 16 rows;
+  // measured 0.86-1.22 us less (decode_sweep, the defaults against
+  // ce_cluster_oneway=1 in one binary, H100, 79f7445: bf16 2048 / 4096 /
+  // 8192 x 4 3.81 / 4.08 / 4.04 -> 2.91 / 2.97 / 3.15, x 16 4.07 / 4.36 /
+  // 4.44 -> 3.03 / 3.14 / 3.39; fp32 x 4 4.19 / 3.89 / 4.46 -> 3.07 / 2.98
+  // / 3.60; M = 1 and M >= 64, where no rows cluster runs, within 0.04).
+  t.ce_cluster_oneway = 1;
   // Staged fused gradients (ce_staged_kernel) ahead of both (cross_entropy_sweep,
   // M*V = 2^28, H200, e299386, % of the two-sweep ideal, staged against
   // staging off in one call; bench/results/2026-12-03-cross-entropy-staged.md):
@@ -1031,7 +1035,13 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   //    because its next lower tile would need a larger team: fp32 8192 at
   //    M = 1 took 256 x 8 with the online reduction, 3.66 us, against 2.32
   //    at 4096, H100, bench/results/2026-12-06-ce-decode-lean-maxfirst-h100.md).
-  //    PREDICTION, NOT YET MEASURED: fp32 8192 CE at 512 x 4 ~2.7 us.
+  //    Predicted fp32 8192 CE at 512 x 4 ~2.7 us; measured 2.96 (decode_sweep
+  //    against d4e7e9a in one call, H100, 79f7445, two rounds), and every
+  //    changed cell of the four ops faster: fp32 8192 at M = 1 .. 64 CE
+  //    3.68 / 5.13 / 5.38 / 5.61 -> 2.96 / 4.46 / 4.84 / 4.96, RMSNorm
+  //    0.55-0.67 us less, LayerNorm 0.58-0.60, softmax 0.12-0.37. (16-bit
+  //    norms of 8193 .. 16384, which this also changes up to ~150 rows, were
+  //    not in the sweep: unmeasured.)
   const bool decode = prob.rows * ceil_div(nvec, vpt_target) < fill_threads;
   const int64_t fill_cap = std::min<int64_t>(pow2_ceil(std::max(tune.reg_fill_max_team, 32)), wide_team);
   const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team

@@ -168,9 +168,11 @@ std::vector<FwdCase> fwd_cases() {
       FwdCase("N262143_f32_w_b", 2, 262143, kF32).with(kW, kF32).with(kB, kF32),
       // The small-CTA instance (8 vectors of 16-bit x, fp32 weight, 256
       // threads): whole rows, and a partial last vector with idle threads
-      // (rows padded to a 16-byte stride, or they go element-wise).
-      FwdCase("N16384_bf16_f32_w_b_rstd_small_cta", 33, 16384, kBF16).with(kW, kF32).with(kB, kF32).with_rstd(),
-      FwdCase("N12289_f16_f32_w_small_cta_partial", 7, 12289, kF16).with(kW, kF32).pad(kX, 7).pad(kOut, 7),
+      // (rows padded to a 16-byte stride, or they go element-wise). Past
+      // decode sizes: up to ~150 rows these widths plan 512 x 4 (the decode
+      // fill's cap, RowTuning::reg_fill_max_team), not the small CTA.
+      FwdCase("N16384_bf16_f32_w_b_rstd_small_cta", 257, 16384, kBF16).with(kW, kF32).with(kB, kF32).with_rstd(),
+      FwdCase("N12289_f16_f32_w_small_cta_partial", 263, 12289, kF16).with(kW, kF32).pad(kX, 7).pad(kOut, 7),
       FwdCase("N1048576_bf16_w_rstd_full_tile", 2, 1048576, kBF16).with(kW, kBF16).with_rstd(),
       // Rows far off zero with outliers (with_hostile_moments): the
       // register and staged moments, a whole tile and partial vectors.
