@@ -1025,8 +1025,10 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   for (int b : kRegRowVptBuckets)
     if (b <= std::min(asked_vpt, max_vpt)) vpt_target = b;
   const int64_t fill_threads = int64_t(lim.num_sms) * std::max(tune.reg_fill_threads_per_sm, 0);
-  while (vpt_target > 1 && prob.rows * ceil_div(nvec, vpt_target) < fill_threads &&
-         pow2_ceil(ceil_div(nvec, vpt_target / 2)) <= std::max(tune.reg_fill_max_team, 32))
+  const int64_t fill_max_team = std::max(tune.reg_fill_max_team, 32);
+  // Decode-sized: the rows at `vpt` vectors a thread fill fewer threads.
+  auto decode_at = [&](int vpt) { return prob.rows * ceil_div(nvec, vpt) < fill_threads; };
+  while (vpt_target > 1 && decode_at(vpt_target) && pow2_ceil(ceil_div(nvec, vpt_target / 2)) <= fill_max_team)
     vpt_target /= 2;
 
   // 1. A team of up to max_team threads at the target (up to wide_team for
@@ -1042,10 +1044,9 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   //    0.55-0.67 us less, LayerNorm 0.58-0.60, softmax 0.12-0.37. (16-bit
   //    norms of 8193 .. 16384, which this also changes up to ~150 rows, were
   //    not in the sweep: unmeasured.)
-  const bool decode = prob.rows * ceil_div(nvec, vpt_target) < fill_threads;
-  const int64_t fill_cap = std::min<int64_t>(pow2_ceil(std::max(tune.reg_fill_max_team, 32)), wide_team);
+  const int64_t fill_cap = std::min<int64_t>(pow2_ceil(fill_max_team), wide_team);
   const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team
-                             : decode                                   ? std::max(max_team, fill_cap)
+                             : decode_at(vpt_target)                    ? std::max(max_team, fill_cap)
                                                                         : max_team;
   int64_t team = pow2_ceil(ceil_div(nvec, vpt_target));
   int64_t cluster = 1;
