@@ -259,7 +259,7 @@ __device__ __forceinline__ void ce_write_row(const CEParams& p, const CERow& r, 
   }
   // A rows cluster: what the finish kernel would read of this row -- its
   // share(s) -- and count -- w_t and 1 where counted -- for rank 0.
-  if (slot != nullptr && p.rows_cluster > 1) {
+  if (slot != nullptr) {
     const bool counted = !r.ignored && !r.bad;
     *slot = p.reduction == 1 ? make_float4(ce, z, r.wt, counted ? 1.0f : 0.0f)
                              : make_float4(ce + z, 0.0f, 0.0f, 0.0f);
@@ -506,7 +506,8 @@ __device__ __forceinline__ void ce_cluster_finish_oneway(const CEParams& p, cons
 // reduced by the CTA with no test of the team's size (block_reduce_narrow:
 // 3 butterfly levels over 8 warps' partials, not 5) -- softmax's and the
 // norms' lean rows.
-template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false, bool kLean = false>
+template <typename T, int VPT, bool kCluster, bool kGrad, bool kGeneral, bool kShift = false, bool kLean = false,
+          bool kRows = false>
 __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEParams p) {
   core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
@@ -534,12 +535,22 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   RowReduce<RedOp, kCluster> red;
   red.start(smem);
   const float k2 = p.softcap != 0.0f ? 2.0f * kLog2e / p.softcap : 0.0f;
-  // A rows cluster's slot (unclustered rows without a gradient only).
-  constexpr bool kRowsCluster = !kCluster && !kGrad;
+  // A rows cluster (kRows: p.rows_cluster > 1, unclustered rows without a
+  // gradient; launch_ce_reg_rows) -- its own flavour, so that no other
+  // launch carries its code: without it the unclustered forwards are ~340
+  // instructions shorter (static SASS, bf16: the lean 1-vector tile 1048 ->
+  // 528, the 1-vector tile 1336 -> 808, the 8-vector 3424 -> 2888).
+  // PREDICTION (sixty-second session, not yet measured): M = 1 and M >= 64
+  // 0.05-0.15 us less a call -- the one-way finish's code cost them +0.00
+  // .. +0.13 (decode_sweep against d4e7e9a, H100, 79f7445,
+  // bench/results/2026-12-06-decode-oneway-fillcap-h100.md), the
+  // two-barrier finish's ~0.07 before (fifty-ninth session).
+  static_assert(!kRows || (!kCluster && !kGrad), "a rows cluster: unclustered rows without a gradient");
+  constexpr bool kRowsCluster = kRows;
   __shared__ float4 rows_slot;
   float4* const slot = kRowsCluster ? &rows_slot : nullptr;
   __shared__ CERowsInbox rows_inbox;  // (the one-way finish's)
-  const bool oneway = kRowsCluster && p.rows_cluster > 1 && p.rows_oneway;
+  const bool oneway = kRowsCluster && p.rows_oneway;
   if (oneway) ce_cluster_oneway_start(rows_inbox);
   bool sender = false;  // this thread wrote `slot`
 
@@ -631,7 +642,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   red.finish();
   if constexpr (kRowsCluster) {
     if (oneway) ce_cluster_finish_oneway(p, slot, sender, rows_inbox);
-    else if (p.rows_cluster > 1) ce_cluster_finish(p, slot);
+    else ce_cluster_finish(p, slot);
   }
 }
 
@@ -1533,15 +1544,31 @@ Status launch_ce_kernel(const core::LaunchShape& shape, int device, cudaStream_t
   return core::launch_cached<kKernel>(device, shape, stream, std::forward<Args>(args)...);
 }
 
+// An unclustered forward (no gradient): the rows cluster's flavour where
+// p.rows_cluster > 1 (ce_reg_kernel's kRows), else the plain one.
+template <typename T, int VPT, bool kGeneral, bool kShift, bool kLean = false>
+Status launch_ce_reg_rows(const CEParams& p, const core::LaunchShape& shape, int device, cudaStream_t stream) {
+  if (p.rows_cluster > 1)
+    return launch_ce_kernel<ce_reg_kernel<T, VPT, false, false, kGeneral, kShift, kLean, true>>(shape, device, stream,
+                                                                                               p);
+  return launch_ce_kernel<ce_reg_kernel<T, VPT, false, false, kGeneral, kShift, kLean>>(shape, device, stream, p);
+}
+
 template <typename T, int VPT, bool kCluster, bool kShift>
 Status launch_ce_reg_tile(const CEParams& p, const core::LaunchShape& shape, bool grad, int device,
                           cudaStream_t stream) {
-  if (p.softcap != 0.0f || p.wsmooth) {
-    if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, true, kShift>>(shape, device, stream, p);
-    return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, true, kShift>>(shape, device, stream, p);
+  const bool general = p.softcap != 0.0f || p.wsmooth;
+  if (grad) {
+    if (general) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, true, kShift>>(shape, device, stream, p);
+    return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, false, kShift>>(shape, device, stream, p);
   }
-  if (grad) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, true, false, kShift>>(shape, device, stream, p);
-  return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, false, kShift>>(shape, device, stream, p);
+  if constexpr (!kCluster) {
+    if (general) return launch_ce_reg_rows<T, VPT, true, kShift>(p, shape, device, stream);
+    return launch_ce_reg_rows<T, VPT, false, kShift>(p, shape, device, stream);
+  } else {
+    if (general) return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, true, kShift>>(shape, device, stream, p);
+    return launch_ce_kernel<ce_reg_kernel<T, VPT, kCluster, false, false, kShift>>(shape, device, stream, p);
+  }
 }
 
 // No register-resident kernel for cfg: the error, in words.
@@ -1562,10 +1589,8 @@ Status launch_ce_reg_tiles(const CEParams& p, const RegRowConfig& cfg, const cor
   } else {
     if constexpr (!kShift) {  // lean rows (RegRowConfig::lean): a plain forward of 1 or 2 vectors a thread
       if (cfg.lean && !grad && p.softcap == 0.0f && !p.wsmooth) {
-        if (cfg.vpt == 1)
-          return launch_ce_kernel<ce_reg_kernel<T, 1, false, false, false, false, true>>(shape, device, stream, p);
-        if (cfg.vpt == 2)
-          return launch_ce_kernel<ce_reg_kernel<T, 2, false, false, false, false, true>>(shape, device, stream, p);
+        if (cfg.vpt == 1) return launch_ce_reg_rows<T, 1, false, false, true>(p, shape, device, stream);
+        if (cfg.vpt == 2) return launch_ce_reg_rows<T, 2, false, false, true>(p, shape, device, stream);
       }
     }
     switch (cfg.vpt) {
@@ -1573,8 +1598,7 @@ Status launch_ce_reg_tiles(const CEParams& p, const RegRowConfig& cfg, const cor
       case 2: return launch_ce_reg_tile<T, 2, false, kShift>(p, shape, grad, device, stream);
       case 4: return launch_ce_reg_tile<T, 4, false, kShift>(p, shape, grad, device, stream);
       case 8:
-        if (!grad && p.softcap == 0.0f && !p.wsmooth)
-          return launch_ce_kernel<ce_reg_kernel<T, 8, false, false, false, kShift>>(shape, device, stream, p);
+        if (!grad && p.softcap == 0.0f && !p.wsmooth) return launch_ce_reg_rows<T, 8, false, kShift>(p, shape, device, stream);
         break;
     }
   }
