@@ -48,6 +48,13 @@ __device__ __forceinline__ float fast_log2(float x) {
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// 1 / x in one MUFU instruction (rcp.approx.ftz: about 1 ulp; 1 / 0 = inf,
+// 1 / NaN = NaN).
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 struct MaxSum {
   float m;

@@ -354,6 +354,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       }
     };
     float m = -INFINITY, s = 0.0f;
+    // kLean: the thread's exponentials 2^(x log2 e - bt) against its own
+    // base bt, kept for the softmax outputs (keep: computed, in log2 units).
+    float ev[kLean ? VPT : 1][kLean ? VEC : 1];
+    float bt = 0.0f;
+    bool keep = false;
     if (active) {
       const T* xrow = static_cast<const T*>(p.a) + row * p.a_stride - sh;
       if constexpr (kStaged) {
@@ -391,15 +396,21 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
         log2_ok = log2_units_ok(m);
         if (log2_ok) {
           const float b = log2_base(m);
-          each_vec(wc, [&](int, auto get) {
+          each_vec(wc, [&](int i, auto get) {
             float f[VEC];
             get().widen(f);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) s += fast_exp2(fmaf(f[j], kLog2e, -b));
+            for (int j = 0; j < VEC; ++j) {
+              const float e = fast_exp2(fmaf(f[j], kLog2e, -b));
+              if constexpr (kLean) ev[i][j] = e;
+              s += e;
+            }
           });
           s = from_log2_units(s, m, b);
+          bt = b;
         }
       });
+      keep = log2_ok;
       if (!log2_ok) {
         // |m| >= 2^24 (or +inf, NaN): natural units, a cold path (unrolled
         // as the other: register tiles are indexed by constants only).
@@ -415,8 +426,35 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) softmax_fwd_reg_kernel(c
       if constexpr (kLean) return red.reduce_cta(v);
       else return red.reduce(v, g.team, p.cluster, g.crank);
     };
-    const SoftmaxRowLog2 r(row_reduce(MaxSum{m, s}), softmax_near_bound<T>());
+    const MaxSum rs = row_reduce(MaxSum{m, s});
     if (!active) return;
+    if constexpr (kLean) {
+      // Softmax's outputs from the kept exponentials: y = e 2^(bt - M log2
+      // e) / S, one EX2 (the exponent in one FFMA) beside one RCP a thread,
+      // then an FMUL an element -- not the LG2 of S and an FFMA and an EX2
+      // an element (SoftmaxRowLog2), Liger's 9 MUFU a thread against 20
+      // (docs/KERNELS.md, sixty-second session). Its rounding: the two
+      // exponents' (|x log2 e - bt| and |bt - M log2 e| in ulps, whose sum
+      // is the one exponent's of out()) and ~4 ulp of MUFU and products.
+      // A row of -inf gives 0 inf = NaN and a NaN sum NaN, as out(); rows
+      // past log2 units (+inf, |M| >= 2^24) and threads that were take
+      // the paths below.
+      if (!p.log && keep && log2_units_ok(rs.m)) {
+        const float k = __fmul_rn(fast_exp2(fmaf(-rs.m, kLog2e, bt)), fast_rcp(rs.s));
+        T* const o0 = static_cast<T*>(p.out) + row * p.out_stride + g.col0;
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          float f[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) f[j] = __fmul_rn(ev[i][j], k);
+          RawVec<T, VEC> o;
+          o.narrow(f);
+          o.store(o0 + i * g.col_step);
+        }
+        return;
+      }
+    }
+    const SoftmaxRowLog2 r(rs, softmax_near_bound<T>());
     if constexpr (kShift && kRegVecs > 0) {  // (the geometry afresh: shift_row)
       g = RowGeom<VEC, VPT>::make(p.team, p.cluster, p.cols, kCluster);
       sh = shift_row<T>(g, p.a, row, p.a_stride);
