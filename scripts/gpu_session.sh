@@ -143,6 +143,8 @@
 #              brought back as bench_all.tgz (and bench_all_summary.md)
 #   vocab_parallel  two GPUs: tests/python/dist_vocab_parallel.py and
 #              bench/bench_vocab_parallel.py under torchrun (after tests)
+#   host_breakdown  bench/host_breakdown.py (an eager call's host time
+#              by part, beside torch's) as host_breakdown.md
 # The device copy of the tree has no .git: pass the commit being measured.
 set -uo pipefail
 commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
@@ -597,6 +599,10 @@ PROBES
       python3 bench/bench_rmsnorm.py --commit "$commit" --out "$out/bench.md" --json "$out/bench.json" \
         > "$out/bench.log" 2>&1 || status=1
       tail -3 "$out/bench.log" ;;
+    host_breakdown)
+      ensure_package || { status=1; continue; }
+      python3 bench/host_breakdown.py --out "$out/host_breakdown.md" > "$out/host_breakdown.log" 2>&1 || status=1
+      cat "$out/host_breakdown.md" 2> /dev/null || tail -5 "$out/host_breakdown.log" ;;
     vocab_parallel)
       # Two GPUs (kind nvidia-h200-x2; after `tests`, which installs the
       # package): the torchrun check, the benchmark, the profile. NVLink
