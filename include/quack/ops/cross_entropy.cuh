@@ -540,17 +540,16 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
   // launch carries its code: without it the unclustered forwards are ~340
   // instructions shorter (static SASS, bf16: the lean 1-vector tile 1048 ->
   // 528, the 1-vector tile 1336 -> 808, the 8-vector 3424 -> 2888).
-  // PREDICTION (sixty-second session, not yet measured): M = 1 and M >= 64
-  // 0.05-0.15 us less a call -- the one-way finish's code cost them +0.00
-  // .. +0.13 (decode_sweep against d4e7e9a, H100, 79f7445,
-  // bench/results/2026-12-06-decode-oneway-fillcap-h100.md), the
-  // two-barrier finish's ~0.07 before (fifty-ninth session).
+  // Predicted M = 1 and M >= 64 0.05-0.15 us less a call (the one-way
+  // finish's code had cost them +0.00 .. +0.13); measured 0.04-0.10 less at
+  // M = 1, 0.04-0.17 at M = 64 / 256, M = 4 / 16 within 0.03 (ab_decode
+  // against fdcb02a, H100,
+  // bench/results/2026-12-07-ce-rows-flavour-softmax-keep-h100.md).
   static_assert(!kRows || (!kCluster && !kGrad), "a rows cluster: unclustered rows without a gradient");
-  constexpr bool kRowsCluster = kRows;
   __shared__ float4 rows_slot;
-  float4* const slot = kRowsCluster ? &rows_slot : nullptr;
+  float4* const slot = kRows ? &rows_slot : nullptr;
   __shared__ CERowsInbox rows_inbox;  // (the one-way finish's)
-  const bool oneway = kRowsCluster && p.rows_oneway;
+  const bool oneway = kRows && p.rows_oneway;
   if (oneway) ce_cluster_oneway_start(rows_inbox);
   bool sender = false;  // this thread wrote `slot`
 
@@ -640,7 +639,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
 
   for_row_blocks<kCluster>(p.row_blocks, p.cluster, do_rows);
   red.finish();
-  if constexpr (kRowsCluster) {
+  if constexpr (kRows) {
     if (oneway) ce_cluster_finish_oneway(p, slot, sender, rows_inbox);
     else ce_cluster_finish(p, slot);
   }
