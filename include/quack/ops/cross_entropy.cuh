@@ -230,6 +230,10 @@ template <bool kOneRow = false>
 __device__ __forceinline__ float ce_reduced_loss(int reduction, float w, float r, float sce, float sz) {
   if (reduction != 1) return sce + sz;
   if (!(w != 0.0f)) return __int_as_float(0x7fc00000);
+  // One row of weight 1 (no class weights): sce / 1 is sce exactly, so the
+  // writer skips the division's dozen instructions (the finish kernel's
+  // bits all the same).
+  if (kOneRow && w == 1.0f) return sce + sz;
   return __fdiv_rn(sce, w) + (kOneRow ? sz : __fdiv_rn(sz, r));
 }
 
@@ -563,6 +567,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     if constexpr (kShift) sh = shift_row<T>(g, p.x, row, p.x_stride);
     RawVec<T, VEC> xv[VPT];
     MaxSumDot st{-INFINITY, 0.0f, 0.0f, 0.0f};
+    int64_t t = 0;  // the row's target (kept over the reduction by lean rows)
     if (active) {
       const T* xrow = static_cast<const T*>(p.x) + row * p.x_stride - sh;
 #pragma unroll
@@ -571,7 +576,7 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
       // the thread whose vector holds the target's column contributes x'_t
       // to the reduction (st.x). A writer loading the target and then its
       // logit would hold the row for two DRAM latencies in series.
-      const int64_t t = CERow::target_of(p, row);
+      t = CERow::target_of(p, row);
       if (!g.whole) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) xv[i].fill_tail(g.valid(i), neg_inf_bits<T>());
@@ -615,9 +620,11 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) ce_reg_kernel(const CEPa
     if constexpr (kLean) st = red.reduce_cta(st);
     else st = red.reduce(st, g.team, p.cluster, g.crank);
     if (!active) return;
-    // The row's scalars again (the target from L1 now), when fewer registers
-    // are live.
-    const CERow r = CERow::make(p, row);
+    // The row's scalars again, when fewer registers are live: the target
+    // from L1 again, or, in a lean row (1-2 vectors a thread, registers to
+    // spare), the one loaded before the reduction, so that the writer's
+    // path after it has no load of the target (an L1 round trip).
+    const CERow r = kLean ? CERow::of(p, t) : CERow::make(p, row);
     if (writer) ce_write_row(p, r, st, st.x, row, nullptr, slot);
     sender = writer;
     if constexpr (kGrad) {
