@@ -140,7 +140,11 @@ RowTuning default_row_tuning() {
   // the norms and cross-entropy and lost 0.06 for softmax; at 2048 (256 at
   // 1) it lost 0.03-0.14 us; flooring at 4 vectors lost everywhere (up to
   // +0.8 us). 16-bit rows past 8192 and fp32 rows from 4096 at decode sizes
-  // take the cap unmeasured.
+  // take the cap unmeasured. Re-measured with lean rows (610ede8, H200,
+  // decode_sweep bf16, 1024 in one binary; bench/results/logs/
+  // 2026-12-07-decode-fill-max-team-1024-610ede8-h200.log): 1024 x 1 lost
+  // to 512 x 2 in every 8192 cell at M <= 64, RMSNorm +0.17-0.22 us,
+  // LayerNorm +0.34-0.43, softmax +0.08-0.13, cross-entropy +0.42-0.57.
   t.reg_fill_max_team = 512;
   // Lean norm rows (kLean: the row is blockIdx.x, its bounds and the
   // reductions' team tests compiled away, the CTA's warp partials combined
@@ -1042,8 +1046,10 @@ bool choose_reg_row_config(const RegRowProblem& prob, const DeviceLimits& lim, c
   //    changed cell of the four ops faster: fp32 8192 at M = 1 .. 64 CE
   //    3.68 / 5.13 / 5.38 / 5.61 -> 2.96 / 4.46 / 4.84 / 4.96, RMSNorm
   //    0.55-0.67 us less, LayerNorm 0.58-0.60, softmax 0.12-0.37. (16-bit
-  //    norms of 8193 .. 16384, which this also changes up to ~150 rows, were
-  //    not in the sweep: unmeasured.)
+  //    norms of 8193 .. 16384, which a plan trace said this changed up to
+  //    ~150 rows, measured at 610ede8 against d4e7e9a, H200, 12288 / 16384
+  //    at M = 1 .. 150: not one plan changed, nor any time by more than
+  //    0.01 us; bench/results/2026-12-07-ce-writer-launch-ws-latency-h200.md.)
   const int64_t fill_cap = std::min<int64_t>(pow2_ceil(fill_max_team), wide_team);
   const int64_t stage1_cap = vpt_target < std::min(asked_vpt, max_vpt) ? wide_team
                              : decode_at(vpt_target)                    ? std::max(max_team, fill_cap)
