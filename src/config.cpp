@@ -731,6 +731,21 @@ RowTuning default_row_tuning() {
   // its own call, dx likewise (+3.1%): left at 2 vectors. Its full tests
   // passed (logs/2026-12-06-tests-baaf0ac-h100.txt).
   t.bwd_pipe_wide_idle32 = 15;
+  // One CTA an SM, teams of more than a warp sharing 512-thread CTAs
+  // (bwd_pipe_ctas_per_sm=1, bwd_pipe_min_threads=512): rmsnorm_bwd_sweep,
+  // H100, 2026-12-07 (bench/results/logs/2026-12-07-norm-bwd-one-cta-h100-
+  // tables.md). After its own call, bf16 RMSNorm dx / +dw / +dw,db 2048-8192
+  // 89.5-91.4 / 86.9-89.3 / 87.1-97.5% of copy -> 98.6-99.1 / 96.2-97.9 /
+  // 99.0-99.8, LayerNorm dx / +dw 90.1-90.6 / 86.4-88.1 -> 99.4-99.7 /
+  // 97.3-97.9, bf16 1024 and 16384 (the cap alone: clusters of two small
+  // CTAs) alike, fp32 1024-4096 +1-3 points; scrubbed, RMSNorm bf16
+  // 92.5-97.8 -> 96.9-99.1 and LayerNorm bf16 4096 dx / +dw 96.8 / 92.4 ->
+  // 98.0 / 96.6. The knobs leave LayerNorm with dbias alone (it lost:
+  // choose_norm_bwd_pipe_at). Still off: the shared CTAs of teams above a
+  // warp (RMSNormBwdGpu.SharedCtaPipelineMatchesFloat64) have not run on a
+  // GPU, and no record beside the peers is made. Both are the next call's.
+  t.bwd_pipe_ctas_per_sm = 0;
+  t.bwd_pipe_min_threads = 0;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1326,6 +1341,13 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
   // ties to fewer stages. Returns the CTAs an SM (0: no stage count fits).
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
+  // tune.bwd_pipe_ctas_per_sm / bwd_pipe_min_threads: not for LayerNorm
+  // with dbias, whose shared 512-thread CTA (the db sums in shared memory,
+  // 2 vectors) lost to its 4-vector small CTAs (db sums in registers) in a
+  // scrubbed run: bf16 4096 +dw,db 573.2 -> 592.5 us (H100, 2026-12-07;
+  // bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
+  const bool shared_cta = !(prob.centre && prob.db);
+  const int cta_cap = shared_cta ? tune.bwd_pipe_ctas_per_sm : 0;
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;
     c.small_cta = small_ok && c.threads <= kNormBwdPipeSmallCtaThreads;
@@ -1333,7 +1355,8 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     for (int s = 2; s <= max_stages; ++s) {
       const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta);
       if (smem > lim.max_smem_per_block) break;
-      const int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta, c.vpt);
+      int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta, c.vpt);
+      if (cta_cap > 0) per_sm = std::min<int64_t>(per_sm, cta_cap);
       if (per_sm < 1) break;
       if ((s - 1) * per_sm > best) {
         best = (s - 1) * per_sm;
@@ -1352,6 +1375,8 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     c.team = int(team > 32 && tune.bwd_pipe_fit_team ? fitted_team(nvec, c.vpt) : team);
     c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
                            : c.team;
+    if (shared_cta && team > 32 && c.team == team && tune.bwd_pipe_min_threads > c.threads)
+      c.threads = int(std::min<int64_t>(pow2_ceil(tune.bwd_pipe_min_threads), kRegRowMaxThreads));
     c.cluster = 1;
     const int64_t per_sm = pick_stages();
     if (per_sm > 0) {

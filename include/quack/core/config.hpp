@@ -328,6 +328,11 @@ struct RowTuning {
   // the fewest whole warps that cover it at its tile, not the power of two
   // above -- bf16 5120 at 2 vectors in 320 threads, not 512 -- and the
   // stages (sized a thread) shrink with it (0: powers of two).
+  // bwd_pipe_ctas_per_sm: at most this many CTAs an SM (0: as many as fit;
+  // the stage count is then picked for the most stages in flight an SM);
+  // bwd_pipe_min_threads: a power-of-two team of more than a warp shares a
+  // CTA of at least this many threads with other teams (0: a CTA a team).
+  // Neither acts on LayerNorm rows with dbias (config.cpp says why).
   int bwd_pipe;
   int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
@@ -342,6 +347,8 @@ struct RowTuning {
   int64_t bwd_pipe_wide_min_cols_ln;
   int bwd_pipe_wide_idle_db;
   int bwd_pipe_wide_idle32;
+  int bwd_pipe_ctas_per_sm;
+  int bwd_pipe_min_threads;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the

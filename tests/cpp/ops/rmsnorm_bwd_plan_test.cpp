@@ -374,6 +374,52 @@ TEST_F(NormBwdPlan, WideTileForIdleCtasWithoutDbias) {
   set_row_tuning(nullptr);
 }
 
+// Teams sharing a CTA at one CTA an SM (bwd_pipe_min_threads,
+// bwd_pipe_ctas_per_sm; both off by default): bf16 2048 / 4096 at 2 vectors
+// take their 128- / 256-thread teams four / two to a 512-thread CTA, one an
+// SM (grid = the SMs, the stages then as many as fit: 4 with the knob at
+// 4), 8192 its own 512-thread team one an SM; with the cap alone the teams
+// keep their own CTAs, one an SM. LayerNorm with dbias keeps its plan (its
+// 4-vector small CTAs) whatever the knobs; without dbias it shares too.
+TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
+  EXPECT_EQ(default_row_tuning().bwd_pipe_ctas_per_sm, 0);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_min_threads, 0);
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_ctas_per_sm = 1;
+  t.bwd_pipe_min_threads = 512;
+  t.bwd_pipe_stages = 4;
+  set_row_tuning(&t);
+  for (const int64_t n : {2048, 4096, 8192}) {
+    const Kernel k = plan({(int64_t(1) << 28) / n, n, kBF16, kBF16, true, false, 0, 0});
+    EXPECT_EQ(k.kind, "pipe") << n << " " << k.text;
+    EXPECT_EQ(k.team, int(n / 16)) << n << " " << k.text;
+    EXPECT_EQ(k.threads, 512) << n << " " << k.text;
+    EXPECT_EQ(k.vpt, 2) << n << " " << k.text;
+    EXPECT_EQ(k.grid, 132) << n << " " << k.text;
+    EXPECT_EQ(k.stages, 4) << n << " " << k.text;
+  }
+  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
+  RowTuning knobs_off = t;
+  knobs_off.bwd_pipe_ctas_per_sm = knobs_off.bwd_pipe_min_threads = 0;
+  set_row_tuning(&knobs_off);
+  EXPECT_EQ(ln_db.text, plan({65536, 4096, kBF16, kBF16}, true).text);
+  EXPECT_EQ(ln_db.threads, 128) << ln_db.text;
+  set_row_tuning(&t);
+  const Kernel ln = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0}, true);
+  EXPECT_EQ(ln.threads, 512) << ln.text;
+  EXPECT_EQ(ln.grid, 132) << ln.text;
+  t.bwd_pipe_min_threads = 0;
+  t.bwd_pipe_stages = 2;
+  set_row_tuning(&t);
+  const Kernel cap = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
+  EXPECT_EQ(cap.threads, 256) << cap.text;
+  EXPECT_EQ(cap.grid, 132) << cap.text;
+  set_row_tuning(nullptr);
+  const Kernel d = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
+  EXPECT_EQ(d.threads, 256) << d.text;
+  EXPECT_EQ(d.grid, 396) << d.text;
+}
+
 // The 4-vector tile (bwd_pipe_vpt16 = 4): 16-bit rows in small CTAs of
 // 32 elements a thread, two 256-thread CTAs an SM (128 registers); clusters
 // of 256-thread CTAs past one; fp32 rows and fp16 LayerNorm (no small-CTA

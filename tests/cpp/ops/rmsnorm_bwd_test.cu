@@ -554,6 +554,26 @@ TEST_P(RMSNormBwdGpu, FittedPipeTeamsMatchFloat64) {
   run_both_under(t, c, "cluster=1 ", [](const BwdCase& k, bool) { return k.name.find("_fit") != std::string::npos; });
 }
 
+// Teams of more than a warp sharing a CTA (RowTuning::bwd_pipe_min_threads:
+// 512 and 1024 threads) at one CTA an SM (bwd_pipe_ctas_per_sm = 1) with up
+// to four stages: the cases of 65-8192 columns whose power-of-two team is
+// below the CTA take it (the plan says threads=512 / 1024 beside a smaller
+// team).
+TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
+  const BwdCase& c = GetParam();
+  if (c.cols <= 64 || c.cols > 16384) GTEST_SKIP() << "no pipelined row of one CTA above a warp";
+  QUACK_REQUIRE_SM90();
+  for (const int threads : {512, 1024}) {
+    SCOPED_TRACE(threads);
+    RowTuning t = without_grid();
+    t.bwd_pipe_ctas_per_sm = 1;
+    t.bwd_pipe_min_threads = threads;
+    t.bwd_pipe_stages = 4;
+    run_both_under(t, c);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
 // the defaults gave long 16-bit rows before they took 4 vectors (the case
 // names' "pipe_cluster2" and the like count 2-vector CTAs), still the
