@@ -741,11 +741,11 @@ RowTuning default_row_tuning() {
   // CTAs) alike, fp32 1024-4096 +1-3 points; scrubbed, RMSNorm bf16
   // 92.5-97.8 -> 96.9-99.1 and LayerNorm bf16 4096 dx / +dw 96.8 / 92.4 ->
   // 98.0 / 96.6. The knobs leave LayerNorm with dbias alone (it lost:
-  // choose_norm_bwd_pipe_at). Still off: the shared CTAs of teams above a
-  // warp (RMSNormBwdGpu.SharedCtaPipelineMatchesFloat64) have not run on a
-  // GPU, and no record beside the peers is made. Both are the next call's.
-  t.bwd_pipe_ctas_per_sm = 0;
-  t.bwd_pipe_min_threads = 0;
+  // choose_norm_bwd_pipe_at). 1024-thread shared CTAs lost everywhere
+  // (2048-8192 dx 88.7-88.9%). Which CTAs the cap acts on, measured at
+  // every width 256-256K: capped_ctas.
+  t.bwd_pipe_ctas_per_sm = 1;
+  t.bwd_pipe_min_threads = 512;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1274,6 +1274,35 @@ size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int thr
 namespace {
 bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                              RegRowConfig* out);
+// Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads (not
+// LayerNorm with dbias: choose_norm_bwd_pipe_at says why).
+bool shares_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
+  return tune.bwd_pipe_min_threads > 0 && !(prob.centre && prob.db);
+}
+// The CTAs tune.bwd_pipe_ctas_per_sm caps: rmsnorm_bwd_sweep, H100,
+// 2026-12-07, M*N = 2^28, the cap at 1 against none, after its own call /
+// scrubbed (a 256 MB read first), % of copy (bench/results/logs/
+// 2026-12-07-norm-bwd-cap-h100-tables.md):
+// - the 2-vector tile's CTAs of 512 threads or more (teams sharing them
+//   included): bf16 1024-8192 RMSNorm dx 98.2-98.5 against 91.3-92.2 /
+//   98.8-98.9 against 96.5-97.7, +dw 96.0-96.8 against 88.1-90.5 /
+//   96.7-97.8 against 91.7-94.4; LayerNorm bf16 2048-8192 dx 100.2-100.3
+//   against 89.4-89.8 / 98.2-98.5 against 95.7-97.4; fp32 512-4096
+//   +1 to +7%, scrubbed +0.3 to +3.7 points;
+// - the 4-vector tile's clusters of two (bf16 16384): RMSNorm dx / +dw
+//   98.9 / 96.4 against 91.9 / 89.5 after its own call, 97.4 / 95.2
+//   against 97.1 / 92.4 scrubbed; LayerNorm 92.4 / 90.1 against 88.1 /
+//   86.2, but scrubbed 90.6 / 88.4 against 95.2 / 90.6 (the one loss kept:
+//   the benchmark times after its own call).
+// Not capped, each a loss at one an SM: the 4-vector tile's clusters of
+// four or more (bf16 32K-128K: 58-73% of copy against 90-99), its single
+// CTAs with idle threads (bf16 4104 / 5120, bwd_pipe_wide_idle_db /
+// idle32's rows: 61-89% against 87-96), and 256-thread CTAs of teams of up
+// to a warp (bf16 256 / 512: +1 to +3% after its own call but scrubbed
+// RMSNorm 93.2 against 97.0, LayerNorm 91.5 against 96.5).
+bool capped_ctas(const RegRowConfig& c) {
+  return c.vpt == kNormBwdPipeWideVpt ? c.cluster == 2 : c.threads >= 512;
+}
 // The tile (16-byte vectors a thread) the tuning asks for x's dtype.
 int asked_pipe_vpt(const NormBwdPipeProblem& prob, const RowTuning& tune) {
   return prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
@@ -1289,7 +1318,14 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
                                  RegRowConfig* out) {
   const int asked = asked_pipe_vpt(prob, tune);
   const int64_t wide_min = prob.centre ? tune.bwd_pipe_wide_min_cols_ln : tune.bwd_pipe_wide_min_cols;
-  if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out))
+  // Where teams share CTAs, a row whose 4-vector tile is one CTA of a team
+  // above a warp (LayerNorm bf16 2048-8192) takes the 2-vector tile, its
+  // teams sharing 512-thread CTAs one an SM: dx / +dw 90.1-90.6 / 86.4-88.1%
+  // of copy -> 99.4-99.7 / 97.3-97.9 after its own call (rmsnorm_bwd_sweep,
+  // H100, 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100-
+  // tables.md).
+  if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out) &&
+      !(shares_ctas(prob, tune) && out->vpt == kNormBwdPipeWideVpt && out->cluster == 1 && out->team > 32))
     return true;
   if (asked < kNormBwdPipeWideVpt) return false;
   RowTuning narrow = tune;
@@ -1341,11 +1377,13 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
   // ties to fewer stages. Returns the CTAs an SM (0: no stage count fits).
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
-  // tune.bwd_pipe_ctas_per_sm / bwd_pipe_min_threads: not for LayerNorm
-  // with dbias, whose shared 512-thread CTA (the db sums in shared memory,
-  // 2 vectors) lost to its 4-vector small CTAs (db sums in registers) in a
-  // scrubbed run: bf16 4096 +dw,db 573.2 -> 592.5 us (H100, 2026-12-07;
-  // bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
+  // tune.bwd_pipe_ctas_per_sm / bwd_pipe_min_threads (shares_ctas): not
+  // for LayerNorm with dbias, whose shared 512-thread CTA (the db sums in
+  // shared memory, 2 vectors) lost to its 4-vector small CTAs (db sums in
+  // registers) in a scrubbed run: bf16 4096 +dw,db 573.2 -> 592.5 us (H100,
+  // 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
+  // The cap acts on the 2-vector tile's CTAs of 512 threads or more and
+  // the 4-vector tile's clusters of two (capped_ctas).
   const bool shared_cta = !(prob.centre && prob.db);
   const int cta_cap = shared_cta ? tune.bwd_pipe_ctas_per_sm : 0;
   auto pick_stages = [&]() -> int64_t {
@@ -1356,7 +1394,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
       const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta);
       if (smem > lim.max_smem_per_block) break;
       int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta, c.vpt);
-      if (cta_cap > 0) per_sm = std::min<int64_t>(per_sm, cta_cap);
+      if (cta_cap > 0 && capped_ctas(c)) per_sm = std::min<int64_t>(per_sm, cta_cap);
       if (per_sm < 1) break;
       if ((s - 1) * per_sm > best) {
         best = (s - 1) * per_sm;
@@ -1375,8 +1413,15 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     c.team = int(team > 32 && tune.bwd_pipe_fit_team ? fitted_team(nvec, c.vpt) : team);
     c.threads = team <= 32 ? int(std::min<int64_t>(pow2_ceil(std::max(tune.bwd_pipe_threads, 32)), kRegRowMaxThreads))
                            : c.team;
-    if (shared_cta && team > 32 && c.team == team && tune.bwd_pipe_min_threads > c.threads)
-      c.threads = int(std::min<int64_t>(pow2_ceil(tune.bwd_pipe_min_threads), kRegRowMaxThreads));
+    // (The 2-vector tile's 64-register kernel alone: the 4-vector tile's
+    // small CTAs stop at 256 threads. And only where the shared CTAs still
+    // fill every SM: a few hundred rows keep a CTA a team, spread over as
+    // many SMs as there are rows.)
+    if (shares_ctas(prob, tune) && vpt < kNormBwdPipeWideVpt && team > 32 && c.team == team &&
+        tune.bwd_pipe_min_threads > c.threads) {
+      const int shared = int(std::min<int64_t>(pow2_ceil(tune.bwd_pipe_min_threads), kRegRowMaxThreads));
+      if (ceil_div(prob.rows, int64_t(shared / c.team)) >= lim.num_sms) c.threads = shared;
+    }
     c.cluster = 1;
     const int64_t per_sm = pick_stages();
     if (per_sm > 0) {

@@ -104,11 +104,20 @@ void expect_pipe(const Call& call, bool layernorm, const PipeLayout& want) {
 class NormBwdPlan : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
+  // The defaults with a CTA a team and as many CTAs an SM as fit (the
+  // layouts before bwd_pipe_ctas_per_sm and bwd_pipe_min_threads were on;
+  // SharedCtasAtOneAnSm has the defaults').
+  static RowTuning ctas_of_their_own() {
+    RowTuning t = default_row_tuning();
+    t.bwd_pipe_ctas_per_sm = t.bwd_pipe_min_threads = 0;
+    return t;
+  }
   // The 2-vector tile at every row length (the defaults take 4 vectors for
-  // long 16-bit rows: DefaultsTakeFourVectorsByRowLength), and no grid
-  // kernel (rows past 128K keep the cluster layouts these tests describe).
+  // long 16-bit rows: DefaultsTakeFourVectorsByRowLength), no grid kernel
+  // (rows past 128K keep the cluster layouts these tests describe), a CTA
+  // a team, as many an SM as fit.
   void two_vector_tile() {
-    two_ = default_row_tuning();
+    two_ = ctas_of_their_own();
     two_.bwd_pipe_vpt16 = 2;
     two_.bwd_grid = 0;
     set_row_tuning(&two_);
@@ -279,7 +288,7 @@ TEST_F(NormBwdPlan, SmallCtaKernel) {
 
 // The knobs: one vector a thread, up to three stages, the sub-warp teams' CTA.
 TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
-  RowTuning t = default_row_tuning();
+  RowTuning t = ctas_of_their_own();
   t.bwd_pipe_vpt16 = 1;
   t.bwd_pipe_stages = 3;
   t.bwd_pipe_threads = 128;
@@ -295,7 +304,7 @@ TEST_F(NormBwdPlan, KnobsSelectTileStagesAndCta) {
   const Kernel small = plan({1048576, 256, kBF16, kBF16});
   EXPECT_EQ(small.threads, 128) << small.text;
   // Clusters of smaller CTAs (2-vector tile): two of 512 threads an SM.
-  t = default_row_tuning();
+  t = ctas_of_their_own();
   t.bwd_pipe_vpt16 = 2;
   t.bwd_pipe_cluster_threads = 600;
   set_row_tuning(&t);
@@ -374,58 +383,112 @@ TEST_F(NormBwdPlan, WideTileForIdleCtasWithoutDbias) {
   set_row_tuning(nullptr);
 }
 
-// Teams sharing a CTA at one CTA an SM (bwd_pipe_min_threads,
-// bwd_pipe_ctas_per_sm; both off by default): bf16 2048 / 4096 at 2 vectors
-// take their 128- / 256-thread teams four / two to a 512-thread CTA, one an
-// SM (grid = the SMs, the stages then as many as fit: 4 with the knob at
-// 4), 8192 its own 512-thread team one an SM; with the cap alone the teams
-// keep their own CTAs, one an SM. LayerNorm with dbias keeps its plan (its
-// 4-vector small CTAs) whatever the knobs; without dbias it shares too.
+// The defaults (bwd_pipe_min_threads = 512, bwd_pipe_ctas_per_sm = 1;
+// src/config.cpp cites the sweep): at 2 vectors, teams above a warp share
+// 512-thread CTAs, one an SM -- bf16 1024 / 2048 / 4096 eight / four / two
+// to a CTA, 8192 its own --, the stages then as many as the knob allows;
+// the 4-vector tile's clusters of two CTAs (bf16 16384) one an SM too.
+// Teams of up to a warp (LayerNorm bf16 1024 at 4 vectors too) keep their
+// 256-thread CTAs, and clusters of more than two their 256-thread small
+// CTAs, as many an SM as fit. LayerNorm without dbias takes the 2-vector
+// tile to share CTAs; with dbias it keeps its 4-vector small CTAs, as many
+// an SM as fit, whatever the knobs. Rows too few to fill every SM with
+// shared CTAs keep a CTA a team, uncapped.
 TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
-  EXPECT_EQ(default_row_tuning().bwd_pipe_ctas_per_sm, 0);
-  EXPECT_EQ(default_row_tuning().bwd_pipe_min_threads, 0);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_ctas_per_sm, 1);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_min_threads, 512);
+  const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
+  for (const bool ln : {false, true})
+    for (const int64_t n : {1024, 2048, 4096, 8192}) {
+      if (ln && n == 1024) continue;  // (below)
+      const Kernel k = plan({rows(n), n, kBF16, kBF16, true, false, 0, 0}, ln);
+      SCOPED_TRACE(std::to_string(n) + (ln ? " LayerNorm: " : " RMSNorm: ") + k.text);
+      EXPECT_EQ(k.kind, "pipe");
+      EXPECT_EQ(k.team, int(n / 16));
+      EXPECT_EQ(k.threads, 512);
+      EXPECT_EQ(k.vpt, 2);
+      EXPECT_EQ(k.cluster, 1);
+      EXPECT_EQ(k.grid, 132);
+      EXPECT_EQ(k.stages, 2);
+      EXPECT_EQ(k.text.find("small_cta"), std::string::npos);
+    }
+  for (const int64_t n : {1024, 2048, 4096}) {  // fp32 likewise
+    const Kernel k = plan({rows(n), n, kF32, kF32});
+    EXPECT_EQ(k.threads, 512) << k.text;
+    EXPECT_EQ(k.grid, 132) << k.text;
+  }
+  const Kernel sub = plan({rows(256), 256, kBF16, kBF16});  // teams of 16
+  EXPECT_EQ(sub.threads, 256) << sub.text;
+  EXPECT_EQ(sub.grid, 3 * 132) << sub.text;
+  const Kernel ln1k = plan({rows(1024), 1024, kBF16, kBF16, true, false, 0, 0}, true);  // 4 vectors: a warp a row
+  EXPECT_EQ(ln1k.vpt, 4) << ln1k.text;
+  EXPECT_EQ(ln1k.team, 32) << ln1k.text;
+  EXPECT_EQ(ln1k.threads, 256) << ln1k.text;
+  EXPECT_EQ(ln1k.grid, 2 * 132) << ln1k.text;
+  for (const bool ln : {false, true}) {
+    const Kernel two = plan({rows(16384), 16384, kBF16, kBF16, true, false, 0, 0}, ln);
+    EXPECT_EQ(two.vpt, 4) << two.text;
+    EXPECT_EQ(two.threads, 256) << two.text;
+    EXPECT_EQ(two.cluster, 2) << two.text;
+    EXPECT_EQ(two.grid, 132) << two.text;
+  }
+  const Kernel four = plan({rows(32768), 32768, kBF16, kBF16});
+  EXPECT_EQ(four.vpt, 4) << four.text;
+  EXPECT_EQ(four.cluster, 4) << four.text;
+  EXPECT_EQ(four.grid, 2 * 132) << four.text;
+  const Kernel idle = plan({rows(5120), 5120, kBF16, kBF16, true, false, 0, 1});  // (bwd_pipe_wide_idle_db)
+  EXPECT_EQ(idle.vpt, 4) << idle.text;
+  EXPECT_EQ(idle.grid, 2 * 132) << idle.text;
+  // LayerNorm with dbias: the plan of a CTA a team.
+  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
+  RowTuning own = ctas_of_their_own();
+  set_row_tuning(&own);
+  EXPECT_EQ(ln_db.text, plan({65536, 4096, kBF16, kBF16}, true).text);
+  set_row_tuning(nullptr);
+  EXPECT_EQ(ln_db.vpt, 4) << ln_db.text;
+  EXPECT_EQ(ln_db.threads, 128) << ln_db.text;
+  EXPECT_EQ(ln_db.grid, 4 * 132) << ln_db.text;
+  // 1000 rows of 1024: 125 shared CTAs would leave SMs idle, so a 64-thread
+  // CTA a row, uncapped; 1056 rows fill the 132 SMs.
+  const Kernel few = plan({1000, 1024, kBF16, kBF16});
+  EXPECT_EQ(few.threads, 64) << few.text;
+  EXPECT_EQ(few.grid, 1000) << few.text;
+  const Kernel enough = plan({1056, 1024, kBF16, kBF16});
+  EXPECT_EQ(enough.threads, 512) << enough.text;
+  EXPECT_EQ(enough.grid, 132) << enough.text;
+  // The knobs: up to four stages at one CTA an SM; the cap alone keeps a
+  // CTA a team; 1024-thread shared CTAs.
   RowTuning t = default_row_tuning();
-  t.bwd_pipe_ctas_per_sm = 1;
-  t.bwd_pipe_min_threads = 512;
   t.bwd_pipe_stages = 4;
   set_row_tuning(&t);
-  for (const int64_t n : {2048, 4096, 8192}) {
-    const Kernel k = plan({(int64_t(1) << 28) / n, n, kBF16, kBF16, true, false, 0, 0});
-    EXPECT_EQ(k.kind, "pipe") << n << " " << k.text;
-    EXPECT_EQ(k.team, int(n / 16)) << n << " " << k.text;
-    EXPECT_EQ(k.threads, 512) << n << " " << k.text;
-    EXPECT_EQ(k.vpt, 2) << n << " " << k.text;
-    EXPECT_EQ(k.grid, 132) << n << " " << k.text;
-    EXPECT_EQ(k.stages, 4) << n << " " << k.text;
-  }
-  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
-  RowTuning knobs_off = t;
-  knobs_off.bwd_pipe_ctas_per_sm = knobs_off.bwd_pipe_min_threads = 0;
-  set_row_tuning(&knobs_off);
-  EXPECT_EQ(ln_db.text, plan({65536, 4096, kBF16, kBF16}, true).text);
-  EXPECT_EQ(ln_db.threads, 128) << ln_db.text;
-  set_row_tuning(&t);
-  const Kernel ln = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0}, true);
-  EXPECT_EQ(ln.threads, 512) << ln.text;
-  EXPECT_EQ(ln.grid, 132) << ln.text;
-  t.bwd_pipe_min_threads = 0;
+  EXPECT_EQ(plan({65536, 4096, kBF16, kBF16, true, false, 0, 0}).stages, 4);
   t.bwd_pipe_stages = 2;
+  t.bwd_pipe_min_threads = 0;
   set_row_tuning(&t);
-  const Kernel cap = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
-  EXPECT_EQ(cap.threads, 256) << cap.text;
-  EXPECT_EQ(cap.grid, 132) << cap.text;
-  set_row_tuning(nullptr);
+  const Kernel cap = plan({32768, 8192, kBF16, kBF16, true, false, 0, 0});
+  EXPECT_EQ(cap.threads, 512) << cap.text;
+  EXPECT_EQ(cap.grid, 132) << cap.text;  // (2 an SM uncapped)
+  const Kernel small = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
+  EXPECT_EQ(small.threads, 256) << small.text;
+  EXPECT_EQ(small.grid, 3 * 132) << small.text;  // (uncapped below 512 threads)
+  t.bwd_pipe_min_threads = 1024;
+  set_row_tuning(&t);
+  const Kernel big = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
+  EXPECT_EQ(big.threads, 1024) << big.text;
+  EXPECT_EQ(big.team, 256) << big.text;
+  set_row_tuning(&own);
   const Kernel d = plan({65536, 4096, kBF16, kBF16, true, false, 0, 0});
   EXPECT_EQ(d.threads, 256) << d.text;
   EXPECT_EQ(d.grid, 396) << d.text;
 }
 
-// The 4-vector tile (bwd_pipe_vpt16 = 4): 16-bit rows in small CTAs of
+// The 4-vector tile (bwd_pipe_vpt16 = 4; a CTA a team, as many an SM as
+// fit): 16-bit rows in small CTAs of
 // 32 elements a thread, two 256-thread CTAs an SM (128 registers); clusters
 // of 256-thread CTAs past one; fp32 rows and fp16 LayerNorm (no small-CTA
 // kernel) keep 2 vectors, and so do rows whose small CTA is turned off.
 TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
-  RowTuning t = default_row_tuning();
+  RowTuning t = ctas_of_their_own();
   t.bwd_pipe_vpt16 = 4;
   t.bwd_pipe_vpt32 = 4;
   t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
@@ -465,7 +528,7 @@ TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
 // Checks every row length up to 300K, every dtype, weight, staged-tensor
 // count and dbias under `tune` (16-bit rows built up to max_vpt vectors).
 void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int max_vpt) {
-  int64_t served = 0, clustered = 0, wide = 0, fitted = 0;
+  int64_t served = 0, clustered = 0, wide = 0, fitted = 0, shared = 0;
   for (int xb : {2, 4})
     for (int wb : {0, 2, 4})  // the caller's weight: none, 16-bit, fp32 (held as fp32 alike)
       for (int tensors : {2, 3})
@@ -516,12 +579,25 @@ void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int m
             int64_t pow2 = 1;
             while (pow2 < need) pow2 *= 2;
             EXPECT_EQ(c.team, tune.bwd_pipe_fit_team ? (need + 31) / 32 * 32 : pow2) << what;
-            EXPECT_EQ(c.threads, c.team) << what;
+            // its own CTA, or (bwd_pipe_min_threads; a power of two at 2
+            // vectors) one it shares
+            const bool shares = tune.bwd_pipe_min_threads > c.team && c.team == pow2 && c.vpt <= 2;
+            EXPECT_EQ(c.threads, shares ? std::min(tune.bwd_pipe_min_threads, 1024) : c.team) << what;
             fitted += c.team != pow2;
+            shared += shares;
+          }
+          // bwd_pipe_ctas_per_sm: the 2-vector tile's CTAs of 512 threads
+          // or more and the 4-vector tile's clusters of two, that many an
+          // SM at most (the launch's own clamp aside).
+          if (tune.bwd_pipe_ctas_per_sm > 0 && (c.vpt == 4 ? c.cluster == 2 : c.threads >= 512)) {
+            EXPECT_LE(c.grid, std::max<int64_t>(c.cluster, int64_t(tune.bwd_pipe_ctas_per_sm) * lim.num_sms)) << what;
           }
         }
   if (tune.bwd_pipe_fit_team) {
     EXPECT_GT(fitted, 1000) << fitted;
+  }
+  if (tune.bwd_pipe_min_threads > 0) {
+    EXPECT_GT(shared, 1000) << shared;
   }
   EXPECT_GT(served, 12000) << served;  // (of about 14000 problems)
   EXPECT_GT(clustered, 3000) << clustered;
@@ -555,7 +631,8 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsFittedTeams) {
 // in 320 threads, not 512, its stages 5/8 of the bytes, three CTAs an SM
 // instead of two; LayerNorm bf16 5120 at 4 vectors in 160 small-CTA
 // threads, not 256; fp32 6144 in 768, not 1024; the powers of two and the
-// clustered rows unchanged.
+// clustered rows unchanged. (Measured with a CTA a team, as many an SM as
+// fit: so compared.)
 TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
   struct Cell {
     int64_t cols;
@@ -570,9 +647,9 @@ TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
                         Cell{8192, kF32, false, 1024, 1024}, Cell{16384, kBF16, false, 256, 256}}) {
     const Call call{(int64_t(1) << 28) / c.cols, c.cols, c.x, c.x};
     SCOPED_TRACE("N " + std::to_string(c.cols) + (c.ln ? " LayerNorm" : " RMSNorm"));
-    set_row_tuning(nullptr);
+    RowTuning t = ctas_of_their_own();
+    set_row_tuning(&t);
     const Kernel p2 = plan(call, c.ln);
-    RowTuning t = default_row_tuning();
     t.bwd_pipe_fit_team = 1;
     set_row_tuning(&t);
     const Kernel fit = plan(call, c.ln);
@@ -593,7 +670,8 @@ TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
 // The defaults: 16-bit rows take the 4-vector tile from 16K columns in
 // RMSNorm and 1K in LayerNorm (src/config.cpp cites the sweep), the
 // 2-vector tile below; fp32 rows and fp16 LayerNorm (no small-CTA kernel)
-// always 2.
+// always 2. LayerNorm without dbias takes 2 where the 4-vector tile is one
+// CTA of a team above a warp (2K-8K: its teams share 512-thread CTAs).
 TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const DType t : {kBF16, kF16}) {
     EXPECT_EQ(plan({65536, 4096, t, kF32}).vpt, 2);
@@ -605,15 +683,17 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const int db : {0, 1}) {  // LayerNorm without and with dbias
     auto ln = [&](int64_t rows, int64_t cols, DType x) { return plan({rows, cols, x, kF32, true, false, 0, db}, true); };
     EXPECT_EQ(ln(65536, 1016, kBF16).vpt, 2);
-    EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 4);
-    EXPECT_EQ(ln(65536, 4096, kBF16).vpt, 4);
+    EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 4);  // (a team of 32)
+    EXPECT_EQ(ln(65536, 4096, kBF16).vpt, db ? 4 : 2);
+    EXPECT_EQ(ln(32768, 8192, kBF16).vpt, db ? 4 : 2);
+    EXPECT_EQ(ln(16384, 16384, kBF16).vpt, 4);  // (clusters)
     EXPECT_EQ(ln(4096, 65536, kBF16).vpt, 4);
     EXPECT_EQ(ln(65536, 4096, kF16).vpt, 2);  // fp16 LayerNorm
   }
   EXPECT_EQ(plan({65536, 4096, kF32, kF32}, true).vpt, 2);
   EXPECT_EQ(plan({16384, 16384, kF32, kF32}).vpt, 2);
-  // Thresholds of 0: every row the 4-vector tile serves.
-  RowTuning t = default_row_tuning();
+  // Thresholds of 0 (and a CTA a team): every row the 4-vector tile serves.
+  RowTuning t = ctas_of_their_own();
   t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
   set_row_tuning(&t);
   EXPECT_EQ(plan({65536, 4096, kBF16, kF32}).vpt, 4);
@@ -768,7 +848,12 @@ TEST_F(NormBwdPlan, ShiftedRows) {
       if (c.call.rows >= clusters) {
         // (kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeWideThreadsPerSm
         // threads an SM, or what the shared memory holds.)
-        const int64_t per_sm = std::min<int64_t>(k.vpt == 4 ? 2 : 3, 233472 / (k.smem + 1024));
+        // (and the defaults' one an SM for 4-vector clusters of two, but
+        // for LayerNorm with dbias)
+        const bool db = c.call.bias > 0 || (c.call.bias < 0 && c.layernorm);
+        int64_t per_sm = std::min<int64_t>(k.vpt == 4 ? 2 : 3, 233472 / (k.smem + 1024));
+        const int cap = default_row_tuning().bwd_pipe_ctas_per_sm;
+        if (cap > 0 && !(c.layernorm && db) && k.vpt == 4 && k.cluster == 2) per_sm = std::min<int64_t>(per_sm, cap);
         EXPECT_EQ(clusters, std::max<int64_t>(1, per_sm * 132 / k.cluster / c.classes) * c.classes);
       } else {
         EXPECT_EQ(clusters, class_rows * c.classes);

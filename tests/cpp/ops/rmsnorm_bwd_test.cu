@@ -522,14 +522,16 @@ TEST_P(RMSNormBwdGpu, OneVectorDeepPipelineMatchesFloat64) {
   run_both_under(t, GetParam());
 }
 
-// The 4-vector tile of the small-CTA pipelined kernel (bwd_pipe_vpt16 = 4):
-// 16-bit rows it serves take it (the plan says vpt=4), everything else what
-// the tuning then gives.
+// The 4-vector tile of the small-CTA pipelined kernel (bwd_pipe_vpt16 = 4;
+// teams in CTAs of their own, else a row of one CTA would take 2 vectors to
+// share 512-thread ones): 16-bit rows it serves take it (the plan says
+// vpt=4), everything else what the tuning then gives.
 TEST_P(RMSNormBwdGpu, FourVectorPipelineMatchesFloat64) {
   QUACK_REQUIRE_SM90();
   RowTuning t = without_grid();
   t.bwd_pipe_vpt16 = 4;
   t.bwd_pipe_wide_min_cols = t.bwd_pipe_wide_min_cols_ln = 0;
+  t.bwd_pipe_min_threads = 0;
   run_both_under(t, GetParam(), "vpt=4", [](const BwdCase& c, bool centre) {
     return c.name.find("_vpt4") != std::string::npos && !(centre && c.t == kF16);
   });
@@ -555,9 +557,9 @@ TEST_P(RMSNormBwdGpu, FittedPipeTeamsMatchFloat64) {
 }
 
 // Teams of more than a warp sharing a CTA (RowTuning::bwd_pipe_min_threads:
-// 512 and 1024 threads) at one CTA an SM (bwd_pipe_ctas_per_sm = 1) with up
-// to four stages: the cases of 65-16384 columns against the float64
-// reference. The plans these knobs give (a power-of-two team below the CTA
+// 512, the default, and 1024 threads) at one CTA an SM (bwd_pipe_ctas_per_sm
+// = 1) with up to four stages: the cases of 65-16384 columns against the
+// float64 reference. The plans these knobs give (a power-of-two team below the CTA
 // shares it; LayerNorm with dbias keeps its own) are asserted by the host
 // test NormBwdPlan.SharedCtasAtOneAnSm, not here.
 TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
@@ -655,6 +657,7 @@ TEST_P(RMSNormBwdGpu, ShiftedRowsMatchFloat64) {
   RowTuning four = t;
   four.bwd_pipe_vpt16 = 4;
   four.bwd_pipe_wide_min_cols = four.bwd_pipe_wide_min_cols_ln = 0;
+  four.bwd_pipe_min_threads = 0;  // (as FourVectorPipelineMatchesFloat64)
   run_both_under(four, GetParam(), "vpt=4& shifted", [](const BwdCase& c, bool centre) {
     return (c.name.find("_shift") != std::string::npos || c.name.find("_cshift") != std::string::npos) &&
            c.t != kF32 && !(centre && c.t == kF16);
