@@ -746,6 +746,10 @@ RowTuning default_row_tuning() {
   // every width 256-256K: capped_ctas.
   t.bwd_pipe_ctas_per_sm = 1;
   t.bwd_pipe_min_threads = 512;
+  // LayerNorm with dbias too: off (it lost scrubbed, above); on, an
+  // experiment's switch (why its shared CTA runs 9 points below RMSNorm's
+  // with dbias in the same plan after its own call: docs/KERNELS.md).
+  t.bwd_pipe_share_db = 0;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1277,7 +1281,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
 // Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads (not
 // LayerNorm with dbias: choose_norm_bwd_pipe_at says why).
 bool shares_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
-  return tune.bwd_pipe_min_threads > 0 && !(prob.centre && prob.db);
+  return tune.bwd_pipe_min_threads > 0 && (!(prob.centre && prob.db) || tune.bwd_pipe_share_db);
 }
 // The CTAs tune.bwd_pipe_ctas_per_sm caps: rmsnorm_bwd_sweep, H100,
 // 2026-12-07, M*N = 2^28, the cap at 1 against none, after its own call /
@@ -1384,7 +1388,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   // 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
   // The cap acts on the 2-vector tile's CTAs of 512 threads or more and
   // the 4-vector tile's clusters of two (capped_ctas).
-  const bool shared_cta = !(prob.centre && prob.db);
+  const bool shared_cta = !(prob.centre && prob.db) || tune.bwd_pipe_share_db;
   const int cta_cap = shared_cta ? tune.bwd_pipe_ctas_per_sm : 0;
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;

@@ -332,7 +332,8 @@ struct RowTuning {
   // the stage count is then picked for the most stages in flight an SM);
   // bwd_pipe_min_threads: a power-of-two team of more than a warp shares a
   // CTA of at least this many threads with other teams (0: a CTA a team).
-  // Neither acts on LayerNorm rows with dbias (config.cpp says why).
+  // Neither acts on LayerNorm rows with dbias (config.cpp says why) unless
+  // bwd_pipe_share_db is 1 (0 by default: an experiment's switch).
   int bwd_pipe;
   int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
@@ -349,6 +350,7 @@ struct RowTuning {
   int bwd_pipe_wide_idle32;
   int bwd_pipe_ctas_per_sm;
   int bwd_pipe_min_threads;
+  int bwd_pipe_share_db;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the

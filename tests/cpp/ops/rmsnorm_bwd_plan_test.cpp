@@ -439,7 +439,21 @@ TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
   const Kernel idle = plan({rows(5120), 5120, kBF16, kBF16, true, false, 0, 1});  // (bwd_pipe_wide_idle_db)
   EXPECT_EQ(idle.vpt, 4) << idle.text;
   EXPECT_EQ(idle.grid, 2 * 132) << idle.text;
-  // LayerNorm with dbias: the plan of a CTA a team.
+  // LayerNorm with dbias: the plan of a CTA a team (but with the
+  // experiment's bwd_pipe_share_db, off by default: 2 vectors in shared
+  // 512-thread CTAs, one an SM, as without dbias).
+  EXPECT_EQ(default_row_tuning().bwd_pipe_share_db, 0);
+  {
+    RowTuning share = default_row_tuning();
+    share.bwd_pipe_share_db = 1;
+    set_row_tuning(&share);
+    const Kernel k = plan({65536, 4096, kBF16, kBF16}, true);
+    EXPECT_EQ(k.vpt, 2) << k.text;
+    EXPECT_EQ(k.team, 256) << k.text;
+    EXPECT_EQ(k.threads, 512) << k.text;
+    EXPECT_EQ(k.grid, 132) << k.text;
+    set_row_tuning(nullptr);
+  }
   const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
   RowTuning own = ctas_of_their_own();
   set_row_tuning(&own);

@@ -559,9 +559,10 @@ TEST_P(RMSNormBwdGpu, FittedPipeTeamsMatchFloat64) {
 // Teams of more than a warp sharing a CTA (RowTuning::bwd_pipe_min_threads:
 // 512, the default, and 1024 threads) at one CTA an SM (bwd_pipe_ctas_per_sm
 // = 1) with up to four stages: the cases of 65-16384 columns against the
-// float64 reference. The plans these knobs give (a power-of-two team below the CTA
-// shares it; LayerNorm with dbias keeps its own) are asserted by the host
-// test NormBwdPlan.SharedCtasAtOneAnSm, not here.
+// float64 reference, LayerNorm with dbias too (bwd_pipe_share_db: its own
+// plan by default). The plans these knobs give (a power-of-two team below
+// the CTA shares it) are asserted by the host test
+// NormBwdPlan.SharedCtasAtOneAnSm, not here.
 TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
   const BwdCase& c = GetParam();
   if (c.cols <= 64 || c.cols > 16384) GTEST_SKIP() << "no pipelined row of one CTA above a warp";
@@ -571,6 +572,7 @@ TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
     RowTuning t = without_grid();
     t.bwd_pipe_ctas_per_sm = 1;
     t.bwd_pipe_min_threads = threads;
+    t.bwd_pipe_share_db = 1;
     t.bwd_pipe_stages = 4;
     run_both_under(t, c);
     if (HasFatalFailure()) return;
