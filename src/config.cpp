@@ -747,8 +747,9 @@ RowTuning default_row_tuning() {
   t.bwd_pipe_ctas_per_sm = 1;
   t.bwd_pipe_min_threads = 512;
   // LayerNorm with dbias too: off (it lost scrubbed, above); on, an
-  // experiment's switch (why its shared CTA runs 9 points below RMSNorm's
-  // with dbias in the same plan after its own call: docs/KERNELS.md).
+  // experiment's switch (why its shared CTA runs 8 points below RMSNorm's
+  // with dbias in the same plan after its own call, 90.7 against 98.4% at
+  // bf16 4096: bench/results/logs/2026-12-07-ln-db-shared-d988a08-h100.md).
   t.bwd_pipe_share_db = 0;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;

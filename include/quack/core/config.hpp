@@ -329,9 +329,12 @@ struct RowTuning {
   // above -- bf16 5120 at 2 vectors in 320 threads, not 512 -- and the
   // stages (sized a thread) shrink with it (0: powers of two).
   // bwd_pipe_ctas_per_sm: at most this many CTAs an SM (0: as many as fit;
-  // the stage count is then picked for the most stages in flight an SM);
-  // bwd_pipe_min_threads: a power-of-two team of more than a warp shares a
-  // CTA of at least this many threads with other teams (0: a CTA a team).
+  // the stage count is then picked for the most stages in flight an SM),
+  // for the 2-vector tile's CTAs of 512 threads or more and the 4-vector
+  // tile's clusters of two (config.cpp, capped_ctas; 1 by default);
+  // bwd_pipe_min_threads: a power-of-two team of more than a warp at 2
+  // vectors shares a CTA of at least this many threads with other teams
+  // where the rows fill every SM (0: a CTA a team; 512 by default).
   // Neither acts on LayerNorm rows with dbias (config.cpp says why) unless
   // bwd_pipe_share_db is 1 (0 by default: an experiment's switch).
   int bwd_pipe;
