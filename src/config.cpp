@@ -1279,10 +1279,15 @@ size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int thr
 namespace {
 bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                              RegRowConfig* out);
-// Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads (not
-// LayerNorm with dbias: choose_norm_bwd_pipe_at says why).
+// The one-CTA knobs (bwd_pipe_ctas_per_sm, bwd_pipe_min_threads) act on
+// every row but LayerNorm's with dbias (choose_norm_bwd_pipe_at says why),
+// unless tune.bwd_pipe_share_db.
+bool one_cta_knobs_act(const NormBwdPipeProblem& prob, const RowTuning& tune) {
+  return !(prob.centre && prob.db) || tune.bwd_pipe_share_db;
+}
+// Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads.
 bool shares_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
-  return tune.bwd_pipe_min_threads > 0 && (!(prob.centre && prob.db) || tune.bwd_pipe_share_db);
+  return tune.bwd_pipe_min_threads > 0 && one_cta_knobs_act(prob, tune);
 }
 // The CTAs tune.bwd_pipe_ctas_per_sm caps: rmsnorm_bwd_sweep, H100,
 // 2026-12-07, M*N = 2^28, the cap at 1 against none, after its own call /
@@ -1382,15 +1387,14 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   // of each resident CTA; 1024 threads an SM at the kernel's 64 registers);
   // ties to fewer stages. Returns the CTAs an SM (0: no stage count fits).
   const int max_stages = std::max(2, std::min(tune.bwd_pipe_stages, 4));
-  // tune.bwd_pipe_ctas_per_sm / bwd_pipe_min_threads (shares_ctas): not
-  // for LayerNorm with dbias, whose shared 512-thread CTA (the db sums in
+  // tune.bwd_pipe_ctas_per_sm / bwd_pipe_min_threads (one_cta_knobs_act):
+  // not for LayerNorm with dbias, whose shared 512-thread CTA (the db sums in
   // shared memory, 2 vectors) lost to its 4-vector small CTAs (db sums in
   // registers) in a scrubbed run: bf16 4096 +dw,db 573.2 -> 592.5 us (H100,
   // 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
   // The cap acts on the 2-vector tile's CTAs of 512 threads or more and
   // the 4-vector tile's clusters of two (capped_ctas).
-  const bool shared_cta = !(prob.centre && prob.db) || tune.bwd_pipe_share_db;
-  const int cta_cap = shared_cta ? tune.bwd_pipe_ctas_per_sm : 0;
+  const int cta_cap = one_cta_knobs_act(prob, tune) ? tune.bwd_pipe_ctas_per_sm : 0;
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;
     c.small_cta = small_ok && c.threads <= kNormBwdPipeSmallCtaThreads;
