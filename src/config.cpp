@@ -751,6 +751,18 @@ RowTuning default_row_tuning() {
   // with dbias in the same plan after its own call, 90.7 against 98.4% at
   // bf16 4096: bench/results/logs/2026-12-07-ln-db-shared-d988a08-h100.md).
   t.bwd_pipe_share_db = 0;
+  // The big-CTA kernel for LayerNorm with dbias (rmsnorm_bwd_sweep, H100,
+  // 2026-12-07, M*N = 2^28, % of copy after its own call / scrubbed; bench/
+  // results/logs/2026-12-07-norm-bwd-big-cta-h100-tables.md): bf16
+  // 2048-8192 86.6-87.8 -> 96.8-97.5 / 90.1-92.6 -> 97.3-97.9 (its CTAs
+  // now shared, 2 vectors, one an SM, where the 4-vector small CTAs ran),
+  // fp32 512-4096 90.5-93.0 -> 96.2-96.8 / 94.9-96.1 -> 97.3-98.2. Not
+  // every row (2): RMSNorm bf16 +dw / +dw,db 1024-8192 lost 1.5-3 points
+  // after its own call (96.7-99.2 -> 94.6-96.3; scrubbed even), LayerNorm
+  // bf16 dx / +dw 1-2.4 (scrubbed +0.5-1.1), fp32 within a point either
+  // way. Its stages: 2; 3 and 4 lost 5-12% everywhere (both timings).
+  t.bwd_pipe_big_cta = 1;
+  t.bwd_pipe_big_stages = 2;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1259,20 +1271,22 @@ namespace {
 // kernel's 64 registers, and the shared memory (1 KB of it reserved a CTA).
 // small_cta: the small-CTA kernel, built for at most
 // kNormBwdPipeSmallCtaThreadsPerSm threads an SM (its 4-vector tile for
-// kNormBwdPipeWideThreadsPerSm).
-int64_t pipe_ctas_per_sm(int threads, size_t smem, const DeviceLimits& lim, bool small_cta, int vpt) {
-  const int per_sm_threads = !small_cta                  ? kRegRowMaxThreads
-                             : vpt == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm
-                                                          : kNormBwdPipeSmallCtaThreadsPerSm;
-  return std::min<int64_t>(per_sm_threads / threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
+// kNormBwdPipeWideThreadsPerSm); big_cta: the big-CTA kernel, one CTA an SM.
+int64_t pipe_ctas_per_sm(const RegRowConfig& c, size_t smem, const DeviceLimits& lim) {
+  const int per_sm_threads = c.big_cta                     ? kNormBwdPipeBigCtaThreads
+                             : !c.small_cta                ? kRegRowMaxThreads
+                             : c.vpt == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm
+                                                            : kNormBwdPipeSmallCtaThreadsPerSm;
+  return std::min<int64_t>(per_sm_threads / c.threads, int64_t(lim.smem_per_sm) / int64_t(smem + 1024));
 }
 }  // namespace
 
-size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages, bool small_cta) {
+size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages, bool small_cta,
+                                bool big_cta) {
   const int vec = 16 / std::max(prob.x_elem_bytes, 1);
   const size_t stage = size_t(prob.tensors * vpt * 16 + 8) * size_t(threads);
-  const size_t weight = prob.weight ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
-  const size_t db_sums = prob.db && !small_cta ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
+  const size_t weight = prob.weight && !big_cta ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;  // fp32
+  const size_t db_sums = prob.db && !small_cta && !big_cta ? size_t(vpt) * size_t(threads) * size_t(vec * 4) : 0;
   return prob.scratch_bytes + size_t(stages) * stage + weight + db_sums;
 }
 
@@ -1285,9 +1299,19 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
 bool one_cta_knobs_act(const NormBwdPipeProblem& prob, const RowTuning& tune) {
   return !(prob.centre && prob.db) || tune.bwd_pipe_share_db;
 }
-// Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads.
+// The big-CTA kernel takes the problem's 2-vector CTAs of
+// kNormBwdPipeBigCtaThreads: tune.bwd_pipe_big_cta 1 for LayerNorm rows with
+// dbias, 2 for every row (aligned rows only: it has no kShift form).
+bool big_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
+  return !prob.shifted && (tune.bwd_pipe_big_cta >= 2 || (tune.bwd_pipe_big_cta == 1 && prob.centre && prob.db));
+}
+// Teams of more than a warp share CTAs of tune.bwd_pipe_min_threads -- with
+// the big-CTA kernel, LayerNorm's with dbias too (its db sums in registers),
+// where those are its CTAs.
 bool shares_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
-  return tune.bwd_pipe_min_threads > 0 && one_cta_knobs_act(prob, tune);
+  return tune.bwd_pipe_min_threads > 0 &&
+         (one_cta_knobs_act(prob, tune) ||
+          (big_ctas(prob, tune) && pow2_ceil(tune.bwd_pipe_min_threads) == kNormBwdPipeBigCtaThreads));
 }
 // The CTAs tune.bwd_pipe_ctas_per_sm caps: rmsnorm_bwd_sweep, H100,
 // 2026-12-07, M*N = 2^28, the cap at 1 against none, after its own call /
@@ -1391,18 +1415,21 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
   // not for LayerNorm with dbias, whose shared 512-thread CTA (the db sums in
   // shared memory, 2 vectors) lost to its 4-vector small CTAs (db sums in
   // registers) in a scrubbed run: bf16 4096 +dw,db 573.2 -> 592.5 us (H100,
-  // 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log).
+  // 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100.log) --
+  // but its teams share the big-CTA kernel's (shares_ctas, big_ctas).
   // The cap acts on the 2-vector tile's CTAs of 512 threads or more and
   // the 4-vector tile's clusters of two (capped_ctas).
   const int cta_cap = one_cta_knobs_act(prob, tune) ? tune.bwd_pipe_ctas_per_sm : 0;
   auto pick_stages = [&]() -> int64_t {
     int64_t best = 0, best_per_sm = 0;
     c.small_cta = small_ok && c.threads <= kNormBwdPipeSmallCtaThreads;
+    c.big_cta = big_ctas(prob, tune) && c.vpt == 2 && c.cluster == 1 && c.threads == kNormBwdPipeBigCtaThreads;
     if (c.vpt == kNormBwdPipeWideVpt && !c.small_cta) return 0;
-    for (int s = 2; s <= max_stages; ++s) {
-      const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta);
+    const int stages_max = c.big_cta ? std::max(2, std::min(tune.bwd_pipe_big_stages, 4)) : max_stages;
+    for (int s = 2; s <= stages_max; ++s) {
+      const size_t smem = norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, s, c.small_cta, c.big_cta);
       if (smem > lim.max_smem_per_block) break;
-      int64_t per_sm = pipe_ctas_per_sm(c.threads, smem, lim, c.small_cta, c.vpt);
+      int64_t per_sm = pipe_ctas_per_sm(c, smem, lim);
       if (cta_cap > 0 && capped_ctas(c)) per_sm = std::min<int64_t>(per_sm, cta_cap);
       if (per_sm < 1) break;
       if ((s - 1) * per_sm > best) {
@@ -1494,7 +1521,9 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.stages < 2 || c.stages > 4) return "stages outside [2, 4]";
   if (c.small_cta && (!prob.small_cta_ok || c.threads > kNormBwdPipeSmallCtaThreads))
     return "the small-CTA kernel is not built for this dtype or past its CTA size";
-  if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages, c.small_cta) ||
+  if (c.big_cta && (c.small_cta || c.vpt != 2 || c.cluster != 1 || prob.shifted || c.threads > kNormBwdPipeBigCtaThreads))
+    return "the big-CTA kernel takes aligned rows of one CTA of at most 512 threads at 2 vectors";
+  if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages, c.small_cta, c.big_cta) ||
       c.smem_bytes > lim.max_smem_per_block)
     return "shared memory is not scratch + stages + weight within the per-CTA limit";
   // The end-of-kernel combine of the teams' sums reuses the stages:
@@ -1505,7 +1534,7 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
   if (c.grid % c.cluster) return "grid is not a whole number of clusters";
   if (c.grid / c.cluster > c.row_blocks) return "more clusters than row blocks";
   if (prob.rows > 0 && c.grid == 0) return "empty grid for a non-empty problem";
-  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c.threads, c.smem_bytes, lim, c.small_cta, c.vpt) *
+  if (c.grid > std::max<int64_t>(c.cluster, pipe_ctas_per_sm(c, c.smem_bytes, lim) *
                                                   lim.num_sms))
     return "grid beyond the resident CTAs";
   return nullptr;

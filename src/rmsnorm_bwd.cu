@@ -395,7 +395,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   }
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
-           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "") +
+           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "") + (c.big_cta ? " big_cta" : "") +
            (plan.shifted ? " shifted classes=" + num(int64_t(1) << plan.shift_log2) : "");
   if (plan.reg)
     return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +

@@ -336,7 +336,13 @@ struct RowTuning {
   // vectors shares a CTA of at least this many threads with other teams
   // where the rows fill every SM (0: a CTA a team; 512 by default).
   // Neither acts on LayerNorm rows with dbias (config.cpp says why) unless
-  // bwd_pipe_share_db is 1 (0 by default: an experiment's switch).
+  // bwd_pipe_share_db is 1 (0 by default: an experiment's switch) or
+  // bwd_pipe_big_cta is.
+  // bwd_pipe_big_cta: aligned rows whose 2-vector CTA is
+  // kNormBwdPipeBigCtaThreads threads (teams sharing one, or a team of that
+  // size) take the big-CTA kernel (RegRowConfig::big_cta), one an SM: 1
+  // (the default) LayerNorm rows with dbias, whose teams then share its CTAs
+  // as the others' do; 2 every row; 0 none.
   int bwd_pipe;
   int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
@@ -354,6 +360,8 @@ struct RowTuning {
   int bwd_pipe_ctas_per_sm;
   int bwd_pipe_min_threads;
   int bwd_pipe_share_db;
+  int bwd_pipe_big_cta;
+  int bwd_pipe_big_stages;  // the big-CTA kernel's most stages (2..4)
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the
@@ -482,6 +490,7 @@ struct RegRowConfig {
   int rows_per_cluster = 1;  // staged rows: rows a cluster takes at once (1 or 2)
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
+  bool big_cta = false;    // norm backward, pipelined: the big-CTA kernel (kNormBwdPipeBigCtaThreads)
   bool lean = false;       // forward: one team a CTA and N exactly the tile (kLean; set by the op's plan)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 
@@ -541,6 +550,11 @@ constexpr int kNormBwdPipeSmallCtaThreadsPerSm = 768;
 // reduction).
 constexpr int kNormBwdPipeWideVpt = 4;
 constexpr int kNormBwdPipeWideThreadsPerSm = 512;
+// The big-CTA kernel (RegRowConfig::big_cta, tune.bwd_pipe_big_cta): the
+// 2-vector tile of aligned rows in CTAs of up to this many threads, one an
+// SM, 128 registers each: the weight, the dw and db sums and the row's h and
+// dy in registers; shared memory only for the stages.
+constexpr int kNormBwdPipeBigCtaThreads = 512;
 // Shifted rows in classes (the pipelined norm backward's kShift): rows
 // whose pitch is p bytes start at one offset inside a 16-byte vector every
 // P = 16 / gcd(16, p) rows, 1 << period_log2(p) (at most kMaxLog2: rows of
@@ -610,9 +624,10 @@ struct NormBwdPipeProblem {
   bool shifted = false;
   size_t scratch_bytes = 0;
 };
-// small_cta: the small-CTA kernel (the db sums in registers, not here).
+// small_cta: the small-CTA kernel (the db sums in registers, not here);
+// big_cta: the big-CTA kernel (the weight and the db sums in registers).
 size_t norm_bwd_pipe_smem_bytes(const NormBwdPipeProblem& prob, int vpt, int threads, int stages,
-                                bool small_cta = false);
+                                bool small_cta = false, bool big_cta = false);
 bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLimits& lim, const RowTuning& tune,
                                  RegRowConfig* out);
 const char* check_norm_bwd_pipe_config(const RegRowConfig& cfg, const NormBwdPipeProblem& prob,

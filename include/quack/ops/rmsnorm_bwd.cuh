@@ -353,7 +353,8 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // with db_sums, the db sums, [E / 4][threads] float4s private to their
 // thread (in registers with the dw sums, the 16-bit tiles spill under the
 // 64-register budget of 1024-thread CTAs; kSmallCta, below, holds them there
-// in CTAs of up to 256 threads). dw's sums stay in registers.
+// in CTAs of up to 256 threads; kBigCta, below, in CTAs of 512). dw's sums
+// stay in registers.
 // At the end the teams of a CTA add their sums in team order (through the
 // stages) and the CTA writes one partial row.
 // kCluster: a row longer than one CTA holds is spread over a cluster of CTAs
@@ -369,8 +370,21 @@ __global__ void __launch_bounds__(kRegRowMaxThreads, 1) rmsnorm_bwd_reg_kernel(c
 // for every 4 elements of every row. Its 4-vector tile (16-bit x,
 // kNormBwdPipeWideVpt) is built for kNormBwdPipeWideThreadsPerSm threads an
 // SM, 128 registers.
-template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false, bool kShift = false>
-__global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kRegRowMaxThreads,
+// kBigCta (RegRowConfig::big_cta: 2 vectors, unclustered, aligned rows, a
+// CTA of up to kNormBwdPipeBigCtaThreads threads one an SM): built for 128
+// registers, a thread holds in registers its weight (fp32 w + offset), its
+// dw and db sums, and the row's h and dy vectors from the dot pass to the
+// dx pass -- the one copy into shared memory (cp.async) and one 16-byte
+// read of each, where the other forms read the weight twice a row, h and
+// dy twice, and load and store the db sums (ncu, LayerNorm bf16 4096 +dw,db
+// in 512-thread CTAs: 94.7M shared-memory wavefronts, 33% of them excess;
+// bench/results/logs/2026-12-07-ln-db-shared-d988a08-h100.md). Shared
+// memory is the scratch and the stages alone.
+template <typename T, typename Tw, int VPT, bool kCentre, bool kCluster, bool kSmallCta = false, bool kShift = false,
+          bool kBigCta = false>
+__global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
+                                  : kSmallCta ? kNormBwdPipeSmallCtaThreads
+                                              : kRegRowMaxThreads,
                                   !kSmallCta                  ? 1
                                   : VPT == kNormBwdPipeWideVpt ? kNormBwdPipeWideThreadsPerSm / kNormBwdPipeSmallCtaThreads
                                                                : kNormBwdPipeSmallCtaThreadsPerSm / kNormBwdPipeSmallCtaThreads)
@@ -382,6 +396,9 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   using TwOrT = std::conditional_t<kWeight, Tw, T>;
   using Dots = NormBwdDots<kCentre>;
   using DT = typename Dots::T;
+  static_assert(!kBigCta || (VPT == 2 && !kCluster && !kSmallCta && !kShift), "big CTAs: 2 vectors, one CTA a row");
+  // The db sums in registers (beside dw's) rather than shared memory.
+  constexpr bool kRegSums = kSmallCta || kBigCta;
   extern __shared__ __align__(16) unsigned char smem[];
   const int crank = kCluster ? cluster_cta_rank() : 0;
   // kShift (RowTuning::shifted_rows bit 4): rows that start inside a
@@ -500,7 +517,9 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   };
 
   // The weight, once, as fp32 w + weight_offset (0 outside the row: past
-  // its end, and a shifted row's head).
+  // its end, and a shifted row's head): in shared memory, or (kBigCta) in
+  // registers.
+  float wr[kBigCta && kWeight ? E : 1];
   if constexpr (kWeight) {
     const auto g = geom();
     const int s = shift();
@@ -512,9 +531,14 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
 #pragma unroll
       for (int j = 0; j < VEC; ++j)
         wf[j] = j >= lo && j < n ? to_float(w[g.col(i) + j - s]) + p.weight_offset : 0.0f;
+      if constexpr (kBigCta) {
 #pragma unroll
-      for (int q = 0; q < VEC / 4; ++q)
-        sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
+        for (int j = 0; j < VEC; ++j) wr[i * VEC + j] = wf[j];
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC / 4; ++q)
+          sts_f4(my_w(i * (VEC / 4) + q), make_float4(wf[4 * q], wf[4 * q + 1], wf[4 * q + 2], wf[4 * q + 3]));
+      }
     }
   }
   // This CTA's (cluster's) row blocks: every step-th from first, below
@@ -529,13 +553,13 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
                                  : cluster_count();
   for (int s = 0; s < stages - 1; ++s) issue(first + s * step, uint32_t(s) * stage_bytes);
 
-  float aw[E], ab[kSmallCta ? E : 1];
+  float aw[E], ab[kRegSums ? E : 1];
 #pragma unroll
   for (int e = 0; e < E; ++e) aw[e] = 0.0f;
 #pragma unroll
-  for (int e = 0; e < (kSmallCta ? E : 1); ++e) ab[e] = 0.0f;
+  for (int e = 0; e < (kRegSums ? E : 1); ++e) ab[e] = 0.0f;
   static_assert(E % 4 == 0, "db sums in float4s");
-  if (db && !kSmallCta) {
+  if (db && !kRegSums) {
 #pragma unroll
     for (int q = 0; q < E / 4; ++q) sts_f4(my_db(q), make_float4(0.f, 0.f, 0.f, 0.f));
   }
@@ -545,7 +569,10 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   const uint32_t wrap = uint32_t(stages) * stage_bytes;
   // g = dy * (w + weight_offset) of vector i, in place.
   auto scale = [&](int i, float (&gf)[VEC]) {
-    if constexpr (kWeight) {
+    if constexpr (kWeight && kBigCta) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) gf[j] *= wr[i * VEC + j];
+    } else if constexpr (kWeight) {
 #pragma unroll
       for (int q = 0; q < VEC / 4; ++q) {
         const float4 wv = lds_f4(my_w(i * (VEC / 4) + q));
@@ -565,13 +592,36 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
     const int64_t row = class_row(blk * g.teams + g.team_id);
     const bool active = row < p.rows;
     float rstd = 0.0f, mean = 0.0f, dot = 0.0f, gsum = 0.0f;
+    // (kBigCta) this row's h and dy vectors, read once.
+    RawVec<T, VEC> hk[kBigCta ? VPT : 1], dk[kBigCta ? VPT : 1];
+    // Adds vector i's terms to the row's sums.
+    auto dot_vec = [&](int i, const float (&hf)[VEC], float (&gf)[VEC]) {
+      scale(i, gf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        dot = fmaf(gf[j], hf[j] - mean, dot);  // (times rstd after the reduction)
+        if constexpr (kCentre) gsum += gf[j];
+      }
+    };
     if (active) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
       if constexpr (kCentre) asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(mean) : "r"(my_stat() + cur + 4));
+      if constexpr (kBigCta) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          if (g.col(i) >= g.cols) break;  // (past the row: never copied, never read below)
+          lds<16>(my0 + cur + uint32_t(i) * vstride, hk[i].w);
+          lds<16>(my0 + cur + uint32_t(VPT + i) * vstride, dk[i].w);
+          float hf[VEC], gf[VEC];
+          hk[i].widen(hf);
+          dk[i].widen(gf);
+          dot_vec(i, hf, gf);
+        }
+      }
       // (Not unrolled: the vectors' loads hoisted together spilled the
       // 16-bit tiles; the data is in shared memory, a few cycles away.)
 #pragma unroll 1
-      for (int i = 0; i < VPT; ++i) {
+      for (int i = 0; i < (kBigCta ? 0 : VPT); ++i) {
         if (g.col(i) >= g.cols) break;  // (past the row: never copied)
         float hf[VEC], gf[VEC];
         if constexpr (kShift) {
@@ -590,12 +640,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
           lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
           lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, gf);
         }
-        scale(i, gf);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          dot = fmaf(gf[j], hf[j] - mean, dot);  // (times rstd after the reduction)
-          if constexpr (kCentre) gsum += gf[j];
-        }
+        dot_vec(i, hf, gf);
       }
     }
     // The partial vector's zero-filled tail adds nothing to the sums.
@@ -619,12 +664,17 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
       // 3/4 of fp32 5120's) takes the fast path for the vectors it holds.
       // Not in the 16-bit 64-register tiles nor the 4-vector one, where
       // the second copy of the body spilled 4-8 bytes (ptxas -v, CUDA 13.0).
-      constexpr bool kSplitOut = sizeof(T) == 4 || (kSmallCta && VPT == 2);
+      constexpr bool kSplitOut = sizeof(T) == 4 || (kRegSums && VPT == 2);
       auto emit = [&](int i, auto whole) {
         constexpr bool kWhole = decltype(whole)::value;
         float hf[VEC], df[VEC], out[VEC];
-        lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
-        lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, df);
+        if constexpr (kBigCta) {
+          hk[i].widen(hf);
+          dk[i].widen(df);
+        } else {
+          lds_vec<T, VEC>(my0 + cur + uint32_t(i) * vstride, hf);
+          lds_vec<T, VEC>(my0 + cur + uint32_t(VPT + i) * vstride, df);
+        }
         if (ntens == 3) {
           lds_vec<T, VEC>(my0 + cur + uint32_t(2 * VPT + i) * vstride, out);
         } else {
@@ -635,7 +685,10 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
 #pragma unroll
         for (int q = 0; q < VEC / 4; ++q) {
           float wq[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-          if constexpr (kWeight) {
+          if constexpr (kWeight && kBigCta) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) wq[u] = wr[i * VEC + 4 * q + u];
+          } else if constexpr (kWeight) {
             const float4 wv = lds_f4(my_w(i * (VEC / 4) + q));
             wq[0] = wv.x;
             wq[1] = wv.y;
@@ -651,7 +704,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
             aw[i * VEC + j] = fmaf(df[j], xh, aw[i * VEC + j]);
           }
         }
-        if constexpr (kSmallCta) {
+        if constexpr (kRegSums) {
           if (db) {
 #pragma unroll
             for (int j = 0; j < VEC; ++j) ab[i * VEC + j] += df[j];
@@ -696,7 +749,7 @@ __global__ void __launch_bounds__(kSmallCta ? kNormBwdPipeSmallCtaThreads : kReg
   // dw and db of this thread's element e.
   auto sums = [&](int e, float& w, float& b) {
     w = aw[e];
-    if constexpr (kSmallCta) {
+    if constexpr (kRegSums) {
       b = ab[e];
     } else {
       const float4 v = db ? lds_f4(my_db(e / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -1468,6 +1521,13 @@ Status launch_rmsnorm_bwd_pipe(const RMSNormBwdParams& p, const RegRowConfig& cf
                                     " vectors per thread in clusters of " + std::to_string(cfg.cluster)};
   };
   auto run = [&](auto tw) -> Status {
+    using Tw = typename decltype(tw)::type;
+    if (cfg.big_cta) {
+      if (shifted || cfg.vpt != 2 || cfg.cluster != 1 || cfg.small_cta)
+        return {Code::kUnsupported, "rmsnorm backward: the big-CTA kernel takes aligned rows of one CTA at 2 vectors"};
+      return core::launch_cached<rmsnorm_bwd_pipe_kernel<T, Tw, 2, kCentre, false, false, false, true>>(device, shape,
+                                                                                                        stream, p);
+    }
     if (!cfg.small_cta) return tile(tw, std::false_type{});
     if constexpr (rmsnorm_bwd_pipe_small_cta(kX, kCentre)) return tile(tw, std::true_type{});
     return {Code::kUnsupported, "rmsnorm backward: no small-CTA pipelined kernel for this dtype"};

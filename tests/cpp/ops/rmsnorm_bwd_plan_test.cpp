@@ -110,6 +110,7 @@ class NormBwdPlan : public testing::Test {
   static RowTuning ctas_of_their_own() {
     RowTuning t = default_row_tuning();
     t.bwd_pipe_ctas_per_sm = t.bwd_pipe_min_threads = 0;
+    t.bwd_pipe_big_cta = 0;
     return t;
   }
   // The 2-vector tile at every row length (the defaults take 4 vectors for
@@ -439,29 +440,42 @@ TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
   const Kernel idle = plan({rows(5120), 5120, kBF16, kBF16, true, false, 0, 1});  // (bwd_pipe_wide_idle_db)
   EXPECT_EQ(idle.vpt, 4) << idle.text;
   EXPECT_EQ(idle.grid, 2 * 132) << idle.text;
-  // LayerNorm with dbias: the plan of a CTA a team (but with the
-  // experiment's bwd_pipe_share_db, off by default: 2 vectors in shared
-  // 512-thread CTAs, one an SM, as without dbias).
+  // LayerNorm with dbias: 2 vectors in shared 512-thread CTAs, one an SM,
+  // as without dbias, but in the big-CTA kernel (bwd_pipe_big_cta = 1, the
+  // default; NormBwdPlan.BigCtas); without it the plan of a CTA a team (but
+  // with the experiment's bwd_pipe_share_db, off by default: the shared
+  // CTA of the 64-register kernel).
   EXPECT_EQ(default_row_tuning().bwd_pipe_share_db, 0);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_big_cta, 1);
+  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
+  EXPECT_EQ(ln_db.vpt, 2) << ln_db.text;
+  EXPECT_EQ(ln_db.team, 256) << ln_db.text;
+  EXPECT_EQ(ln_db.threads, 512) << ln_db.text;
+  EXPECT_EQ(ln_db.grid, 132) << ln_db.text;
+  EXPECT_NE(ln_db.text.find(" big_cta"), std::string::npos) << ln_db.text;
+  RowTuning no_big = default_row_tuning();
+  no_big.bwd_pipe_big_cta = 0;
+  set_row_tuning(&no_big);
+  RowTuning own = ctas_of_their_own();
   {
-    RowTuning share = default_row_tuning();
-    share.bwd_pipe_share_db = 1;
-    set_row_tuning(&share);
+    const Kernel k = plan({65536, 4096, kBF16, kBF16}, true);
+    set_row_tuning(&own);
+    EXPECT_EQ(k.text, plan({65536, 4096, kBF16, kBF16}, true).text);
+    EXPECT_EQ(k.vpt, 4) << k.text;
+    EXPECT_EQ(k.threads, 128) << k.text;
+    EXPECT_EQ(k.grid, 4 * 132) << k.text;
+  }
+  no_big.bwd_pipe_share_db = 1;
+  set_row_tuning(&no_big);
+  {
     const Kernel k = plan({65536, 4096, kBF16, kBF16}, true);
     EXPECT_EQ(k.vpt, 2) << k.text;
     EXPECT_EQ(k.team, 256) << k.text;
     EXPECT_EQ(k.threads, 512) << k.text;
     EXPECT_EQ(k.grid, 132) << k.text;
-    set_row_tuning(nullptr);
+    EXPECT_EQ(k.text.find("big_cta"), std::string::npos) << k.text;
   }
-  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
-  RowTuning own = ctas_of_their_own();
-  set_row_tuning(&own);
-  EXPECT_EQ(ln_db.text, plan({65536, 4096, kBF16, kBF16}, true).text);
   set_row_tuning(nullptr);
-  EXPECT_EQ(ln_db.vpt, 4) << ln_db.text;
-  EXPECT_EQ(ln_db.threads, 128) << ln_db.text;
-  EXPECT_EQ(ln_db.grid, 4 * 132) << ln_db.text;
   // 1000 rows of 1024: 125 shared CTAs would leave SMs idle, so a 64-thread
   // CTA a row, uncapped; 1056 rows fill the 132 SMs.
   const Kernel few = plan({1000, 1024, kBF16, kBF16});
@@ -606,6 +620,16 @@ void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int m
           if (tune.bwd_pipe_ctas_per_sm > 0 && (c.vpt == 4 ? c.cluster == 2 : c.threads >= 512)) {
             EXPECT_LE(c.grid, std::max<int64_t>(c.cluster, int64_t(tune.bwd_pipe_ctas_per_sm) * lim.num_sms)) << what;
           }
+          // bwd_pipe_big_cta (2: every row; 1, the default: LayerNorm's with
+          // dbias, none here): exactly the 512-thread 2-vector CTAs, one an
+          // SM, their shared memory the stages alone.
+          const bool big = tune.bwd_pipe_big_cta >= 2 && c.vpt == 2 && c.cluster == 1 && c.threads == 512;
+          EXPECT_EQ(c.big_cta, big) << what;
+          if (big) {
+            EXPECT_FALSE(c.small_cta) << what;
+            EXPECT_LE(c.grid, lim.num_sms) << what;
+            EXPECT_EQ(c.smem_bytes, prob.scratch_bytes + size_t(c.stages) * size_t(tensors * 32 + 8) * 512) << what;
+          }
         }
   if (tune.bwd_pipe_fit_team) {
     EXPECT_GT(fitted, 1000) << fitted;
@@ -623,12 +647,103 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
   check_pipe_invariants(DeviceLimits{}, default_row_tuning(), 2);
 }
 
+// The same with the big-CTA kernel for every row (bwd_pipe_big_cta = 2):
+// every 512-thread 2-vector CTA of aligned rows is one.
+TEST_F(NormBwdPlan, PipelinedConfigInvariantsBigCtas) {
+  RowTuning tune = default_row_tuning();
+  tune.bwd_pipe_big_cta = 2;
+  check_pipe_invariants(DeviceLimits{}, tune, 2);
+  tune.bwd_pipe_vpt16 = 4;
+  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
+  check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
 // The same with the 4-vector tile asked for and built (16-bit rows).
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_vpt16 = 4;
   tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
   check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
+// The big-CTA kernel (bwd_pipe_big_cta). By default (1) LayerNorm's rows
+// with dbias: its bf16 2048-8192 and fp32 512-4096 teams share 512-thread
+// big CTAs, one an SM (bf16 2048-8192 took 4-vector small CTAs without it),
+// every other row the plan it had without the kernel (0). At 2, every
+// 512-thread 2-vector CTA -- teams of bf16 1024-4096 sharing one, 8192's
+// own, fp32 512-4096 --, at up to bwd_pipe_big_stages stages, its shared
+// memory the stages alone. Never: clusters (bf16 16384), teams of a warp or
+// less (256), shifted rows (no kShift form: the plan without the kernel),
+// rows too few to fill the SMs with shared CTAs (a CTA a team).
+TEST_F(NormBwdPlan, BigCtas) {
+  EXPECT_EQ(default_row_tuning().bwd_pipe_big_cta, 1);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_big_stages, 2);
+  const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
+  const int64_t kScratch = 1024;  // (ops/rmsnorm_bwd.cuh, kRMSNormBwdScratchBytes)
+  RowTuning none = default_row_tuning();
+  none.bwd_pipe_big_cta = 0;
+  // The defaults: LayerNorm with dbias alone.
+  for (const DType x : {kBF16, kF32})
+    for (const int64_t n : {512, 1024, 2048, 4096, 8192}) {
+      for (const int bias : {0, 1})
+        for (const bool ln : {false, true}) {
+          const Call call{rows(n), n, x, x, true, false, 0, bias};
+          const Kernel k = plan(call, ln);
+          SCOPED_TRACE(std::to_string(n) + (x == kF32 ? " fp32" : " bf16") + (ln ? " LayerNorm" : " RMSNorm") +
+                       (bias ? " with dbias: " : ": ") + k.text);
+          const bool big = ln && bias && (x == kF32 ? n <= 4096 : n >= 2048);
+          EXPECT_EQ(k.text.find(" big_cta") != std::string::npos, big);
+          if (big) {
+            EXPECT_EQ(k.team, int(n / (x == kF32 ? 8 : 16)));
+            EXPECT_EQ(k.threads, 512);
+            EXPECT_EQ(k.vpt, 2);
+            EXPECT_EQ(k.grid, 132);
+            EXPECT_EQ(k.stages, 2);
+            EXPECT_EQ(k.smem, kScratch + 2 * (2 * 32 + 8) * 512);
+          } else {
+            set_row_tuning(&none);
+            EXPECT_EQ(k.text, plan(call, ln).text);
+            set_row_tuning(nullptr);
+          }
+        }
+    }
+  // Every row (2), at stages 2 and 4.
+  RowTuning t = default_row_tuning();
+  t.bwd_pipe_big_cta = 2;
+  for (const int stages : {2, 4}) {
+    t.bwd_pipe_big_stages = stages;
+    set_row_tuning(&t);
+    for (const bool ln : {false, true})
+      for (const int64_t n : {1024, 2048, 4096, 8192}) {
+        if (ln && n == 1024) continue;  // (its 4-vector tile: a warp a row)
+        const Kernel k = plan({rows(n), n, kBF16, kBF16}, ln);
+        SCOPED_TRACE(std::to_string(n) + (ln ? " LayerNorm (dbias): " : " RMSNorm: ") + k.text);
+        EXPECT_NE(k.text.find(" big_cta"), std::string::npos);
+        EXPECT_EQ(k.team, int(n / 16));
+        EXPECT_EQ(k.threads, 512);
+        EXPECT_EQ(k.vpt, 2);
+        EXPECT_EQ(k.grid, 132);
+        EXPECT_EQ(k.stages, stages);
+        EXPECT_EQ(k.smem, kScratch + stages * (2 * 32 + 8) * 512);
+      }
+    for (const int64_t n : {512, 1024, 2048, 4096}) {
+      const Kernel k = plan({rows(n), n, kF32, kF32, true, true});  // (dresidual_out: three tensors staged)
+      EXPECT_NE(k.text.find(" big_cta"), std::string::npos) << k.text;
+      EXPECT_EQ(k.smem, kScratch + stages * (3 * 32 + 8) * 512) << k.text;
+    }
+    for (const Call& c : {Call{rows(16384), 16384, kBF16, kBF16}, Call{rows(256), 256, kBF16, kBF16},
+                          Call{1000, 1024, kBF16, kBF16}, Call{rows(4096), 4096, kBF16, kBF16, true, false, 1}})
+      for (const bool ln : {false, true}) {
+        const Kernel k = plan(c, ln);
+        EXPECT_EQ(k.text.find("big_cta"), std::string::npos) << k.text;
+        if (c.x_offset == 1) {  // shifted rows: the plan without the kernel
+          set_row_tuning(&none);
+          EXPECT_EQ(k.text, plan(c, ln).text);
+          set_row_tuning(&t);
+        }
+      }
+  }
+  set_row_tuning(nullptr);
 }
 
 // Rows of one CTA fitted to the row (bwd_pipe_fit_team), both tiles.
@@ -684,8 +799,9 @@ TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
 // The defaults: 16-bit rows take the 4-vector tile from 16K columns in
 // RMSNorm and 1K in LayerNorm (src/config.cpp cites the sweep), the
 // 2-vector tile below; fp32 rows and fp16 LayerNorm (no small-CTA kernel)
-// always 2. LayerNorm without dbias takes 2 where the 4-vector tile is one
-// CTA of a team above a warp (2K-8K: its teams share 512-thread CTAs).
+// always 2. LayerNorm takes 2 where the 4-vector tile is one CTA of a team
+// above a warp (2K-8K: its teams share 512-thread CTAs; with dbias, the
+// big-CTA kernel's).
 TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const DType t : {kBF16, kF16}) {
     EXPECT_EQ(plan({65536, 4096, t, kF32}).vpt, 2);
@@ -698,8 +814,8 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
     auto ln = [&](int64_t rows, int64_t cols, DType x) { return plan({rows, cols, x, kF32, true, false, 0, db}, true); };
     EXPECT_EQ(ln(65536, 1016, kBF16).vpt, 2);
     EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 4);  // (a team of 32)
-    EXPECT_EQ(ln(65536, 4096, kBF16).vpt, db ? 4 : 2);
-    EXPECT_EQ(ln(32768, 8192, kBF16).vpt, db ? 4 : 2);
+    EXPECT_EQ(ln(65536, 4096, kBF16).vpt, 2);
+    EXPECT_EQ(ln(32768, 8192, kBF16).vpt, 2);
     EXPECT_EQ(ln(16384, 16384, kBF16).vpt, 4);  // (clusters)
     EXPECT_EQ(ln(4096, 65536, kBF16).vpt, 4);
     EXPECT_EQ(ln(65536, 4096, kF16).vpt, 2);  // fp16 LayerNorm
@@ -845,7 +961,12 @@ TEST_F(NormBwdPlan, ShiftedRows) {
     aligned.pad = (vec - aligned.cols % vec) % vec;
     aligned.x_offset = 0;
     aligned.offset_all = false;
+    // (without the big-CTA kernel, which has no shifted form)
+    RowTuning no_big = default_row_tuning();
+    no_big.bwd_pipe_big_cta = 0;
+    set_row_tuning(&no_big);
     const Kernel a = plan(aligned, c.layernorm);
+    set_row_tuning(nullptr);
     EXPECT_EQ(a.kind, "pipe") << a.text;
     if (c.cluster > 1) {
       // Small CTAs (256 threads, the small-CTA kernel) over a cluster, the

@@ -579,6 +579,35 @@ TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
   }
 }
 
+// The big-CTA kernel (RowTuning::bwd_pipe_big_cta: the 512-thread 2-vector
+// CTAs of aligned rows, the weight, the dw / db sums and the row's vectors
+// in registers) at its stages 2 and 4: the cases of 65-16384 columns
+// against the float64 reference. The named cases' plans must be big CTAs
+// (teams of 64-512 threads sharing them or owning one: weight offset, fp32
+// weights, no weight, dresidual_out, fp16, fp32 rows; not bf16 5120 with
+// dbias, whose 2-vector CTA is a team with 3/8 of it idle:
+// bwd_pipe_wide_idle_db's 4-vector tile); the plans the knob
+// gives are asserted by the host test NormBwdPlan.BigCtas.
+TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
+  const BwdCase& c = GetParam();
+  if (c.cols <= 64 || c.cols > 16384) GTEST_SKIP() << "no pipelined row of one CTA above a warp";
+  QUACK_REQUIRE_SM90();
+  for (const int stages : {2, 4}) {
+    SCOPED_TRACE(stages);
+    RowTuning t = without_grid();
+    t.bwd_pipe_big_cta = 1;
+    t.bwd_pipe_big_stages = stages;
+    run_both_under(t, c, " big_cta", [](const BwdCase& k, bool centre) {
+      for (const char* name : {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
+                               "N4096_bf16_M3000_fp32w_vpt4", "N2560_f16_M2000_fp32w_fit",
+                               "N7168_bf16_M700_noweight_dbias_fit", "N8000_f16_M500_dres_out_vpt4"})
+        if (k.name == name) return true;
+      return !centre && k.name == "N1000_bf16_M4096_fp32w_offset";  // (LayerNorm's: 4 vectors, a warp a row)
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
 // the defaults gave long 16-bit rows before they took 4 vectors (the case
 // names' "pipe_cluster2" and the like count 2-vector CTAs), still the
