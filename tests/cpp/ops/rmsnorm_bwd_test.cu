@@ -579,9 +579,9 @@ TEST_P(RMSNormBwdGpu, SharedCtaPipelineMatchesFloat64) {
   }
 }
 
-// The big-CTA kernel (RowTuning::bwd_pipe_big_cta: the 512-thread 2-vector
-// CTAs of aligned rows, the weight, the dw / db sums and the row's vectors
-// in registers) at its stages 2 and 4: the cases of 65-16384 columns
+// The big-CTA kernel for every row (RowTuning::bwd_pipe_big_cta = 2: the
+// 512-thread 2-vector CTAs of aligned rows, the weight, the dw / db sums and
+// the row's vectors in registers) at its stages 2 and 4: the cases of 65-16384 columns
 // against the float64 reference. The named cases' plans must be big CTAs
 // (teams of 64-512 threads sharing them or owning one: weight offset, fp32
 // weights, no weight, dresidual_out, fp16, fp32 rows; not bf16 5120 with
@@ -595,7 +595,7 @@ TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
   for (const int stages : {2, 4}) {
     SCOPED_TRACE(stages);
     RowTuning t = without_grid();
-    t.bwd_pipe_big_cta = 1;
+    t.bwd_pipe_big_cta = 2;  // (every row; 1, the default: LayerNorm's with dbias)
     t.bwd_pipe_big_stages = stages;
     run_both_under(t, c, " big_cta", [](const BwdCase& k, bool centre) {
       for (const char* name : {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
