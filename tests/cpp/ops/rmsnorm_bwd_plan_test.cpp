@@ -643,6 +643,15 @@ void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int m
   else EXPECT_EQ(wide, 0);
 }
 
+// check_pipe_invariants under `tune`, then with the 4-vector tile asked for
+// at every row length and built (16-bit rows).
+void check_pipe_invariants_both_tiles(RowTuning tune) {
+  check_pipe_invariants(DeviceLimits{}, tune, 2);
+  tune.bwd_pipe_vpt16 = 4;
+  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
+  check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
 TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
   check_pipe_invariants(DeviceLimits{}, default_row_tuning(), 2);
 }
@@ -652,10 +661,7 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariants) {
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsBigCtas) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_big_cta = 2;
-  check_pipe_invariants(DeviceLimits{}, tune, 2);
-  tune.bwd_pipe_vpt16 = 4;
-  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
-  check_pipe_invariants(DeviceLimits{}, tune, 4);
+  check_pipe_invariants_both_tiles(tune);
 }
 
 // The same with the 4-vector tile asked for and built (16-bit rows).
@@ -750,10 +756,7 @@ TEST_F(NormBwdPlan, BigCtas) {
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsFittedTeams) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_fit_team = 1;
-  check_pipe_invariants(DeviceLimits{}, tune, 2);
-  tune.bwd_pipe_vpt16 = 4;
-  tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
-  check_pipe_invariants(DeviceLimits{}, tune, 4);
+  check_pipe_invariants_both_tiles(tune);
 }
 
 // bwd_pipe_fit_team at model widths: bf16 RMSNorm 5120 (640 vectors at 2)
