@@ -447,34 +447,26 @@ TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
   // CTA of the 64-register kernel).
   EXPECT_EQ(default_row_tuning().bwd_pipe_share_db, 0);
   EXPECT_EQ(default_row_tuning().bwd_pipe_big_cta, 1);
-  const Kernel ln_db = plan({65536, 4096, kBF16, kBF16}, true);
-  EXPECT_EQ(ln_db.vpt, 2) << ln_db.text;
-  EXPECT_EQ(ln_db.team, 256) << ln_db.text;
-  EXPECT_EQ(ln_db.threads, 512) << ln_db.text;
-  EXPECT_EQ(ln_db.grid, 132) << ln_db.text;
-  EXPECT_NE(ln_db.text.find(" big_cta"), std::string::npos) << ln_db.text;
+  const Call ln4k{65536, 4096, kBF16, kBF16};
+  const PipeLayout shared_cta{256, 512, 1, 2, 2, 132};
+  expect_pipe(ln4k, true, shared_cta);
+  EXPECT_NE(plan(ln4k, true).text.find(" big_cta"), std::string::npos);
   RowTuning no_big = default_row_tuning();
   no_big.bwd_pipe_big_cta = 0;
   set_row_tuning(&no_big);
   RowTuning own = ctas_of_their_own();
   {
-    const Kernel k = plan({65536, 4096, kBF16, kBF16}, true);
+    const Kernel k = plan(ln4k, true);
     set_row_tuning(&own);
-    EXPECT_EQ(k.text, plan({65536, 4096, kBF16, kBF16}, true).text);
+    EXPECT_EQ(k.text, plan(ln4k, true).text);
     EXPECT_EQ(k.vpt, 4) << k.text;
     EXPECT_EQ(k.threads, 128) << k.text;
     EXPECT_EQ(k.grid, 4 * 132) << k.text;
   }
   no_big.bwd_pipe_share_db = 1;
   set_row_tuning(&no_big);
-  {
-    const Kernel k = plan({65536, 4096, kBF16, kBF16}, true);
-    EXPECT_EQ(k.vpt, 2) << k.text;
-    EXPECT_EQ(k.team, 256) << k.text;
-    EXPECT_EQ(k.threads, 512) << k.text;
-    EXPECT_EQ(k.grid, 132) << k.text;
-    EXPECT_EQ(k.text.find("big_cta"), std::string::npos) << k.text;
-  }
+  expect_pipe(ln4k, true, shared_cta);
+  EXPECT_EQ(plan(ln4k, true).text.find("big_cta"), std::string::npos);
   set_row_tuning(nullptr);
   // 1000 rows of 1024: 125 shared CTAs would leave SMs idle, so a 64-thread
   // CTA a row, uncapped; 1056 rows fill the 132 SMs.
