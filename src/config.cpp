@@ -763,6 +763,7 @@ RowTuning default_row_tuning() {
   // way. Its stages: 2; 3 and 4 lost 5-12% everywhere (both timings).
   t.bwd_pipe_big_cta = 1;
   t.bwd_pipe_big_stages = 2;
+  t.bwd_pipe_lead_threads = 1024;
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1337,6 +1338,15 @@ bool shares_ctas(const NormBwdPipeProblem& prob, const RowTuning& tune) {
 bool capped_ctas(const RegRowConfig& c) {
   return c.vpt == kNormBwdPipeWideVpt ? c.cluster == 2 : c.threads >= 512;
 }
+// One thread a warp copies a row's statistics in CTAs of at least
+// tune.bwd_pipe_lead_threads (RegRowConfig::lead_stats). rmsnorm_bwd_sweep
+// A/B, H100, 2026-12-07, M*N = 2^28, after its own call (bench/results/
+// logs/2026-12-07-norm-bwd-stat-leaders-ab-h100-tables.md): fp32 8192's
+// 1024-thread CTAs +2.7 to +6.3% (LayerNorm dx 90.5 -> 95.9% of copy); every
+// 512-thread CTA -0.3 to -2.2% (the big-CTA kernel's included).
+void mark_lead_stats(RegRowConfig* c, const RowTuning& tune) {
+  c->lead_stats = tune.bwd_pipe_lead_threads > 0 && c->threads >= tune.bwd_pipe_lead_threads;
+}
 // The tile (16-byte vectors a thread) the tuning asks for x's dtype.
 int asked_pipe_vpt(const NormBwdPipeProblem& prob, const RowTuning& tune) {
   return prob.x_elem_bytes == 4 ? tune.bwd_pipe_vpt32 : tune.bwd_pipe_vpt16;
@@ -1463,6 +1473,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     if (per_sm > 0) {
       c.row_blocks = ceil_div(prob.rows, c.teams_per_cta());
       c.grid = std::min(c.row_blocks, per_sm * lim.num_sms);
+      mark_lead_stats(&c, tune);
       *out = c;
       return true;
     }
@@ -1498,6 +1509,7 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     best = c;
   }
   if (best_threads_per_sm == 0) return false;
+  mark_lead_stats(&best, tune);
   *out = best;
   return true;
 }
@@ -1523,6 +1535,8 @@ const char* check_norm_bwd_pipe_config(const RegRowConfig& c, const NormBwdPipeP
     return "the small-CTA kernel is not built for this dtype or past its CTA size";
   if (c.big_cta && (c.small_cta || c.vpt != 2 || c.cluster != 1 || prob.shifted || c.threads > kNormBwdPipeBigCtaThreads))
     return "the big-CTA kernel takes aligned rows of one CTA of at most 512 threads at 2 vectors";
+  if (c.lead_stats && (c.team < 32 ? 32 % c.team : c.team % 32))
+    return "a row's statistics copied by one thread a warp need teams of whole warps or within one";
   if (c.smem_bytes != norm_bwd_pipe_smem_bytes(prob, c.vpt, c.threads, c.stages, c.small_cta, c.big_cta) ||
       c.smem_bytes > lim.max_smem_per_block)
     return "shared memory is not scratch + stages + weight within the per-CTA limit";

@@ -336,6 +336,7 @@ Status norm_bwd(const RMSNormBwdArgs& a, const float* mean, cudaStream_t stream)
                                             dtype_size(a.h.dtype), plan.shift_log2);
       }
       p.db_sums = a.dbias.ptr != nullptr;
+      p.lead_stats = plan.cfg.lead_stats;
       return detail::by_dtype(a.h.dtype, "h", [&](auto dt) {
         return ops::launch_rmsnorm_bwd_pipe<decltype(dt)::value, kCentre>(p, plan.cfg, plan.w_f32, plan.shifted,
                                                                           device, stream, &launched);
@@ -395,7 +396,7 @@ std::string norm_bwd_plan_description(const RMSNormBwdArgs& a, bool layernorm, c
   }
   if (plan.pipe)
     return "pipe team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" + num(c.vpt) + " stages=" +
-           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "") + (c.big_cta ? " big_cta" : "") +
+           num(c.stages) + " grid=" + num(c.grid) + " smem=" + num(int64_t(c.smem_bytes)) + (c.small_cta ? " small_cta" : "") + (c.big_cta ? " big_cta" : "") + (c.lead_stats ? " lead_stats" : "") +
            (plan.shifted ? " shifted classes=" + num(int64_t(1) << plan.shift_log2) : "");
   if (plan.reg)
     return "reg team=" + num(c.team) + " threads=" + num(c.threads) + " cluster=" + num(c.cluster) + " vpt=" +

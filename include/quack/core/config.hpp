@@ -343,6 +343,11 @@ struct RowTuning {
   // size) take the big-CTA kernel (RegRowConfig::big_cta), one an SM: 1
   // (the default) LayerNorm rows with dbias, whose teams then share its CTAs
   // as the others' do; 2 every row; 0 none.
+  // bwd_pipe_lead_threads: in CTAs of at least this many threads a row's
+  // (rstd, mean) is copied and read by one thread a warp (a team's first,
+  // teams below a warp each their own) and shuffled to the others
+  // (RegRowConfig::lead_stats; 0: never; 1024 by default, config.cpp says
+  // why).
   int bwd_pipe;
   int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
@@ -362,6 +367,7 @@ struct RowTuning {
   int bwd_pipe_share_db;
   int bwd_pipe_big_cta;
   int bwd_pipe_big_stages;  // the big-CTA kernel's most stages (2..4)
+  int bwd_pipe_lead_threads;
   // Rows of at least bwd_grid_min_cols16 (16-bit rows) / bwd_grid_min_cols32
   // (fp32 rows) columns take the grid kernel (rmsnorm_bwd_grid_kernel,
   // NormGridConfig below) where it serves them and bwd_grid has the
@@ -491,6 +497,7 @@ struct RegRowConfig {
   int stages = 0;          // norm backward, pipelined: shared-memory stages (0: not pipelined)
   bool small_cta = false;  // norm backward, pipelined: the small-CTA kernel (kNormBwdPipeSmallCtaThreads)
   bool big_cta = false;    // norm backward, pipelined: the big-CTA kernel (kNormBwdPipeBigCtaThreads)
+  bool lead_stats = false;  // norm backward, pipelined: a row's statistics copied by one thread a warp
   bool lean = false;       // forward: one team a CTA and N exactly the tile (kLean; set by the op's plan)
   size_t smem_bytes = 0;   // dynamic shared memory per CTA (scratch + staging)
 

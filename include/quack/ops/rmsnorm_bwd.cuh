@@ -72,6 +72,7 @@ struct RMSNormBwdParams {
   int team_log2;  // the pipelined kernel: ceil(log2 team) (a fitted team is below 1 << team_log2)
   int teams;      // and its teams a CTA
   int db_sums;  // the pipelined kernel: 1 when dbias is asked for (its sums in shared memory)
+  int lead_stats;  // the pipelined kernel: RegRowConfig::lead_stats
   // The pipelined kernel's shifted rows (kShift): log2 of P, the rows after
   // which a row's offset inside its 16-byte vector repeats (1 << shift_log2
   // classes of rows, each walked by its own CTAs or clusters), and the classes' offsets
@@ -458,6 +459,15 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
   const uint32_t stage_bytes = uint32_t(ntens * VPT * 16 + 8) * nthr;
   // (Computed where used: held across the row loop they spilled.)
   auto my_stat = [&]() { return my0 - threadIdx.x * 8 + uint32_t(ntens * VPT) * vstride; };
+  // p.lead_stats (RegRowConfig::lead_stats): a row's (rstd, mean) is copied
+  // and read by its leaders alone -- the first thread of each team, or of
+  // each of a larger team's warps -- and shuffled to the warp's other
+  // threads of the team, where every thread's 4-byte cp.async of the same
+  // word costs a shared-memory wavefront a thread (ncu, the big-CTA kernel
+  // at bf16 4096 +dw,db: 62 excess wavefronts a warp a row in LayerNorm).
+  // lead_mask: the lanes a leader serves, less one (teams below a warp
+  // are powers of two).
+  auto lead_mask = [&]() { return uint32_t(p.team < 32 ? p.team : 32) - 1u; };
   // Float4 q of this thread's weight, and of its db sums.
   auto my_w = [&](int q) { return my0 + uint32_t(stages) * stage_bytes + uint32_t(q) * vstride; };
   auto my_db = [&](int q) {
@@ -504,9 +514,12 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
           if (ntens == 3) cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i), bytes);
         }
       }
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
-      if constexpr (kCentre)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so + 4), "l"(p.mean + row) : "memory");
+      if (!p.lead_stats || (threadIdx.x & lead_mask()) == 0) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
+        if constexpr (kCentre)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so + 4), "l"(p.mean + row)
+                       : "memory");
+      }
     }
     cp_async_commit();
   };
@@ -603,9 +616,16 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
         if constexpr (kCentre) gsum += gf[j];
       }
     };
-    if (active) {
+    if (active && (!p.lead_stats || (threadIdx.x & lead_mask()) == 0)) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
       if constexpr (kCentre) asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(mean) : "r"(my_stat() + cur + 4));
+    }
+    if (p.lead_stats) {  // (the whole warp, converged here; a team's lanes share its `active`)
+      const int leader = int(threadIdx.x & 31u & ~lead_mask());
+      rstd = __shfl_sync(0xffffffffu, rstd, leader);
+      if constexpr (kCentre) mean = __shfl_sync(0xffffffffu, mean, leader);
+    }
+    if (active) {
       if constexpr (kBigCta) {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {

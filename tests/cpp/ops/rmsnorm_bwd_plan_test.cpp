@@ -615,6 +615,13 @@ void check_pipe_invariants(const DeviceLimits& lim, const RowTuning& tune, int m
           // bwd_pipe_big_cta (2: every row; 1, the default: LayerNorm's with
           // dbias, none here): exactly the 512-thread 2-vector CTAs, one an
           // SM, their shared memory the stages alone.
+          // bwd_pipe_lead_threads: a row's statistics copied by one thread
+          // a warp in CTAs of at least that many threads, teams of whole
+          // warps or within one.
+          EXPECT_EQ(c.lead_stats, tune.bwd_pipe_lead_threads > 0 && c.threads >= tune.bwd_pipe_lead_threads) << what;
+          if (c.lead_stats) {
+            EXPECT_TRUE(c.team < 32 ? 32 % c.team == 0 : c.team % 32 == 0) << what;
+          }
           const bool big = tune.bwd_pipe_big_cta >= 2 && c.vpt == 2 && c.cluster == 1 && c.threads == 512;
           EXPECT_EQ(c.big_cta, big) << what;
           if (big) {
@@ -656,12 +663,69 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsBigCtas) {
   check_pipe_invariants_both_tiles(tune);
 }
 
+// The same with a row's statistics copied by one thread a warp in every
+// CTA (bwd_pipe_lead_threads = 1), teams below a warp included.
+TEST_F(NormBwdPlan, PipelinedConfigInvariantsLeadStats) {
+  RowTuning tune = default_row_tuning();
+  tune.bwd_pipe_lead_threads = 1;
+  check_pipe_invariants_both_tiles(tune);
+}
+
 // The same with the 4-vector tile asked for and built (16-bit rows).
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_vpt16 = 4;
   tune.bwd_pipe_wide_min_cols = tune.bwd_pipe_wide_min_cols_ln = 0;
   check_pipe_invariants(DeviceLimits{}, tune, 4);
+}
+
+// A row's statistics copied by one thread a warp (bwd_pipe_lead_threads):
+// by default (1024) in the 1024-thread CTAs alone -- fp32 5120-131072, one
+// CTA or clusters --, never in the bf16 rows' CTAs of 512 or fewer. The knob
+// changes nothing else of the plan: at 0 every plan is the same, less
+// " lead_stats"; at 1 every pipelined plan has it (teams of 8 and 16
+// threads, 4-vector tiles, clusters, big CTAs, shifted rows).
+TEST_F(NormBwdPlan, LeadStats) {
+  EXPECT_EQ(default_row_tuning().bwd_pipe_lead_threads, 1024);
+  const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
+  RowTuning off = default_row_tuning(), all = default_row_tuning();
+  off.bwd_pipe_lead_threads = 0;
+  all.bwd_pipe_lead_threads = 1;
+  const std::string tag = " lead_stats";
+  auto without_tag = [&](std::string s) {
+    const size_t at = s.find(tag);
+    if (at != std::string::npos) s.erase(at, tag.size());
+    return s;
+  };
+  int led = 0, pipes = 0;
+  for (const DType x : {kBF16, kF32})
+    for (const int64_t n : {200, 1000, 4096, 5120, 8192, 16384, 65536, 131072, 4101})
+      for (const bool ln : {false, true}) {
+        const Call call{n == 4101 ? 600 : rows(n), n, x, x, true, false, n == 4101 ? 1 : 0};
+        const Kernel k = plan(call, ln);
+        SCOPED_TRACE(std::to_string(n) + (x == kF32 ? " fp32" : " bf16") + (ln ? " LayerNorm: " : " RMSNorm: ") +
+                     k.text);
+        if (k.kind != "pipe") continue;
+        ++pipes;
+        const bool lead = k.text.find(tag) != std::string::npos;
+        EXPECT_EQ(lead, k.threads == 1024);
+        if (x == kF32 && n >= 5120 && n <= 131072) {
+          EXPECT_TRUE(lead);
+        }
+        if (x == kBF16) {
+          EXPECT_FALSE(lead);
+        }
+        led += lead;
+        set_row_tuning(&off);
+        EXPECT_EQ(plan(call, ln).text, without_tag(k.text));
+        set_row_tuning(&all);
+        const std::string every = plan(call, ln).text;
+        EXPECT_NE(every.find(tag), std::string::npos) << every;
+        EXPECT_EQ(without_tag(every), without_tag(k.text));
+        set_row_tuning(nullptr);
+      }
+  EXPECT_GE(led, 10);
+  EXPECT_GE(pipes, 30);
 }
 
 // The big-CTA kernel (bwd_pipe_big_cta). By default (1) LayerNorm's rows

@@ -608,6 +608,31 @@ TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
   }
 }
 
+// A row's statistics copied by one thread a warp and shuffled to the others
+// (RowTuning::bwd_pipe_lead_threads; by default fp32's 1024-thread CTAs) in
+// every pipelined CTA (1): teams of 16 threads, shared CTAs, the 4-vector
+// tile's clusters, fp32 clusters of 1024 threads; then with the big-CTA
+// kernel for every row. The named cases' plans must copy them so
+// (NormBwdPlan.LeadStats asserts the plans the knob gives).
+TEST_P(RMSNormBwdGpu, LeadStatsPipelineMatchesFloat64) {
+  QUACK_REQUIRE_SM90();
+  for (const int big : {1, 2}) {
+    SCOPED_TRACE(big);
+    RowTuning t = without_grid();
+    t.bwd_pipe_lead_threads = 1;
+    t.bwd_pipe_big_cta = big;
+    run_both_under(t, GetParam(), " lead_stats", [](const BwdCase& k, bool) {
+      for (const char* name : {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
+                               "N4096_bf16_M3000_fp32w_vpt4", "N8000_f16_M500_dres_out_vpt4",
+                               "N32768_bf16_M300_pipe_cluster2", "N65536_f32_M100_pipe_cluster8",
+                               "N200_bf16_M20000_vpt4", "N1000_bf16_M4096_fp32w_offset"})
+        if (k.name == name) return true;
+      return false;
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The 2-vector tile at every row length (bwd_pipe_vpt16 = 2): the layouts
 // the defaults gave long 16-bit rows before they took 4 vectors (the case
 // names' "pipe_cluster2" and the like count 2-vector CTAs), still the
