@@ -150,6 +150,9 @@ set -uo pipefail
 commit=${1:?usage: OUT=dir bash scripts/gpu_session.sh <commit> [parts...]}
 shift
 out=${OUT:?set OUT to the directory for the logs}
+# (Made if missing: a call with OUT=$OUT/sub and no mkdir lost a machine's
+# start in the sixty-eighth session, every part failing on its first log.)
+mkdir -p "$out"
 parts=${*:-tests sweep bench}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
