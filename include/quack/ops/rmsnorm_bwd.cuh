@@ -468,6 +468,9 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
   // lead_mask: the lanes a leader serves, less one (teams below a warp
   // are powers of two).
   auto lead_mask = [&]() { return uint32_t(p.team < 32 ? p.team : 32) - 1u; };
+  // This thread copies and reads the row's statistics: every thread, or
+  // (p.lead_stats) the leaders alone.
+  auto copies_stats = [&]() { return !p.lead_stats || (threadIdx.x & lead_mask()) == 0; };
   // Float4 q of this thread's weight, and of its db sums.
   auto my_w = [&](int q) { return my0 + uint32_t(stages) * stage_bytes + uint32_t(q) * vstride; };
   auto my_db = [&](int q) {
@@ -514,7 +517,7 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
           if (ntens == 3) cp_async_zfill<16>(my0 + so + uint32_t(2 * VPT + i) * vstride, ro + g.col(i), bytes);
         }
       }
-      if (!p.lead_stats || (threadIdx.x & lead_mask()) == 0) {
+      if (copies_stats()) {
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so), "l"(p.rstd + row) : "memory");
         if constexpr (kCentre)
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(my_stat() + so + 4), "l"(p.mean + row)
@@ -616,7 +619,7 @@ __global__ void __launch_bounds__(kBigCta     ? kNormBwdPipeBigCtaThreads
         if constexpr (kCentre) gsum += gf[j];
       }
     };
-    if (active && (!p.lead_stats || (threadIdx.x & lead_mask()) == 0)) {
+    if (active && copies_stats()) {
       asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rstd) : "r"(my_stat() + cur));
       if constexpr (kCentre) asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(mean) : "r"(my_stat() + cur + 4));
     }

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -491,6 +492,13 @@ void run_both_under(const RowTuning& t, const BwdCase& c, const std::string& wan
   }
 }
 
+// The case is one of `names` (the cases whose plan a test asserts).
+bool named(const BwdCase& c, std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (c.name == name) return true;
+  return false;
+}
+
 // The defaults without the grid kernel: rows past 128K take the kernels
 // that served them before it (clusters, the register kernel, the split path).
 RowTuning without_grid() {
@@ -598,11 +606,10 @@ TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
     t.bwd_pipe_big_cta = 2;  // (every row; 1, the default: LayerNorm's with dbias)
     t.bwd_pipe_big_stages = stages;
     run_both_under(t, c, " big_cta", [](const BwdCase& k, bool centre) {
-      for (const char* name : {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
-                               "N4096_bf16_M3000_fp32w_vpt4", "N2560_f16_M2000_fp32w_fit",
-                               "N7168_bf16_M700_noweight_dbias_fit", "N8000_f16_M500_dres_out_vpt4"})
-        if (k.name == name) return true;
-      return !centre && k.name == "N1000_bf16_M4096_fp32w_offset";  // (LayerNorm's: 4 vectors, a warp a row)
+      return named(k, {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
+                       "N4096_bf16_M3000_fp32w_vpt4", "N2560_f16_M2000_fp32w_fit", "N7168_bf16_M700_noweight_dbias_fit",
+                       "N8000_f16_M500_dres_out_vpt4"}) ||
+             (!centre && k.name == "N1000_bf16_M4096_fp32w_offset");  // (LayerNorm's: 4 vectors, a warp a row)
     });
     if (HasFatalFailure()) return;
   }
@@ -623,12 +630,9 @@ TEST_P(RMSNormBwdGpu, LeadStatsPipelineMatchesFloat64) {
     t.bwd_pipe_lead_threads = 1;
     t.bwd_pipe_big_cta = big;
     run_both_under(t, GetParam(), " lead_stats", [](const BwdCase& k, bool) {
-      for (const char* name : {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
-                               "N4096_bf16_M3000_fp32w_vpt4", "N8000_f16_M500_dres_out_vpt4",
-                               "N32768_bf16_M300_pipe_cluster2", "N65536_f32_M100_pipe_cluster8",
-                               "N200_bf16_M20000_vpt4", "N1000_bf16_M4096_fp32w_offset"})
-        if (k.name == name) return true;
-      return false;
+      return named(k, {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
+                       "N4096_bf16_M3000_fp32w_vpt4", "N8000_f16_M500_dres_out_vpt4", "N32768_bf16_M300_pipe_cluster2",
+                       "N65536_f32_M100_pipe_cluster8", "N200_bf16_M20000_vpt4", "N1000_bf16_M4096_fp32w_offset"});
     });
     if (HasFatalFailure()) return;
   }
