@@ -763,7 +763,7 @@ RowTuning default_row_tuning() {
   // way. Its stages: 2; 3 and 4 lost 5-12% everywhere (both timings).
   t.bwd_pipe_big_cta = 1;
   t.bwd_pipe_big_stages = 2;
-  t.bwd_pipe_lead_threads = 0;  // (off until GPU-tested: mark_lead_stats says why)
+  t.bwd_pipe_lead_threads = 1024;  // (mark_lead_stats says why)
   t.bwd_pipe_vpt32 = 2;
   t.bwd_pipe_stages = 2;
   // CTAs of up to 256 threads take the small-CTA kernel (80 registers, 768
@@ -1343,10 +1343,9 @@ bool capped_ctas(const RegRowConfig& c) {
 // A/B, H100, 2026-12-07, M*N = 2^28, after its own call (bench/results/
 // logs/2026-12-07-norm-bwd-stat-leaders-ab-h100-tables.md): fp32 8192's
 // 1024-thread CTAs +2.7 to +6.3% (LayerNorm dx 90.5 -> 95.9% of copy); every
-// 512-thread CTA -0.3 to -2.2% (the big-CTA kernel's included). So 1024
-// is the threshold to take -- but off (0) by default until the GPU suite
-// (RMSNormBwdGpu.LeadStatsPipelineMatchesFloat64) and an A/B of this form
-// have run: the sixty-eighth session got no device machine after writing it.
+// 512-thread CTA -0.3 to -2.2% (the big-CTA kernel's included). So 1024,
+// the default since the sixty-ninth session (its A/B of this plan bit
+// against 0: KERNELS.md's sixty-ninth entry).
 void mark_lead_stats(RegRowConfig* c, const RowTuning& tune) {
   c->lead_stats = tune.bwd_pipe_lead_threads > 0 && c->threads >= tune.bwd_pipe_lead_threads;
 }

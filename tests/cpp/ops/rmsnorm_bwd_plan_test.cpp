@@ -681,14 +681,13 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
 }
 
 // A row's statistics copied by one thread a warp (bwd_pipe_lead_threads):
-// off by default (0: not yet GPU-tested); at 1024, the measured threshold,
-// in the 1024-thread CTAs alone -- fp32 5120-131072, one CTA or clusters
+// by default at 1024, the measured threshold, in the 1024-thread CTAs alone -- fp32 5120-131072, one CTA or clusters
 // --, never in the bf16 rows' CTAs of 512 or fewer. The knob changes
 // nothing else of the plan: at 0 every plan is the same, less
 // " lead_stats"; at 1 every pipelined plan has it (teams of 8 and 16
 // threads, 4-vector tiles, clusters, big CTAs).
 TEST_F(NormBwdPlan, LeadStats) {
-  EXPECT_EQ(default_row_tuning().bwd_pipe_lead_threads, 0);
+  EXPECT_EQ(default_row_tuning().bwd_pipe_lead_threads, 1024);
   const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
   RowTuning at1024 = default_row_tuning(), off = default_row_tuning(), all = default_row_tuning();
   at1024.bwd_pipe_lead_threads = 1024;
@@ -720,7 +719,7 @@ TEST_F(NormBwdPlan, LeadStats) {
           EXPECT_FALSE(lead);
         }
         led += lead;
-        set_row_tuning(&off);  // (the defaults, as asserted above)
+        set_row_tuning(&off);
         EXPECT_EQ(plan(call, ln).text, without_tag(k.text));
         set_row_tuning(&all);
         const std::string every = plan(call, ln).text;

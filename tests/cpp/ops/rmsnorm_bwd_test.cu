@@ -616,8 +616,7 @@ TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
 }
 
 // A row's statistics copied by one thread a warp and shuffled to the others
-// (RowTuning::bwd_pipe_lead_threads; off by default until this test has
-// run on a GPU, then fp32's 1024-thread CTAs) in
+// (RowTuning::bwd_pipe_lead_threads; by default fp32's 1024-thread CTAs) in
 // every pipelined CTA (1): teams of 16 threads, shared CTAs, the 4-vector
 // tile's clusters, fp32 clusters of 1024 threads; then with the big-CTA
 // kernel for every row. The named cases' plans must copy them so
