@@ -1344,8 +1344,11 @@ bool capped_ctas(const RegRowConfig& c) {
 // logs/2026-12-07-norm-bwd-stat-leaders-ab-h100-tables.md): fp32 8192's
 // 1024-thread CTAs +2.7 to +6.3% (LayerNorm dx 90.5 -> 95.9% of copy); every
 // 512-thread CTA -0.3 to -2.2% (the big-CTA kernel's included). So 1024,
-// the default since the sixty-ninth session (its A/B of this plan bit
-// against 0: KERNELS.md's sixty-ninth entry).
+// the default since 3ec81ee, whose A/B of this plan bit against 0 (H100,
+// one round, bench/results/logs/2026-12-07-norm-bwd-lead-default-ab-
+// 3ec81ee-h100-tables.md) had fp32 5120-131072 +1.8% on average, 24 of 30
+// cells faster (-2.3 to +7.8%; LayerNorm 8192 dx 90.0 -> 94.7% of copy),
+// the 4096 control (the same plan both ways) within 1.4%.
 void mark_lead_stats(RegRowConfig* c, const RowTuning& tune) {
   c->lead_stats = tune.bwd_pipe_lead_threads > 0 && c->threads >= tune.bwd_pipe_lead_threads;
 }
