@@ -346,8 +346,8 @@ struct RowTuning {
   // bwd_pipe_lead_threads: in CTAs of at least this many threads a row's
   // (rstd, mean) is copied and read by one thread a warp (a team's first,
   // teams below a warp each their own) and shuffled to the others
-  // (RegRowConfig::lead_stats; 0, the default: never; 1024 is the
-  // measured threshold to take once GPU-tested, config.cpp says why).
+  // (RegRowConfig::lead_stats; 1024, the default: fp32's 1024-thread
+  // CTAs, the measured threshold, config.cpp says why; 0: never).
   int bwd_pipe;
   int bwd_pipe_fit_team;
   int bwd_pipe_vpt16;
