@@ -228,6 +228,20 @@ sweep_cmd() {
   esac
 }
 
+# Each passing gtest case's time in the ctest log $1, into
+# $out/gtest_case_times.txt ("ms Prefix/Suite.Test/Param", slowest first)
+# and $out/gtest_test_seconds.txt ("seconds cases Suite.Test"); prints the
+# 12 costliest tests.
+gtest_times() {
+  [ -f "$1" ] || { echo "gtest_times: no $1"; return 0; }
+  sed -nE 's/^\[ +OK \] ([^ ]+) \(([0-9]+) ms\)$/\2 \1/p' "$1" | sort -rn > "$out/gtest_case_times.txt"
+  awk '{ n = split($2, p, "/"); key = n == 3 ? p[2] : $2; s[key] += $1 / 1000; c[key]++ }
+       END { for (k in s) printf "%.1f %d %s\n", s[k], c[k], k }' "$out/gtest_case_times.txt" \
+    | sort -rn > "$out/gtest_test_seconds.txt"
+  awk '{ s += $1; n += $2 } END { printf "gtest: %d passing cases, %.0f case-seconds\n", n, s }' "$out/gtest_test_seconds.txt"
+  head -12 "$out/gtest_test_seconds.txt"
+}
+
 for part in $parts; do
   start=$SECONDS
   case $part in
@@ -244,7 +258,14 @@ for part in $parts; do
       sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .]+(Passed|\*\*\*Failed|\*\*\*Skipped|Skipped)? *([0-9.]+) sec$/\3 \1/p' \
         "$out/tests.log" | sort -rn > "$out/ctest_times.txt"
       head -40 "$out/ctest_times.txt" > "$out/slowest_tests.txt"
-      awk '{s += $1; n++} END {printf "ctest: %d tests, %.0f test-seconds\n", n, s}' "$out/ctest_times.txt" ;;
+      awk '{s += $1; n++} END {printf "ctest: %d tests, %.0f test-seconds\n", n, s}' "$out/ctest_times.txt"
+      # Inside the shards, by gtest case (ctest keeps every test's output in
+      # LastTest.log): gtest_case_times.txt, each passing case's ms, slowest
+      # first; gtest_test_seconds.txt, the seconds and cases of each test
+      # (Suite.Test, its parameters summed). The sixty-ninth session's
+      # ctest wall was 222 s against 127 s two sessions before (shard-
+      # seconds 2690): where a trim of the suite would pay.
+      gtest_times "${QUACK_BUILD_DIR:-build}/Testing/Temporary/LastTest.log" ;;
     cases)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=ON -DQUACK_BUILD_PYTHON=OFF -DQUACK_WERROR=ON \
           && cmake --build build --target quack_gpu_tests; } > "$out/cases_build.log" 2>&1 \
@@ -704,8 +725,8 @@ if [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
     k=$((k + 1))
     arc=logs$k.tgz
   done
-  (cd "$out" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.status' -o -name '*.json' -o -name '*.md' \) \
-      ! -name '*summary.md' -printf '%f\n' > .packed \
+  (cd "$out" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.status' -o -name '*.json' -o -name '*.md' \
+      -o -name '*.txt' \) ! -name '*summary.md' ! -name gpu.txt -printf '%f\n' > .packed \
     && tar czf "$arc" -T .packed && xargs rm -f < .packed && rm -f .packed)
 fi
 exit $status
