@@ -681,8 +681,9 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
 }
 
 // A row's statistics copied by one thread a warp (bwd_pipe_lead_threads):
-// by default at 1024, the measured threshold, in the 1024-thread CTAs alone -- fp32 5120-131072, one CTA or clusters
-// --, never in the bf16 rows' CTAs of 512 or fewer. The knob changes
+// by default at 1024, the measured threshold, in the 1024-thread CTAs
+// alone -- fp32 5120-131072, one CTA or clusters --, never in the bf16
+// rows' CTAs of 512 or fewer. The knob changes
 // nothing else of the plan: at 0 every plan is the same, less
 // " lead_stats"; at 1 every pipelined plan has it (teams of 8 and 16
 // threads, 4-vector tiles, clusters, big CTAs).
