@@ -665,7 +665,7 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsBigCtas) {
 
 // The same with a row's statistics copied by one thread a warp in every
 // CTA (bwd_pipe_lead_threads = 1), teams below a warp included (the
-// defaults' invariants above check it off).
+// defaults' invariants above check it at 1024, the 1024-thread CTAs alone).
 TEST_F(NormBwdPlan, PipelinedConfigInvariantsLeadStats) {
   RowTuning tune = default_row_tuning();
   tune.bwd_pipe_lead_threads = 1;
@@ -683,18 +683,16 @@ TEST_F(NormBwdPlan, PipelinedConfigInvariantsFourVectors) {
 // A row's statistics copied by one thread a warp (bwd_pipe_lead_threads):
 // by default at 1024, the measured threshold, in the 1024-thread CTAs
 // alone -- fp32 5120-131072, one CTA or clusters --, never in the bf16
-// rows' CTAs of 512 or fewer. The knob changes
-// nothing else of the plan: at 0 every plan is the same, less
-// " lead_stats"; at 1 every pipelined plan has it (teams of 8 and 16
-// threads, 4-vector tiles, clusters, big CTAs).
+// rows' CTAs of 512 or fewer. The knob changes nothing else of the plan:
+// at 0 every plan is the same, less " lead_stats"; at 1 every pipelined
+// plan has it (teams of 8 and 16 threads, 4-vector tiles, clusters, big
+// CTAs).
 TEST_F(NormBwdPlan, LeadStats) {
   EXPECT_EQ(default_row_tuning().bwd_pipe_lead_threads, 1024);
   const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
-  RowTuning at1024 = default_row_tuning(), off = default_row_tuning(), all = default_row_tuning();
-  at1024.bwd_pipe_lead_threads = 1024;
+  RowTuning off = default_row_tuning(), all = default_row_tuning();
   off.bwd_pipe_lead_threads = 0;
   all.bwd_pipe_lead_threads = 1;
-  set_row_tuning(&at1024);
   const std::string tag = " lead_stats";
   auto without_tag = [&](std::string s) {
     const size_t at = s.find(tag);
@@ -726,9 +724,8 @@ TEST_F(NormBwdPlan, LeadStats) {
         const std::string every = plan(call, ln).text;
         EXPECT_NE(every.find(tag), std::string::npos) << every;
         EXPECT_EQ(without_tag(every), without_tag(k.text));
-        set_row_tuning(&at1024);
+        set_row_tuning(nullptr);  // (the defaults: 1024, as asserted above)
       }
-  set_row_tuning(nullptr);
   EXPECT_GE(led, 10);
   EXPECT_GE(pipes, 30);
 }
