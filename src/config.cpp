@@ -1372,9 +1372,13 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   // teams sharing 512-thread CTAs one an SM: dx / +dw 90.1-90.6 / 86.4-88.1%
   // of copy -> 99.4-99.7 / 97.3-97.9 after its own call (rmsnorm_bwd_sweep,
   // H100, 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100-
-  // tables.md).
+  // tables.md). So does a team of one warp (LayerNorm bf16 1024, whose
+  // 4-vector tile ran 256-thread small CTAs two an SM at 91.3 / 88.9 /
+  // 88.4% dx / +dw / +dw,db, 2026-12-07, e4b1ba2): teams of 64 in the
+  // shared CTA, with dbias the big CTA's, as at 2048 (prediction: >= 97 /
+  // 95 / 95).
   if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out) &&
-      !(shares_ctas(prob, tune) && out->vpt == kNormBwdPipeWideVpt && out->cluster == 1 && out->team > 32))
+      !(shares_ctas(prob, tune) && out->vpt == kNormBwdPipeWideVpt && out->cluster == 1 && out->team >= 32))
     return true;
   if (asked < kNormBwdPipeWideVpt) return false;
   RowTuning narrow = tune;

@@ -421,11 +421,14 @@ TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
   const Kernel sub = plan({rows(256), 256, kBF16, kBF16});  // teams of 16
   EXPECT_EQ(sub.threads, 256) << sub.text;
   EXPECT_EQ(sub.grid, 3 * 132) << sub.text;
-  const Kernel ln1k = plan({rows(1024), 1024, kBF16, kBF16, true, false, 0, 0}, true);  // 4 vectors: a warp a row
-  EXPECT_EQ(ln1k.vpt, 4) << ln1k.text;
-  EXPECT_EQ(ln1k.team, 32) << ln1k.text;
-  EXPECT_EQ(ln1k.threads, 256) << ln1k.text;
-  EXPECT_EQ(ln1k.grid, 2 * 132) << ln1k.text;
+  // LayerNorm's 1K, whose 4-vector tile is a warp a row: 2 vectors, teams
+  // of 64 sharing the 512-thread CTA, as RMSNorm's (src/config.cpp,
+  // choose_norm_bwd_pipe_config).
+  const Kernel ln1k = plan({rows(1024), 1024, kBF16, kBF16, true, false, 0, 0}, true);
+  EXPECT_EQ(ln1k.vpt, 2) << ln1k.text;
+  EXPECT_EQ(ln1k.team, 64) << ln1k.text;
+  EXPECT_EQ(ln1k.threads, 512) << ln1k.text;
+  EXPECT_EQ(ln1k.grid, 132) << ln1k.text;
   for (const bool ln : {false, true}) {
     const Kernel two = plan({rows(16384), 16384, kBF16, kBF16, true, false, 0, 0}, ln);
     EXPECT_EQ(two.vpt, 4) << two.text;
@@ -731,8 +734,8 @@ TEST_F(NormBwdPlan, LeadStats) {
 }
 
 // The big-CTA kernel (bwd_pipe_big_cta). By default (1) LayerNorm's rows
-// with dbias: its bf16 2048-8192 and fp32 512-4096 teams share 512-thread
-// big CTAs, one an SM (bf16 2048-8192 took 4-vector small CTAs without it),
+// with dbias: its bf16 1024-8192 and fp32 512-4096 teams share 512-thread
+// big CTAs, one an SM (bf16 1024-8192 took 4-vector small CTAs without it),
 // every other row the plan it had without the kernel (0). At 2, every
 // 512-thread 2-vector CTA -- teams of bf16 1024-4096 sharing one, 8192's
 // own, fp32 512-4096 --, at up to bwd_pipe_big_stages stages, its shared
@@ -755,7 +758,7 @@ TEST_F(NormBwdPlan, BigCtas) {
           const Kernel k = plan(call, ln);
           SCOPED_TRACE(std::to_string(n) + (x == kF32 ? " fp32" : " bf16") + (ln ? " LayerNorm" : " RMSNorm") +
                        (bias ? " with dbias: " : ": ") + k.text);
-          const bool big = ln && bias && (x == kF32 ? n <= 4096 : n >= 2048);
+          const bool big = ln && bias && (x == kF32 ? n <= 4096 : n >= 1024);
           EXPECT_EQ(k.text.find(" big_cta") != std::string::npos, big);
           if (big) {
             EXPECT_EQ(k.team, int(n / (x == kF32 ? 8 : 16)));
@@ -779,7 +782,6 @@ TEST_F(NormBwdPlan, BigCtas) {
     set_row_tuning(&t);
     for (const bool ln : {false, true})
       for (const int64_t n : {1024, 2048, 4096, 8192}) {
-        if (ln && n == 1024) continue;  // (its 4-vector tile: a warp a row)
         const Kernel k = plan({rows(n), n, kBF16, kBF16}, ln);
         SCOPED_TRACE(std::to_string(n) + (ln ? " LayerNorm (dbias): " : " RMSNorm: ") + k.text);
         EXPECT_NE(k.text.find(" big_cta"), std::string::npos);
@@ -861,7 +863,7 @@ TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
 // RMSNorm and 1K in LayerNorm (src/config.cpp cites the sweep), the
 // 2-vector tile below; fp32 rows and fp16 LayerNorm (no small-CTA kernel)
 // always 2. LayerNorm takes 2 where the 4-vector tile is one CTA of a team
-// above a warp (2K-8K: its teams share 512-thread CTAs; with dbias, the
+// of a warp or more (1K-8K: its teams share 512-thread CTAs; with dbias, the
 // big-CTA kernel's).
 TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const DType t : {kBF16, kF16}) {
@@ -874,7 +876,7 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const int db : {0, 1}) {  // LayerNorm without and with dbias
     auto ln = [&](int64_t rows, int64_t cols, DType x) { return plan({rows, cols, x, kF32, true, false, 0, db}, true); };
     EXPECT_EQ(ln(65536, 1016, kBF16).vpt, 2);
-    EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 4);  // (a team of 32)
+    EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 2);  // (its 4-vector team: a warp)
     EXPECT_EQ(ln(65536, 4096, kBF16).vpt, 2);
     EXPECT_EQ(ln(32768, 8192, kBF16).vpt, 2);
     EXPECT_EQ(ln(16384, 16384, kBF16).vpt, 4);  // (clusters)

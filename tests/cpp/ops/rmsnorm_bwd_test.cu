@@ -95,6 +95,10 @@ std::vector<BwdCase> cases() {
   add({"N16384_bf16_M600", 600, 16384, kBF16, kBF16});
   add({"N16384_bf16_M600_one_cta", 600, 16384, kBF16, kBF16, true, true, false});
   add({"N8192_bf16_M1000_fp32w", 1000, 8192, kBF16, kF32});
+  // Teams of 64 sharing 512-thread CTAs (bf16 1024; LayerNorm's too since
+  // its 4-vector tile, a warp a row, gave way: with dbias in the big CTA),
+  // 625 row blocks over 132 CTAs.
+  add({"N1024_bf16_M5000_fp32w_team64", 5000, 1024, kBF16, kF32});
   // The pipelined kernel in clusters (rows past one CTA; a cluster walks
   // many rows), as the 2-vector tile lays them out
   // (TwoVectorPipelineMatchesFloat64; the defaults give 16-bit rows of 16K
@@ -608,7 +612,7 @@ TEST_P(RMSNormBwdGpu, BigCtaPipelineMatchesFloat64) {
     run_both_under(t, c, " big_cta", [](const BwdCase& k, bool centre) {
       return named(k, {"N4096_bf16_M4096", "N8192_bf16_M1000_fp32w", "N2000_f32_M3001_dres_out_offset",
                        "N4096_bf16_M3000_fp32w_vpt4", "N2560_f16_M2000_fp32w_fit", "N7168_bf16_M700_noweight_dbias_fit",
-                       "N8000_f16_M500_dres_out_vpt4"}) ||
+                       "N8000_f16_M500_dres_out_vpt4", "N1024_bf16_M5000_fp32w_team64"}) ||
              (!centre && k.name == "N1000_bf16_M4096_fp32w_offset");  // (LayerNorm's: 4 vectors, a warp a row)
     });
     if (HasFatalFailure()) return;
