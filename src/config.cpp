@@ -1372,13 +1372,20 @@ bool choose_norm_bwd_pipe_config(const NormBwdPipeProblem& prob, const DeviceLim
   // teams sharing 512-thread CTAs one an SM: dx / +dw 90.1-90.6 / 86.4-88.1%
   // of copy -> 99.4-99.7 / 97.3-97.9 after its own call (rmsnorm_bwd_sweep,
   // H100, 2026-12-07; bench/results/logs/2026-12-07-norm-bwd-one-cta-h100-
-  // tables.md). So does a team of one warp (LayerNorm bf16 1024, whose
-  // 4-vector tile ran 256-thread small CTAs two an SM at 91.3 / 88.9 /
-  // 88.4% dx / +dw / +dw,db, 2026-12-07, e4b1ba2): teams of 64 in the
-  // shared CTA, with dbias the big CTA's, as at 2048 (prediction: >= 97 /
-  // 95 / 95).
+  // tables.md). So does an aligned row's team of one warp (LayerNorm bf16
+  // 1024): teams of 64 in the shared CTA, with dbias the big CTA's, as at
+  // 2048. Predicted >= 97 / 95 / 95% dx / +dw / +dw,db; measured against
+  // the 4-vector small CTAs two an SM (rmsnorm_bwd_sweep bf16, M*N = 2^28,
+  // H100, e8aeef0, against bwd_pipe_min_threads=0 in two rounds; bench/
+  // results/logs/2026-12-07-ln-1k-team64-e8aeef0-h100-tables.md): after its
+  // own call 97.9 / 96.1 / 96.9 against 90.5-91.1 / 88.5-88.7 / 87.5-88.3,
+  // scrubbed 97.7 / 96.4 / 98.0 against 97.6-97.8 / 94.4-94.9 / 94.4-94.7;
+  // the bench's backward 86.4 -> 96.6%. Not shifted rows: LayerNorm bf16
+  // 1017 (its plan 1024 columns) in the shared CTA lost dx / +dw 88.4-88.7
+  // / 86.3-86.5 -> 77.7 / 75.9% (the same sweep).
   if ((asked < kNormBwdPipeWideVpt || prob.cols >= wide_min) && choose_norm_bwd_pipe_at(prob, lim, tune, out) &&
-      !(shares_ctas(prob, tune) && out->vpt == kNormBwdPipeWideVpt && out->cluster == 1 && out->team >= 32))
+      !(shares_ctas(prob, tune) && out->vpt == kNormBwdPipeWideVpt && out->cluster == 1 &&
+        out->team > (prob.shifted ? 32 : 16)))
     return true;
   if (asked < kNormBwdPipeWideVpt) return false;
   RowTuning narrow = tune;

@@ -864,7 +864,7 @@ TEST_F(NormBwdPlan, FittedTeamsAtModelWidths) {
 // 2-vector tile below; fp32 rows and fp16 LayerNorm (no small-CTA kernel)
 // always 2. LayerNorm takes 2 where the 4-vector tile is one CTA of a team
 // of a warp or more (1K-8K: its teams share 512-thread CTAs; with dbias, the
-// big-CTA kernel's).
+// big-CTA kernel's), shifted rows of more than a warp.
 TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
   for (const DType t : {kBF16, kF16}) {
     EXPECT_EQ(plan({65536, 4096, t, kF32}).vpt, 2);
@@ -877,6 +877,7 @@ TEST_F(NormBwdPlan, DefaultsTakeFourVectorsByRowLength) {
     auto ln = [&](int64_t rows, int64_t cols, DType x) { return plan({rows, cols, x, kF32, true, false, 0, db}, true); };
     EXPECT_EQ(ln(65536, 1016, kBF16).vpt, 2);
     EXPECT_EQ(ln(65536, 1024, kBF16).vpt, 2);  // (its 4-vector team: a warp)
+    EXPECT_EQ(ln(65536, 1017, kBF16).vpt, 4);  // (shifted rows of 1024 columns: a warp's 4 vectors stay)
     EXPECT_EQ(ln(65536, 4096, kBF16).vpt, 2);
     EXPECT_EQ(ln(32768, 8192, kBF16).vpt, 2);
     EXPECT_EQ(ln(16384, 16384, kBF16).vpt, 4);  // (clusters)
