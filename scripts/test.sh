@@ -115,8 +115,11 @@ fi
 section "Python: build and install quack_cpp"
 # A persistent build dir: a re-run rebuilds only what changed.
 export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+# The library the C++ build above just made, linked into the extension
+# instead of compiled again (CMakeLists.txt: QUACK_PREBUILT_LIB).
 "$py" -m pip install --disable-pip-version-check --no-build-isolation --no-deps \
-      --config-settings=build-dir="$build/python" .
+      --config-settings=build-dir="$build/python" \
+      --config-settings=cmake.define.QUACK_PREBUILT_LIB="$build/libquack.a" .
 echo "built and installed in $(elapsed) from the start"
 
 section "Python: pytest"
