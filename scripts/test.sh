@@ -9,7 +9,8 @@
 #      (Release; warnings and register spills are errors), then ctest.
 #   2. Install to a temporary prefix; build examples/consumer against it with
 #      find_package(quack) and run it.
-#   3. Python: pip install the package (quack_cpp) and run pytest tests/python.
+#   3. Python: pip install the package (quack_cpp), its extension linked to
+#      step 1's libquack.a (QUACK_PREBUILT_LIB), and run pytest tests/python.
 #
 # On a machine without a CUDA GPU every GPU test is skipped and listed as
 # skipped (ctest: "Skipped"; pytest -rs: the reason); everything else runs.
