@@ -667,7 +667,9 @@ RowTuning default_row_tuning() {
   // / 88.7 / 86.6 / 79.8 / 77.4 / 71.5 against 80.5 / 77.7 / 64.7 / 62.7 /
   // 58.2 / 47.2; and (15fa5dd, logs/2026-12-01-norm-bwd-threshold-15fa5dd.log)
   // LayerNorm 512 / 2K / 8K 87.7 / 90.5 / 91.8 against 90.3 / 80.8 / 65.1.
-  // RMSNorm 8K unmeasured.
+  // RMSNorm 8K unmeasured. (Since one CTA an SM, LayerNorm's aligned rows
+  // of 1K-8K take 2 vectors again where their teams share CTAs:
+  // choose_norm_bwd_pipe_config.)
   t.bwd_pipe_vpt16 = 4;
   // Off until measured (the forty-sixth session's hypothesis, after the
   // forward's norm_fit_team won 1-14 points at model widths): the
