@@ -183,10 +183,20 @@ build_old_tree() {
 # (a call of bench parts alone) they would run every peer but quack_cpp, as
 # the thirteenth session's first call did. Built in build/python, as
 # scripts/test.sh and scripts/bench.sh build it.
+# The extension links build/libquack.a (CMakeLists.txt: QUACK_PREBUILT_LIB),
+# brought up to date with this tree first (an earlier part -- cases, sweep --
+# has mostly built it: the seventieth session's bench_all call compiled the
+# library a second time in build/python after its cases call), configured
+# here as scripts/test.sh does where no part has.
 ensure_package() {
   python3 -c "import quack_cpp" 2> /dev/null && return 0
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --disable-pip-version-check --no-build-isolation \
-    --no-deps --config-settings=build-dir=build/python . > "$out/install.log" 2>&1 \
+  { { [ -f build/CMakeCache.txt ] \
+        || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUACK_BUILD_TESTS=OFF -DQUACK_BUILD_PYTHON=OFF \
+             -DQUACK_WERROR=ON; } \
+      && cmake --build build --target quack \
+      && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --disable-pip-version-check --no-build-isolation \
+        --no-deps --config-settings=build-dir=build/python \
+        --config-settings=cmake.define.QUACK_PREBUILT_LIB="$root/build/libquack.a" .; } > "$out/install.log" 2>&1 \
     || { echo "pip install of quack_cpp failed: install.log"; return 1; }
 }
 
