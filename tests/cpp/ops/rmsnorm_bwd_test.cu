@@ -294,10 +294,14 @@ enum class InPlace { kNone, kOverDy, kOverH };
 
 // want_in_plan: words the call's plan (norm_bwd_plan_description) must
 // contain, or the test fails (empty: not checked); '&' between pieces that
-// must each be there.
-void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "", InPlace in_place = InPlace::kNone) {
+// must each be there. max_elems > 0: the case's rows capped at max_elems
+// over its columns (at least 1).
+void run_case(const BwdCase& c, bool centre, const std::string& want_in_plan = "", InPlace in_place = InPlace::kNone,
+              int64_t max_elems = 0) {
   const DType dy_t = int(c.dy_t) < 0 ? c.t : c.dy_t, dx_t = int(c.dx_t) < 0 ? c.t : c.dx_t;
-  const int64_t M = test::case_rows(c.rows, c.cols), N = c.cols, stride = N + c.pad;
+  int64_t M = test::case_rows(c.rows, c.cols);
+  if (max_elems > 0) M = std::min(M, std::max<int64_t>(1, max_elems / c.cols));
+  const int64_t N = c.cols, stride = N + c.pad;
   const BwdInputs& in = inputs_of(c, centre, M, dy_t);
   const std::vector<float>& h = in.h;
   const std::vector<float>& dy = in.dy;
@@ -488,14 +492,24 @@ TEST_P(RMSNormBwdGpu, LayerNormMatchesFloat64AndIsDeterministic) {
   run_case(GetParam(), true);
 }
 
+// The variant tunings' rows: at most 2^24 elements a case (every row of
+// every case runs under the defaults, above). The suite's five largest
+// cases -- bf16 262144 x 300 and 1048576 x 33, fp32 12288 x 2000, bf16 96
+// x 200000 and 20000 x 1000 -- ran 14-46 s a test in every variant (the
+// float64 reference on the CPU), 2338 case-seconds in all at e4b1ba2
+// (bench/results/logs/2026-12-07-tests-e4b1ba2-h100.txt); capped, ~200
+// fewer. Every case the tests name for a plan is at or below the cap;
+// GridKernelMatchesFloat64 keeps every row.
+constexpr int64_t kVariantMaxElems = int64_t(1) << 24;
+
 // Both norms under a tuning; want_in_plan as run_case's, for the cases
-// `wanted` picks (all: nullptr).
+// `wanted` picks (all: nullptr); rows capped at max_elems elements (0: none).
 void run_both_under(const RowTuning& t, const BwdCase& c, const std::string& want_in_plan = "",
-                    bool (*wanted)(const BwdCase&, bool centre) = nullptr) {
+                    bool (*wanted)(const BwdCase&, bool centre) = nullptr, int64_t max_elems = kVariantMaxElems) {
   TuningScope scope(t);
   for (const bool centre : {false, true}) {
     SCOPED_TRACE(centre ? "LayerNorm" : "RMSNorm");
-    run_case(c, centre, wanted == nullptr || wanted(c, centre) ? want_in_plan : "");
+    run_case(c, centre, wanted == nullptr || wanted(c, centre) ? want_in_plan : "", InPlace::kNone, max_elems);
     if (testing::Test::HasFatalFailure()) return;
   }
 }
@@ -668,16 +682,17 @@ TEST_P(RMSNormBwdGpu, GridKernelMatchesFloat64) {
   RowTuning t = default_row_tuning();
   t.bwd_grid_min_cols16 = t.bwd_grid_min_cols32 = 1;
   t.bwd_grid_keep_cluster16 = 0;
+  // (every row: the grid cases' rows wrap the stages and the exchange ring)
   const auto serves = [](const BwdCase& c, bool) { return grid_serves(c); };
-  run_both_under(t, GetParam(), "grid ", serves);
+  run_both_under(t, GetParam(), "grid ", serves, 0);
   if (HasFatalFailure()) return;
   RowTuning one = t;  // a row a step at the default stages (16-bit rows' default is 2)
   one.bwd_grid_rows16 = 1;
-  run_both_under(one, GetParam(), "rows=1", serves);
+  run_both_under(one, GetParam(), "rows=1", serves, 0);
   if (HasFatalFailure()) return;
   t.bwd_grid_stages16 = t.bwd_grid_stages32 = 2;
   t.bwd_grid_lag = 1;
-  run_both_under(t, GetParam(), "stages=2 lag=1", serves);
+  run_both_under(t, GetParam(), "stages=2 lag=1", serves, 0);
 }
 
 // Shifted rows (RowTuning::shifted_rows bit 4, on by default since the
