@@ -14,8 +14,9 @@
 // (softmax), the loss alone or with the gradient (cross_entropy); rows 1,
 // 100 and 2^28 / N (the sweeps' M). Rows are contiguous (pitch N), so an
 // N that is not whole 16-byte vectors takes the shifted plans where there
-// is more than one row, as a contiguous tensor does. The seventieth session's check of LayerNorm
-// bf16 1024's new plan (docs/KERNELS.md): 18 lines moved over N = 1..70000.
+// is more than one row, as a contiguous tensor does. The seventieth
+// session's check of LayerNorm bf16 1024's new plan (docs/KERNELS.md): 18
+// lines moved over N = 1..70000.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,15 +24,16 @@
 
 #include "quack/core/config.hpp"
 #include "quack/quack.hpp"
+#include "support/plan_args.hpp"
 #include "sweep_common.hpp"
 
 namespace {
 
 using quack::DType;
 
-// Fake device pointers: the plans read only their alignment (16-byte
-// aligned bases, 64 GB apart).
-void* at(uintptr_t slot) { return reinterpret_cast<void*>((uintptr_t(1) << 40) + (slot << 36)); }
+// Operand `slot`'s fake device pointer (the host plan tests'): the plans
+// read only its alignment.
+void* at(uintptr_t slot) { return quack::test::fake_device_ptr(slot, 0, DType::kFloat32); }
 
 const char* grads_name(int g) { return g == 0 ? "dx" : g == 1 ? "+dw" : "+dw,db"; }
 
@@ -107,7 +109,8 @@ int main(int argc, char** argv) {
             for (int g = 0; g < (op == "norm_bwd" ? 3 : 2); ++g) {
               const DType w = w32 ? DType::kFloat32 : x;
               if (w32 && x == DType::kFloat32) continue;  // (the same call as the weight in x's dtype)
-              const std::string plan = op == "norm_bwd" ? norm_bwd(rows, n, x, w, ln, g) : norm_fwd(rows, n, x, w, ln, g == 1);
+              const std::string plan =
+                  op == "norm_bwd" ? norm_bwd(rows, n, x, w, ln, g) : norm_fwd(rows, n, x, w, ln, g == 1);
               std::printf("%lld %s %s %s %s rows %lld: %s\n", (long long)n, xn, quack::dtype_name(w), ln ? "LN" : "RMS",
                           op == "norm_bwd" ? grads_name(g) : (g ? "residual" : "plain"), (long long)rows, plan.c_str());
             }
