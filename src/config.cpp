@@ -515,6 +515,15 @@ RowTuning default_row_tuning() {
   t.softmax_fwd_grid_min_cols16 = int64_t(512) << 10;
   t.softmax_fwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
   t.softmax_fwd_grid_rows32 = 2;
+  // The grid backward (softmax_bwd_grid_kernel), built without a GPU in the
+  // seventy-first session for the one backward cell below issue 6's target:
+  // fp32 1M at 67.6% of copy (bench_all at 52f77fe, H100), the chunked
+  // kernel re-reading ~1.6 of its 2 input tensors. Predicted ~88-92% (the
+  // norm grid backward's fp32 RMSNorm 1M runs 93.0% on the same layout).
+  // Off until measured: every row keeps the kernels measured so far.
+  t.softmax_bwd_grid = 0;
+  t.softmax_bwd_grid_min_cols16 = (int64_t(512) << 10) + 1;
+  t.softmax_bwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
   t.chunk_cta_bytes = 128 << 10;
   t.chunk_stage_bytes = 96 << 10;
   t.chunk_threads = 512;
@@ -1795,6 +1804,25 @@ const char* check_softmax_fwd_grid_config(const NormGridConfig& c, int64_t rows,
                                           const DeviceLimits& lim) {
   if (cols < kSoftmaxFwdWorkspaceMinCols) return "a row shorter than kSoftmaxFwdWorkspaceMinCols";
   return check_norm_grid_config(c, rows, cols, x_elem_bytes, 1, true, kNormGridMaxRowsPerStep, 2, lim);
+}
+
+// The backward's: y's and dy's tiles a stage (the norm grid backward's
+// layout and knobs), a word a row (the dot); 16-bit rows up to two a step,
+// fp32 rows one.
+bool choose_softmax_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, const DeviceLimits& lim,
+                                    const RowTuning& tune, NormGridConfig* out) {
+  if (cols < kSoftmaxBwdWorkspaceMinCols) return false;
+  const GridKnobs k{tune.softmax_bwd_grid,  tune.softmax_bwd_grid_min_cols16, tune.softmax_bwd_grid_min_cols32,
+                    tune.bwd_grid_stages16, tune.bwd_grid_stages32,           tune.bwd_grid_lag,
+                    tune.bwd_grid_rows16,   1,                                kNormGridMaxRowsPerStep,
+                    1};
+  return choose_norm_grid_config(rows, cols, x_elem_bytes, false, 2, lim, k, out);
+}
+
+const char* check_softmax_bwd_grid_config(const NormGridConfig& c, int64_t rows, int64_t cols, int x_elem_bytes,
+                                          const DeviceLimits& lim) {
+  if (cols < kSoftmaxBwdWorkspaceMinCols) return "a row shorter than kSoftmaxBwdWorkspaceMinCols";
+  return check_norm_grid_config(c, rows, cols, x_elem_bytes, 2, false, kNormGridMaxRowsPerStep, 1, lim);
 }
 
 }  // namespace quack

@@ -32,24 +32,29 @@ Status check_same_dtype(const char* name, DType got, const char* ref_name, DType
 // unless the tuning chunks rows this long (forward rows of chunk_min_cols
 // elements or more, or whose register tile needs a cluster, are chunked
 // unless staged), otherwise the chunked two-pass kernel. Ahead of them,
-// forward rows the grid kernel serves (softmax_fwd_grid) where the call
-// has a workspace: grid, the configuration exists (it sizes the workspace);
-// the plan above stays the fallback for a grid that cannot be resident.
+// rows the grid kernels serve (softmax_fwd_grid, softmax_bwd_grid) where
+// the call has a workspace: grid, the configuration exists (it sizes the
+// workspace); the plan above stays the fallback for a grid that cannot be
+// resident.
 struct Plan {
   bool reg = false;
   RegRowConfig reg_cfg;
   ChunkRowConfig chunk_cfg;
   bool grid = false;
   NormGridConfig gcfg;
-  bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch
+  bool grid_prefetch = false;  // RowTuning::fwd_grid_prefetch (both directions' collect)
   // Backward: a log-softmax row the chunked kernel takes reads dy alone in
   // pass 1 (RowTuning::softmax_chunk_log_dy; the launch checks p.log).
   bool chunk_log_dy = false;
 };
 
-// The grid forward's configuration, where it serves the row (whole-vector
-// rows only).
-bool grid_path(int64_t rows, int64_t cols, int es, const DeviceLimits& lim, const RowTuning& tune, NormGridConfig* g) {
+// The grid kernel's configuration for the direction, where it serves the
+// row (whole-vector rows only).
+bool grid_path(int64_t rows, int64_t cols, int es, bool backward, const DeviceLimits& lim, const RowTuning& tune,
+               NormGridConfig* g) {
+  if (backward)
+    return choose_softmax_bwd_grid_config(rows, cols, es, lim, tune, g) &&
+           check_softmax_bwd_grid_config(*g, rows, cols, es, lim) == nullptr;
   return choose_softmax_fwd_grid_config(rows, cols, es, lim, tune, g) &&
          check_softmax_fwd_grid_config(*g, rows, cols, es, lim) == nullptr;
 }
@@ -65,7 +70,7 @@ Plan plan_rows(int64_t rows, int64_t cols, int es, bool backward, bool shifted, 
   Plan plan;
   if (shifted && !(tune.shifted_rows & 1)) return plan;
   if (shifted) cols += 16 / es - 1;
-  if (!backward && !shifted) plan.grid = grid_path(rows, cols, es, lim, tune, &plan.gcfg);
+  if (!shifted) plan.grid = grid_path(rows, cols, es, backward, lim, tune, &plan.gcfg);
   plan.grid_prefetch = tune.fwd_grid_prefetch != 0;
   plan.chunk_log_dy = backward && tune.softmax_chunk_log_dy != 0;
   RegRowProblem prob;
@@ -154,13 +159,28 @@ ops::SoftmaxParams fwd_params(const SoftmaxFwdArgs& a) {
   return p;
 }
 
+// The backward's problem.
+ops::SoftmaxParams bwd_params(const SoftmaxBwdArgs& a) {
+  ops::SoftmaxParams p{};
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.a = a.y.ptr;
+  p.a_stride = a.y.row_stride;
+  p.b = a.dy.ptr;
+  p.b_stride = a.dy.row_stride;
+  p.out = a.dx.ptr;
+  p.out_stride = a.dx.row_stride;
+  p.log = a.log;
+  return p;
+}
+
 // The launch, shared by both directions (p.b: dy, backward): rows of whole
 // 16-byte vectors by plan_rows; rows whose operands all start at the same
 // offset inside a vector (detail::same_vector_offsets: an odd pitch, a
 // misaligned base) by plan_rows too, shifted, where its register or staged
 // kernels hold them, else by the streaming kernel in shifted vectors;
-// other rows element by element. workspace (forward only; nullptr: none):
-// the grid kernel's, workspace_bytes of it.
+// other rows element by element. workspace (nullptr: none): the grid
+// kernel's, workspace_bytes of it.
 Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaStream_t stream,
               void* workspace = nullptr, size_t workspace_bytes = 0) {
   if (base.rows == 0) return Status::success();
@@ -181,13 +201,15 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaSt
       const NormGridConfig& g = plan.gcfg;
       if (workspace_bytes < g.exchange_bytes)
         return invalid("workspace_bytes: " + std::to_string(workspace_bytes) + " bytes given, the call needs " +
-                       std::to_string(g.exchange_bytes) + " (softmax_fwd_workspace_bytes)");
+                       std::to_string(g.exchange_bytes) +
+                       (backward ? " (softmax_bwd_workspace_bytes)" : " (softmax_fwd_workspace_bytes)"));
       ops::SoftmaxGridParams gp{};
       gp.op = p;
       core::set_grid_params(gp, g, workspace, plan.grid_prefetch);
       bool not_resident = false;
-      Status gst = detail::by_dtype(dtype, "x", [&](auto dt) {
-        return ops::launch_softmax_fwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident);
+      Status gst = detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
+        return backward ? ops::launch_softmax_bwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident)
+                        : ops::launch_softmax_fwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident);
       });
       if (!not_resident) return gst;  // else the plan without the grid kernel
     }
@@ -284,26 +306,42 @@ Status can_implement(const SoftmaxBwdArgs& a) {
     if (!(st = check_same_dtype("dy", a.dy.dtype, "y", a.y.dtype)).ok()) return st;
     if (!(st = check_same_dtype("dx", a.dx.dtype, "y", a.y.dtype)).ok()) return st;
   }
-  // dx in place of y or dy, or apart from both (detail::check_disjoint).
+  if (a.workspace != nullptr && uintptr_t(a.workspace) % 16 != 0)
+    return invalid("workspace: pointer is not 16-byte aligned");
+  // dx in place of y or dy, or apart from both; the workspace apart from
+  // every tensor (detail::check_disjoint).
   if (a.rows == 0) return Status::success();
-  return detail::check_disjoint({detail::matrix_span("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols)},
+  return detail::check_disjoint({detail::matrix_span("dx", a.dx.ptr, a.dx.dtype, a.dx.row_stride, a.rows, a.cols),
+                                 detail::bytes_span("workspace", a.workspace, a.workspace_bytes)},
                                 {detail::matrix_span("y", a.y.ptr, a.y.dtype, a.y.row_stride, a.rows, a.cols),
                                  detail::matrix_span("dy", a.dy.ptr, a.dy.dtype, a.dy.row_stride, a.rows, a.cols)});
+}
+
+// The workspace a call may use (either direction): the grid kernel's
+// exchange logs where it serves the rows, else 0. st: the arguments'
+// validation, returned as is where it failed.
+Status workspace_bytes(Status st, const ops::SoftmaxParams& p, DType dtype, bool backward, int64_t min_cols,
+                       size_t* bytes) {
+  if (!st.ok() || p.rows == 0 || p.cols < min_cols || !whole_vectors(p, dtype, backward)) return st;
+  int device = -1;
+  DeviceLimits lim;
+  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
+  NormGridConfig g;
+  if (grid_path(p.rows, p.cols, dtype_size(dtype), backward, lim, current_row_tuning(), &g))
+    *bytes = g.exchange_bytes;
+  return Status::success();
 }
 
 Status softmax_fwd_workspace_bytes(const SoftmaxFwdArgs& a, size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes: null pointer");
   *bytes = 0;
-  Status st = can_implement(a);
-  if (!st.ok() || a.rows == 0 || a.cols < kSoftmaxFwdWorkspaceMinCols ||
-      !whole_vectors(fwd_params(a), a.x.dtype, false))
-    return st;
-  int device = -1;
-  DeviceLimits lim;
-  if (!(st = core::launch_device(&lim, &device)).ok()) return st;
-  NormGridConfig g;
-  if (grid_path(a.rows, a.cols, dtype_size(a.x.dtype), lim, current_row_tuning(), &g)) *bytes = g.exchange_bytes;
-  return Status::success();
+  return workspace_bytes(can_implement(a), fwd_params(a), a.x.dtype, false, kSoftmaxFwdWorkspaceMinCols, bytes);
+}
+
+Status softmax_bwd_workspace_bytes(const SoftmaxBwdArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes: null pointer");
+  *bytes = 0;
+  return workspace_bytes(can_implement(a), bwd_params(a), a.y.dtype, true, kSoftmaxBwdWorkspaceMinCols, bytes);
 }
 
 Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
@@ -315,17 +353,7 @@ Status softmax_fwd(const SoftmaxFwdArgs& a, cudaStream_t stream) {
 Status softmax_bwd(const SoftmaxBwdArgs& a, cudaStream_t stream) {
   Status st = can_implement(a);
   if (!st.ok() || a.rows == 0) return st;
-  ops::SoftmaxParams p{};
-  p.rows = a.rows;
-  p.cols = a.cols;
-  p.a = a.y.ptr;
-  p.a_stride = a.y.row_stride;
-  p.b = a.dy.ptr;
-  p.b_stride = a.dy.row_stride;
-  p.out = a.dx.ptr;
-  p.out_stride = a.dx.row_stride;
-  p.log = a.log;
-  return launch(p, a.y.dtype, true, stream);
+  return launch(bwd_params(a), a.y.dtype, true, stream, a.workspace, a.workspace_bytes);
 }
 
 }  // namespace quack

@@ -1,5 +1,5 @@
 // C++-only softmax / log-softmax sweep, forward and backward: a spot check of
-// three rows against a double CPU reference, then bandwidth against a
+// three rows of each against a double CPU reference, then bandwidth against a
 // same-run device-to-device copy (model bytes: forward reads x and writes
 // out; backward reads y and dy and writes dx). Used to tune the register
 // kernels' configuration in one device call.
@@ -42,6 +42,34 @@ double check_fwd(const void* x, const void* out, int64_t M, int64_t N, quack::DT
   return worst;
 }
 
+// Largest error of rows {0, M/2, M-1} of dx against the backward
+// reference from y and dy (double), relative to |dx| + the row's mean
+// |dx|.
+double check_bwd(const void* y, const void* dy, const void* dx, int64_t M, int64_t N, quack::DType dt, bool log) {
+  const int es = quack::dtype_size(dt);
+  double worst = 0.0;
+  for (int64_t r : {int64_t(0), M / 2, M - 1}) {
+    std::vector<uint8_t> hy(size_t(N) * es), hd(size_t(N) * es), hx(size_t(N) * es);
+    const size_t at = size_t(r) * N * es;
+    CK(cudaMemcpy(hy.data(), static_cast<const char*>(y) + at, hy.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hd.data(), static_cast<const char*>(dy) + at, hd.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hx.data(), static_cast<const char*>(dx) + at, hx.size(), cudaMemcpyDeviceToHost));
+    auto yv = [&](int64_t c) { return double(sweep::bits_to_float(hy.data() + c * es, dt)); };
+    auto dv = [&](int64_t c) { return double(sweep::bits_to_float(hd.data() + c * es, dt)); };
+    double dot = 0.0;
+    for (int64_t c = 0; c < N; ++c) dot += log ? dv(c) : dv(c) * yv(c);
+    auto ref = [&](int64_t c) { return log ? dv(c) - std::exp(yv(c)) * dot : yv(c) * (dv(c) - dot); };
+    double mean_abs = 0.0;
+    for (int64_t c = 0; c < N; ++c) mean_abs += std::fabs(ref(c)) / double(N);
+    for (int64_t c = 0; c < N; ++c) {
+      const double got = sweep::bits_to_float(hx.data() + c * es, dt);
+      const double err = std::fabs(got - ref(c)) / (std::fabs(ref(c)) + mean_abs);
+      worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+    }
+  }
+  return worst;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,7 +103,7 @@ int main(int argc, char** argv) {
   std::printf("%s, dtype %s, M*N = %lld, copy %.1f GB/s\n", log ? "log_softmax" : "softmax", quack::dtype_name(dt),
               (long long)total, copy_gbs);
   std::printf("%9s %8s | %-40s | %9s %6s | %-40s | %9s %6s | %s\n", "N", "M", "forward kernel", "fwd us", "%copy",
-              "backward kernel", "bwd us", "%copy", "fwd max rel err");
+              "backward kernel", "bwd us", "%copy", "fwd / bwd max rel err");
 
   for (int64_t N : Ns) {
     const int64_t M = std::max<int64_t>(1, total / N);
@@ -104,22 +132,41 @@ int main(int argc, char** argv) {
     ba.dy = {dy, dt, N};
     ba.dx = {dx, dt, N};
     ba.log = log;
+    // The backward's likewise.
+    size_t bws_bytes = 0;
+    void* bws = nullptr;
+    const quack::Status bwst = quack::softmax_bwd_workspace_bytes(ba, &bws_bytes);
+    if (!bwst.ok()) {
+      std::printf("%9lld: backward workspace query error %s\n", (long long)N, bwst.message.c_str());
+      if (ws != nullptr) CK(cudaFree(ws));
+      continue;
+    }
+    if (bws_bytes > 0) CK(cudaMalloc(&bws, bws_bytes));
+    ba.workspace = bws;
+    ba.workspace_bytes = bws_bytes;
+    auto free_ws = [&] {
+      if (ws != nullptr) CK(cudaFree(ws));
+      if (bws != nullptr) CK(cudaFree(bws));
+    };
     CK(cudaMemset(y, 0xff, size_t(M) * N * es));  // poison (NaN) before the checked run
     const quack::Status fst = quack::softmax_fwd(fa, nullptr);
     if (!fst.ok()) {
       std::printf("%9lld: forward error %s\n", (long long)N, fst.message.c_str());
-      if (ws != nullptr) CK(cudaFree(ws));
+      free_ws();
       continue;
     }
     CK(cudaDeviceSynchronize());
     const double err = check_fwd(x, y, M, N, dt, log);
     const float fwd_ms = timer.median_ms([&] { (void)quack::softmax_fwd(fa, nullptr); }, 20);
+    CK(cudaMemset(dx, 0xff, size_t(M) * N * es));  // poison (NaN) before the checked run
     const quack::Status bst = quack::softmax_bwd(ba, nullptr);
     if (!bst.ok()) {
       std::printf("%9lld: backward error %s\n", (long long)N, bst.message.c_str());
-      if (ws != nullptr) CK(cudaFree(ws));
+      free_ws();
       continue;
     }
+    CK(cudaDeviceSynchronize());
+    const double berr = check_bwd(y, dy, dx, M, N, dt, log);
     const float bwd_ms = timer.median_ms([&] { (void)quack::softmax_bwd(ba, nullptr); }, 20);
     const double fwd_pct = 100.0 * (2.0 * M * N * es / fwd_ms / 1e6) / copy_gbs;
     const double bwd_pct = 100.0 * (3.0 * M * N * es / bwd_ms / 1e6) / copy_gbs;
@@ -128,9 +175,9 @@ int main(int argc, char** argv) {
     const bool shifted = (N * es) % 16 != 0;
     const std::string fplan = quack::softmax_plan_description(M, N, dt, false, lim, true, shifted);
     const std::string bplan = quack::softmax_plan_description(M, N, dt, true, lim, true, shifted);
-    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e\n", (long long)N, (long long)M,
-                fplan.c_str(), fwd_ms * 1e3, fwd_pct, bplan.c_str(), bwd_ms * 1e3, bwd_pct, err);
-    if (ws != nullptr) CK(cudaFree(ws));
+    std::printf("%9lld %8lld | %-40s | %9.1f %5.1f%% | %-40s | %9.1f %5.1f%% | %.2e / %.2e\n", (long long)N,
+                (long long)M, fplan.c_str(), fwd_ms * 1e3, fwd_pct, bplan.c_str(), bwd_ms * 1e3, bwd_pct, err, berr);
+    free_ws();
   }
   CK(cudaGetLastError());
   return 0;

@@ -150,7 +150,7 @@ inline bool env_flag(const char* name) {
 //               reg=1,reg_vpt=4,reg_max_team=256,norm_fwd_vpt16_min_cols=0,norm_fwd_shift_vpt16_min_cols=3000,reg_wide_team=1024,reg_fill_threads_per_sm=512,reg_fill_max_team=512,reg_lean=3,reg_threads=256,reg_fit_team=0,norm_fit_team=1,
 //               reg_staged=3,reg_staged_early_w=2,reg_small_cta=1,ln_staged=1,reg_staged_team=256,reg_staged_above_team=512,reg_staged_above_team_f32=256,reg_w_batch=1,reg_staged_pair=8,reg_staged_pair_full_wave=1,reg_staged_pair_min_cluster=8,cluster_end_sync=1,reg_staged_vpt_max=16,reg_staged_vpt_max_beyond=32,reg_staged_balance=1,norm_staged_balance=2,shifted_rows=1,chunk_min_kb=..,chunk_min_bwd_kb=..,chunk_min_cols=65536,
 //               chunk_clustered_fwd=1,softmax_staged_fwd=2,softmax_staged_vpt=16,softmax_staged_bwd=3,softmax_staged_bwd_vpt=8,softmax_staged_fwd_wide=0,softmax_staged_bwd_wide=0,softmax_staged_wide_first=0,
-//               softmax_fwd_grid=2,softmax_fwd_grid_min_cols16=524288,softmax_fwd_grid_min_cols32=524289,softmax_fwd_grid_rows32=2,softmax_fwd_vpt16=8,chunk_cta_kb=128,chunk_stage_kb=96,chunk_threads=512,softmax_chunk_log_dy=1,ce_fwd_stream_min_bytes=49152,ce_grad_split_min_cols=32000,ce_one_row_loss=1,ce_finish_pdl=1,ce_cluster_rows=16,ce_cluster_oneway=1,
+//               softmax_fwd_grid=2,softmax_fwd_grid_min_cols16=524288,softmax_fwd_grid_min_cols32=524289,softmax_fwd_grid_rows32=2,softmax_bwd_grid=0,softmax_bwd_grid_min_cols16=524289,softmax_bwd_grid_min_cols32=524289,softmax_fwd_vpt16=8,chunk_cta_kb=128,chunk_stage_kb=96,chunk_threads=512,softmax_chunk_log_dy=1,ce_fwd_stream_min_bytes=49152,ce_grad_split_min_cols=32000,ce_one_row_loss=1,ce_finish_pdl=1,ce_cluster_rows=16,ce_cluster_oneway=1,
 //               ce_staged_grad=3,ce_staged_vpt=16,ce_staged_min_cols=16384,ce_staged_clusters=-1,
 //               bwd_pipe=3,bwd_pipe_fit_team=0,bwd_pipe_vpt16=4,bwd_pipe_wide_min_cols=16384,bwd_pipe_wide_min_cols_ln=1024,bwd_pipe_wide_idle_db=1,bwd_pipe_wide_idle32=15,bwd_pipe_ctas_per_sm=1,bwd_pipe_min_threads=512,bwd_pipe_share_db=0,bwd_pipe_big_cta=1,bwd_pipe_big_stages=3,bwd_pipe_lead_threads=0,bwd_pipe_vpt32=2,bwd_pipe_stages=4,bwd_pipe_threads=256,bwd_pipe_cluster=16,bwd_pipe_cluster_threads=1024,bwd_pipe_db_regs=1,bwd_pipe_small_cta=1,
 //               bwd_grid=3,bwd_grid_min_cols16=131073,bwd_grid_min_cols32=131073,bwd_grid_stages16=6,bwd_grid_stages32=3,bwd_grid_lag=2,bwd_grid_rows16=2,
@@ -221,6 +221,10 @@ inline bool install_tuning_from_env() {
     else if (k == "softmax_fwd_grid_min_cols16") tune.softmax_fwd_grid_min_cols16 = v;
     else if (k == "softmax_fwd_grid_min_cols32") tune.softmax_fwd_grid_min_cols32 = v;
     else if (k == "softmax_fwd_grid_rows32") tune.softmax_fwd_grid_rows32 = int(v);
+    else if (k == "softmax_bwd_grid") tune.softmax_bwd_grid = int(v);
+    else if (k == "softmax_bwd_grid_min_cols") tune.softmax_bwd_grid_min_cols16 = tune.softmax_bwd_grid_min_cols32 = v;
+    else if (k == "softmax_bwd_grid_min_cols16") tune.softmax_bwd_grid_min_cols16 = v;
+    else if (k == "softmax_bwd_grid_min_cols32") tune.softmax_bwd_grid_min_cols32 = v;
     else if (k == "chunk_cta_kb") tune.chunk_cta_bytes = int64_t(v) * 1024;
     else if (k == "chunk_stage_kb") tune.chunk_stage_bytes = int64_t(v) * 1024;
     else if (k == "chunk_threads") tune.chunk_threads = int(v);

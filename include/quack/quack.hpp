@@ -207,6 +207,15 @@ struct SoftmaxBwdArgs {
   MatrixRef dy;
   MutMatrixRef dx;
   bool log = false;
+  // Optional device memory (softmax_bwd_workspace_bytes(args) bytes, 16-byte
+  // aligned, not used by another call at the same time), as the forward's:
+  // rows of at least kSoftmaxBwdWorkspaceMinCols columns may then take the
+  // grid kernel, its CTAs exchanging each row's sum(dy * y) (log-softmax:
+  // sum(dy)) through this memory: 8 bytes a row for every 8192 columns.
+  // Without one (nullptr) every row takes the other kernels: the results
+  // are the same within rounding, only the speed differs.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 Status can_implement(const SoftmaxFwdArgs& args);
@@ -219,7 +228,12 @@ Status softmax_fwd(const SoftmaxFwdArgs& args, cudaStream_t stream);
 // the workspace query returns 0 whatever the arguments.
 inline constexpr int64_t kSoftmaxFwdWorkspaceMinCols = int64_t(64) << 10;
 Status can_implement(const SoftmaxBwdArgs& args);
+// *bytes: the device memory the backward may use in args.workspace (0:
+// none), as softmax_fwd_workspace_bytes.
+Status softmax_bwd_workspace_bytes(const SoftmaxBwdArgs& args, size_t* bytes);
 Status softmax_bwd(const SoftmaxBwdArgs& args, cudaStream_t stream);
+// The shortest row that can need a backward workspace.
+inline constexpr int64_t kSoftmaxBwdWorkspaceMinCols = int64_t(64) << 10;
 
 // ---------------------------------------------------------------------------
 // Cross-entropy over rows of logits (the class dimension is the row), as

@@ -34,6 +34,11 @@ def softmax_bwd(
     rows: int, cols: int, y_ptr: int, dtype: int, y_stride: int, dy_ptr: int, dy_stride: int,
     dx_ptr: int, dx_stride: int, log: bool, stream: int,
 ) -> None: ...
+def softmax_bwd_ws(
+    rows: int, cols: int, y_ptr: int, dtype: int, y_stride: int, dy_ptr: int, dy_stride: int,
+    dx_ptr: int, dx_stride: int, log: bool, stream: int, ws_ptr: int, ws_bytes: int, mode: int,
+) -> int: ...
+SOFTMAX_BWD_WORKSPACE_MIN_COLS: int
 def rmsnorm_bwd(
     rows: int, cols: int,
     h_ptr: int, h_dtype: int, h_stride: int,

@@ -15,9 +15,11 @@ from ._common import (_DTYPE_CODE, _DTYPES, _contiguous, _direct, _first_order, 
                       _on_device, _raw_stream, _rows_view)
 
 
-# Rows from this length on may take the grid forward, which needs a
-# workspace (quack::SoftmaxFwdArgs::workspace): the launch asks for it.
+# Rows from this length on may take the grid forward (backward), which
+# needs a workspace (quack::SoftmaxFwdArgs::workspace, SoftmaxBwdArgs'):
+# the launch asks for it.
 _FWD_WS_MIN_COLS = _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS
+_BWD_WS_MIN_COLS = _C.SOFTMAX_BWD_WORKSPACE_MIN_COLS
 
 
 def _name(log: bool) -> str:
@@ -63,13 +65,15 @@ def _launch_fwd(x: Tensor, log: bool) -> Tensor:
     return out
 
 
-def _launch_long(x: Tensor, args: tuple) -> None:
-    """Long rows: the forward with the workspace it asks for (the grid
-    kernel's exchange logs, from torch's caching allocator on x's stream;
-    none where the grid does not serve the row)."""
-    nbytes = _C.softmax_fwd_ws(*args, 0, 0, 2)
+def _launch_long(x: Tensor, args: tuple, launch=None) -> None:
+    """Long rows: the launch (the extension's softmax_fwd_ws, or
+    softmax_bwd_ws) with the workspace it asks for (the grid kernel's
+    exchange logs, from torch's caching allocator on x's stream; none where
+    the grid does not serve the row)."""
+    launch = launch or _C.softmax_fwd_ws
+    nbytes = launch(*args, 0, 0, 2)
     ws = x.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
-    _C.softmax_fwd_ws(*args, 0 if ws is None else ws.data_ptr(), nbytes, 0)
+    launch(*args, 0 if ws is None else ws.data_ptr(), nbytes, 0)
 
 
 def _launch_bwd(y: Tensor, dy: Tensor, log: bool) -> Tensor:
@@ -83,8 +87,12 @@ def _launch_bwd(y: Tensor, dy: Tensor, log: bool) -> Tensor:
     if rows == 0:
         return dx
     dev = y.get_device()
-    _on_device(dev, _C.softmax_bwd, rows, n, y.data_ptr(), _DTYPE_CODE[y.dtype], ys, dy.data_ptr(), dys,
-               dx.data_ptr(), n, log, _raw_stream(dev))
+    args = (rows, n, y.data_ptr(), _DTYPE_CODE[y.dtype], ys, dy.data_ptr(), dys, dx.data_ptr(), n, log,
+            _raw_stream(dev))
+    if n >= _BWD_WS_MIN_COLS:
+        _on_device(dev, _launch_long, y, args, _C.softmax_bwd_ws)
+    else:
+        _on_device(dev, _C.softmax_bwd, *args)
     return dx
 
 

@@ -301,6 +301,22 @@ void softmax_bwd(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int
   if (!st.ok()) raise_status(st, kSoftmax);
 }
 
+// The backward with a workspace (the Python front calls it for rows of at
+// least kSoftmaxBwdWorkspaceMinCols columns), as softmax_fwd_ws.
+size_t softmax_bwd_ws(int64_t rows, int64_t cols, uintptr_t y_ptr, int32_t dtype, int64_t y_stride, uintptr_t dy_ptr,
+                      int64_t dy_stride, uintptr_t dx_ptr, int64_t dx_stride, bool log, uintptr_t stream,
+                      uintptr_t ws_ptr, size_t ws_bytes, int mode) {
+  quack::SoftmaxBwdArgs a =
+      softmax_bwd_args(rows, cols, y_ptr, dtype, y_stride, dy_ptr, dy_stride, dx_ptr, dx_stride, log);
+  a.workspace = reinterpret_cast<void*>(ws_ptr);
+  a.workspace_bytes = ws_bytes;
+  size_t bytes = 0;
+  const quack::Status st = mode == 2 ? quack::softmax_bwd_workspace_bytes(a, &bytes)
+                                     : quack::softmax_bwd(a, reinterpret_cast<cudaStream_t>(stream));
+  if (!st.ok()) raise_status(st, kSoftmax);
+  return bytes;
+}
+
 constexpr const char* kCrossEntropy = "quack_cpp.cross_entropy";
 
 // mode 0 launches, 1 only validates, 2 returns the workspace bytes; 3
@@ -390,6 +406,12 @@ NB_MODULE(_C, m) {
         nb::arg("y_stride"), nb::arg("dy_ptr"), nb::arg("dy_stride"), nb::arg("dx_ptr"), nb::arg("dx_stride"),
         nb::arg("log"), nb::arg("stream"),
         "Softmax / log-softmax backward from the forward's output y and dy; y, dy and dx share one dtype.");
+  m.def("softmax_bwd_ws", &softmax_bwd_ws, nb::arg("rows"), nb::arg("cols"), nb::arg("y_ptr"), nb::arg("dtype"),
+        nb::arg("y_stride"), nb::arg("dy_ptr"), nb::arg("dy_stride"), nb::arg("dx_ptr"), nb::arg("dx_stride"),
+        nb::arg("log"), nb::arg("stream"), nb::arg("ws_ptr"), nb::arg("ws_bytes"), nb::arg("mode"),
+        "softmax_bwd with a workspace (quack::SoftmaxBwdArgs::workspace): mode 0 launches on `stream`,\n"
+        "2 returns the workspace bytes the launch may use (0: none).");
+  m.attr("SOFTMAX_BWD_WORKSPACE_MIN_COLS") = quack::kSoftmaxBwdWorkspaceMinCols;
   m.def("rmsnorm_bwd", &rmsnorm_bwd, nb::arg("rows"), nb::arg("cols"), nb::arg("h_ptr"), nb::arg("h_dtype"),
         nb::arg("h_stride"), nb::arg("dy_ptr"), nb::arg("dy_dtype"), nb::arg("dy_stride"), nb::arg("dro_ptr"),
         nb::arg("dro_dtype"), nb::arg("dro_stride"), nb::arg("w_ptr"), nb::arg("w_dtype"), nb::arg("rstd_ptr"),

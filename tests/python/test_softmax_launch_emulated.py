@@ -1,7 +1,8 @@
 """The eager launch path of quack_cpp.softmax on a CPU, against an emulated
 kernel: what the Python layer hands the extension for long rows (the
-workspace query, a workspace of the size asked for, then the launch with it)
-and for short ones (the plain launch), checked without a GPU. CPU tensors
+workspace query, a workspace of the size asked for, then the launch with it;
+forward and backward) and for short ones (the plain launch), checked without
+a GPU. CPU tensors
 pose as CUDA tensors; the extension's softmax entry points are replaced by a
 fp32 emulation that reads and writes memory only through the raw pointers
 and strides it was given (as test_launch_emulated.py does for rmsnorm)."""
@@ -22,13 +23,22 @@ def _emulate(rows, cols, x_ptr, dtype, x_stride, out_ptr, out_stride, log, strea
     _matrix(out_ptr, dtype, out_stride, rows, cols).copy_(y)
 
 
+def _emulate_bwd(rows, cols, y_ptr, dtype, y_stride, dy_ptr, dy_stride, dx_ptr, dx_stride, log, stream):
+    assert rows > 0 and stream == 12345
+    y = _matrix(y_ptr, dtype, y_stride, rows, cols).double()
+    dy = _matrix(dy_ptr, dtype, dy_stride, rows, cols).double()
+    dx = (dy - y.exp() * dy.sum(-1, keepdim=True)) if log else y * (dy - (dy * y).sum(-1, keepdim=True))
+    _matrix(dx_ptr, dtype, dx_stride, rows, cols).copy_(dx)
+
+
 @pytest.fixture
 def fake_ext(monkeypatch):
     """CPU tensors pose as CUDA ones; the extension's softmax forward is
     emulated. Returns (calls, ext): ext.ws_bytes is what the workspace query
     answers (the real one reads the device's limits and the tuning)."""
     calls = []
-    ext = types.SimpleNamespace(ws_bytes=0, SOFTMAX_FWD_WORKSPACE_MIN_COLS=_C.SOFTMAX_FWD_WORKSPACE_MIN_COLS)
+    ext = types.SimpleNamespace(ws_bytes=0, SOFTMAX_FWD_WORKSPACE_MIN_COLS=_C.SOFTMAX_FWD_WORKSPACE_MIN_COLS,
+                                SOFTMAX_BWD_WORKSPACE_MIN_COLS=_C.SOFTMAX_BWD_WORKSPACE_MIN_COLS)
 
     def softmax_fwd(*args):
         calls.append(("plain",) + args)
@@ -43,8 +53,23 @@ def fake_ext(monkeypatch):
         _emulate(*fwd)
         return 0
 
+    def softmax_bwd(*args):
+        calls.append(("bwd plain",) + args)
+        _emulate_bwd(*args)
+
+    def softmax_bwd_ws(*args):
+        *bwd, ws_ptr, ws_bytes, mode = args
+        calls.append(("bwd ws", mode, ws_ptr, ws_bytes))
+        if mode == 2:
+            return ext.ws_bytes
+        assert mode == 0 and ws_bytes == ext.ws_bytes and bool(ws_ptr) == bool(ws_bytes)
+        _emulate_bwd(*bwd)
+        return 0
+
     ext.softmax_fwd = softmax_fwd
     ext.softmax_fwd_ws = softmax_fwd_ws
+    ext.softmax_bwd = softmax_bwd
+    ext.softmax_bwd_ws = softmax_bwd_ws
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))
     monkeypatch.setattr(_softmax, "_C", ext)
     monkeypatch.setattr(_softmax, "_raw_stream", lambda device: 12345)
@@ -82,8 +107,35 @@ def test_short_rows_take_the_plain_launch(fake_ext):
     torch.testing.assert_close(y.double(), torch.softmax(x.double(), dim=-1), rtol=2e-5, atol=1e-9)
 
 
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("ws_bytes", [0, 4096])
+@pytest.mark.parametrize("n_from_min", [-1, 0])
+def test_the_backward_asks_for_its_workspace_from_its_threshold(fake_ext, n_from_min, ws_bytes, log):
+    """Backward rows from SOFTMAX_BWD_WORKSPACE_MIN_COLS columns: the query,
+    then the launch with a workspace of the size asked for (none for 0);
+    shorter rows the plain launch. dx against float64 either way."""
+    calls, ext = fake_ext
+    ext.ws_bytes = ws_bytes
+    n = _C.SOFTMAX_BWD_WORKSPACE_MIN_COLS + n_from_min
+    y = torch.softmax(torch.randn(2, n, dtype=torch.float64) * 3, dim=-1)
+    if log:
+        y = y.log()
+    y, dy = y.float(), torch.randn(2, n)
+    dx = _softmax._launch_bwd(y, dy, log)
+    if n_from_min < 0:
+        assert [c[0] for c in calls] == ["bwd plain"]
+    else:
+        assert [c[:2] for c in calls] == [("bwd ws", 2), ("bwd ws", 0)]
+        (_, _, ptr, nbytes) = calls[1]
+        assert nbytes == ws_bytes and (ptr != 0) == (ws_bytes > 0)
+    yd, dyd = y.double(), dy.double()
+    want = dyd - yd.exp() * dyd.sum(-1, keepdim=True) if log else yd * (dyd - (dyd * yd).sum(-1, keepdim=True))
+    torch.testing.assert_close(dx.double(), want, rtol=2e-5, atol=1e-6)
+
+
 def test_the_workspace_constant_is_the_librarys():
     assert _softmax._FWD_WS_MIN_COLS == _C.SOFTMAX_FWD_WORKSPACE_MIN_COLS == 65536
+    assert _softmax._BWD_WS_MIN_COLS == _C.SOFTMAX_BWD_WORKSPACE_MIN_COLS == 65536
     assert set(_CODE_DTYPE) == {0, 1, 2}
 
 

@@ -240,6 +240,17 @@ struct RowTuning {
   int64_t softmax_fwd_grid_min_cols16;
   int64_t softmax_fwd_grid_min_cols32;
   int softmax_fwd_grid_rows32;
+  // Softmax backward rows likewise (softmax_bwd_grid_kernel: y's and dy's
+  // tiles a stage, a word a row in the exchange) from
+  // softmax_bwd_grid_min_cols16 / 32 columns (never below
+  // kSoftmaxBwdWorkspaceMinCols), where the call passes a workspace and
+  // softmax_bwd_grid has the dtype's bit. Its stages, lag and 16-bit rows a
+  // step are the norm grid backward's (bwd_grid_stages16 / 32, bwd_grid_lag,
+  // bwd_grid_rows16; fp32 rows one a step), its collect early where
+  // fwd_grid_prefetch says.
+  int softmax_bwd_grid;
+  int64_t softmax_bwd_grid_min_cols16;
+  int64_t softmax_bwd_grid_min_cols32;
   int64_t chunk_cta_bytes;   // bytes of the row (all tensors) per CTA aimed for: sets the cluster
   int64_t chunk_stage_bytes; // shared memory per CTA keeping the chunk between the passes
   int chunk_threads;         // CTA size
@@ -728,6 +739,13 @@ bool choose_softmax_fwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes
                                     const RowTuning& tune, NormGridConfig* out);
 const char* check_softmax_fwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
                                           const DeviceLimits& lim);
+// Softmax's grid backward (y's and dy's tiles a stage, as the norm grid
+// backward's; a word a row, the dot, in the exchange; tune.softmax_bwd_grid*,
+// the stages, lag and 16-bit rows a step of tune.bwd_grid*).
+bool choose_softmax_bwd_grid_config(int64_t rows, int64_t cols, int x_elem_bytes, const DeviceLimits& lim,
+                                    const RowTuning& tune, NormGridConfig* out);
+const char* check_softmax_bwd_grid_config(const NormGridConfig& cfg, int64_t rows, int64_t cols, int x_elem_bytes,
+                                          const DeviceLimits& lim);
 // The kernel and configuration rmsnorm_bwd (layernorm: layernorm_bwd) takes
 // for these arguments, in words: "pipe", "reg", "grid", "general" or "split", then
 // the layout (src/rmsnorm_bwd.cu). Reads no tensor.
@@ -766,9 +784,10 @@ const char* check_chunk_row_config(const ChunkRowConfig& cfg, const ChunkRowProb
 
 // The kernel and configuration softmax_fwd (backward: softmax_bwd) takes for
 // 16-byte-aligned (rows, cols) operands of `dtype`, in words: for benchmarks
-// and their records (src/softmax.cu). workspace: the forward has the
-// workspace softmax_fwd_workspace_bytes asks for (as the Python front
-// passes), so "grid" where the grid kernel serves the row. shifted:
+// and their records (src/softmax.cu). workspace: the call has the
+// workspace softmax_fwd_workspace_bytes (backward: softmax_bwd_workspace_
+// bytes) asks for (as the Python front passes), so "grid" where a grid
+// kernel serves the row. shifted:
 // operands whose rows start inside a 16-byte vector, all at the same
 // offset (contiguous rows whose pitch is not whole vectors: bf16 N =
 // 50257), which take the register and staged kernels from the vector

@@ -11,7 +11,9 @@
 // issued `stages` rows ahead; phase A of a step waits for its rows' stages
 // in order, phase B reads the same stages again, and once every thread has
 // read them (the step's last barrier) thread 0 refills them with the rows
-// `stages` further on.
+// `stages` further on. kTiles = 2 (softmax's grid backward: y and dy): a
+// stage holds the row's tile of each of two tensors, the second's after
+// the first's, both in on the stage's one mbarrier.
 //
 // grid_fwd_steps: the steps themselves. Step i's phase A reduces its rows'
 // tiles and publishes the CTA's words (core::GridExchange, one thread);
@@ -54,8 +56,9 @@ __device__ __forceinline__ void grid_ring_start(int tid, int stages, int rows_he
     for (int j = 0; j < min(stages, rows_here); ++j) issue(j, j);
 }
 
-template <typename T>
+template <typename T, int kTiles = 1>
 struct GridRowRing {
+  static_assert(kTiles == 1 || kTiles == 2, "a stage holds one or two tensors' tiles");
   static constexpr int VEC = 16 / sizeof(T);
   static constexpr int TH = kNormGridCtaThreads;
   static constexpr int KV = kNormGridCtaElems / VEC;  // vectors a thread
@@ -63,6 +66,8 @@ struct GridRowRing {
 
   const T* x;
   int64_t x_stride;
+  const T* x2;  // kTiles = 2: the second tensor (its tile after x's in each stage)
+  int64_t x2_stride;
   int ranks, rank, tid;
   int64_t group, groups, cols, nfull;
   int64_t tile, vb, ve;  // vectors a rank; this rank's [vb, ve) of the row's
@@ -79,13 +84,18 @@ struct GridRowRing {
 
   // The layout of the CTA `blockIdx.x` of a grid of `ranks`-CTA groups
   // (rows: the tensor's; stages: the ring's, after `header` bytes of
-  // `smem`: norm_fwd_grid_header of the step's words a rank).
+  // `smem`: norm_fwd_grid_header of the step's words a rank, or with two
+  // tiles kNormGridHeader; x2: kTiles = 2's second tensor, whose rows have
+  // x's columns).
   __device__ __forceinline__ static GridRowRing make(unsigned char* smem, const T* x, int64_t x_stride, int64_t rows,
                                                      int64_t cols, int ranks, int64_t groups, int64_t tile,
-                                                     int stages, size_t header) {
+                                                     int stages, size_t header, const T* x2 = nullptr,
+                                                     int64_t x2_stride = 0) {
     GridRowRing g;
     g.x = x;
     g.x_stride = x_stride;
+    g.x2 = x2;
+    g.x2_stride = x2_stride;
     g.ranks = ranks;
     g.rank = int(blockIdx.x) % ranks;
     g.tid = int(threadIdx.x);
@@ -123,11 +133,26 @@ struct GridRowRing {
   // Elements of vector k inside the row (the partial paths).
   __device__ __forceinline__ int valid_at(int k) const { return k < nin ? VEC : (k < nval ? part : 0); }
 
+  // Row `row` of tile kTile's tensor (0: x, 1: x2).
+  template <int kTile>
+  __device__ __forceinline__ const T* row_ptr(int64_t row) const {
+    if constexpr (kTile == 0) return x + row * x_stride;
+    else return x2 + row * x2_stride;
+  }
+
+  // Stage s's tile `t` (0: x's, 1: x2's).
+  __device__ __forceinline__ uint32_t tile_at(int s, int t) const {
+    return stage0 + uint32_t(s * kTiles + t) * tile_bytes;
+  }
+
   // Row j of this group into stage s (thread 0).
   __device__ __forceinline__ void issue(int j, int s) const {
     const uint32_t bar = bar0 + 8 * uint32_t(s);
-    mbar_arrive_expect_tx(bar, bulk_bytes);
-    if (bulk_bytes > 0) bulk_g2s(stage0 + uint32_t(s) * tile_bytes, x + row(j) * x_stride + vb * VEC, bulk_bytes, bar);
+    mbar_arrive_expect_tx(bar, kTiles * bulk_bytes);
+    if (bulk_bytes > 0) {
+      bulk_g2s(tile_at(s, 0), x + row(j) * x_stride + vb * VEC, bulk_bytes, bar);
+      if constexpr (kTiles == 2) bulk_g2s(tile_at(s, 1), x2 + row(j) * x2_stride + vb * VEC, bulk_bytes, bar);
+    }
   }
 
   // The whole CTA, once: the stages' barriers, then the first rows issued.
@@ -149,10 +174,13 @@ struct GridRowRing {
     return s;
   }
 
-  // Row `row`'s vectors of this thread from stage s (zero past the tile;
-  // the row's partial last vector from global memory).
+  // Row `row`'s vectors of this thread from stage s, of tile kTile (0: x,
+  // 1: x2) (zero past the tile; the row's partial last vector from global
+  // memory).
+  template <int kTile = 0>
   __device__ __forceinline__ void load_tile(bool whole, int s, int64_t row, V (&xv)[KV]) const {
-    const uint32_t a = stage0 + uint32_t(s) * tile_bytes + uint32_t(tid) * 16u;
+    static_assert(kTile < kTiles, "a tile of the stage");
+    const uint32_t a = tile_at(s, kTile) + uint32_t(tid) * 16u;
 #pragma unroll
     for (int k = 0; k < KV; ++k) {
       if (whole) {
@@ -160,7 +188,7 @@ struct GridRowRing {
       } else {
         xv[k].zero();
         if (k < nin) lds<16>(a + uint32_t(k * TH * 16), xv[k].w);
-        else if (k < nval) xv[k].load_partial(x + row * x_stride + nfull * VEC, part);
+        else if (k < nval) xv[k].load_partial(row_ptr<kTile>(row) + nfull * VEC, part);
       }
     }
   }
@@ -169,16 +197,25 @@ struct GridRowRing {
   // (widened to fp32, in place) into its outputs, stored at orow (this
   // thread's first column of the row) + k * TH * VEC; whole: every vector
   // of this thread lies in the stage (else the partial last vector is
-  // stored in part and vectors past the tile not at all).
+  // stored in part and vectors past the tile not at all). kTiles = 2:
+  // f(k, v, v2), v2 the same elements of x2's tile.
   template <class F>
   __device__ __forceinline__ void write_tile(bool whole, int s, int64_t row, T* orow, F&& f) const {
     V xv[KV];
     load_tile(whole, s, row, xv);
+    V x2v[kTiles == 2 ? KV : 1];
+    if constexpr (kTiles == 2) load_tile<1>(whole, s, row, x2v);
 #pragma unroll
     for (int k = 0; k < KV; ++k) {
       float v[VEC];
       xv[k].widen(v);
-      f(k, v);
+      if constexpr (kTiles == 2) {
+        float v2[VEC];
+        x2v[k].widen(v2);
+        f(k, v, v2);
+      } else {
+        f(k, v);
+      }
       V o;
       o.narrow(v);
       if (whole) {

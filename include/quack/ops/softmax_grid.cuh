@@ -23,6 +23,14 @@
 // Special values as the other kernels: NaN and +inf make the row NaN (the
 // sum carries them), an all -inf row is NaN, |max| >= 2^24 takes natural
 // units (SoftmaxRowLog2::natural; a thread's own sum likewise).
+//
+// The backward (softmax_bwd_grid_kernel; RowTuning::softmax_bwd_grid) is
+// the same grid over a ring of two tiles a stage, y's and dy's (the norm
+// grid backward's layout, ops/rmsnorm_bwd.cuh): phase A reduces each row's
+// dot -- sum(y * dy), log-softmax's sum(dy) -- a word a row, and phase B
+// writes dx = y * (dy - dot), log-softmax's dy - exp(y) * dot, from the
+// stages. y and dy cross HBM once and dx once, where the chunked kernel
+// re-reads what its stages do not hold (fp32 1M: ~4.6 tensors against 3).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +54,7 @@ namespace ops {
 // softmax kernel -- e.g. the clustered staged bf16 forward 9442 -> 7018
 // instructions, CUDA 13.0 -- unmeasured changes to measured kernels.)
 struct SoftmaxGridParams {
-  SoftmaxParams op;  // rows, cols, a (x), a_stride, out, out_stride, log
+  SoftmaxParams op;  // rows, cols, a (x; y backward), a_stride, b (dy, backward), b_stride, out, out_stride, log
   uint64_t* exchange;
   int grid_ranks, grid_groups, grid_lag, grid_stages, grid_prefetch;
   int64_t grid_tile_vecs, grid_steps;
@@ -229,6 +237,106 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_fwd_grid_kerne
   grid_fwd_steps<R>(ring, ex, vals, gp.grid_lag, gp.grid_prefetch != 0, phase_a, phase_b);
 }
 
+// The backward: R rows a step (1; 2 for 16-bit rows), a word a row (the
+// dot) in the exchange, the ring's stages y's tile then dy's.
+template <typename T, int R>
+__global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_bwd_grid_kernel(const SoftmaxGridParams gp) {
+  using namespace core;
+  using Ring = GridRowRing<T, 2>;
+  constexpr int VEC = Ring::VEC;
+  constexpr int KV = Ring::KV;  // vectors a thread
+  using XOp = std::conditional_t<R == 1, SumOp, SumPairOp>;  // a word a row: its dot
+  using XT = typename XOp::T;
+  using Words = GridWords<XT>;
+  using V = typename Ring::V;
+  static_assert(Words::kWords == R, "a word a row");
+  extern __shared__ __align__(16) unsigned char smem[];  // (the softmax kernels' declaration)
+  XT* scratch = reinterpret_cast<XT*>(smem);  // block_reduce's [2][32] partials, by step parity
+  static_assert(2 * 32 * sizeof(XT) <= kNormGridScratchBytes, "grid softmax backward: the block partials");
+  float* vals = reinterpret_cast<float*>(smem + kNormGridValsOffset);  // collected words
+
+  const SoftmaxParams& p = gp.op;
+  Ring ring = Ring::make(smem, static_cast<const T*>(p.a), p.a_stride, p.rows, p.cols, gp.grid_ranks, gp.grid_groups,
+                         gp.grid_tile_vecs, gp.grid_stages, kNormGridHeader, static_cast<const T*>(p.b), p.b_stride);
+  const GridExchange<XOp> ex{gp.exchange + ring.group * GridExchange<XOp>::words(ring.ranks, gp.grid_steps),
+                             ring.ranks, ring.rank};
+  T* out = static_cast<T*>(p.out);
+  const int rows_here = ring.rows_here;
+  const bool full = ring.full;
+
+  ring.start();
+
+  // A: step i's dots, a word a row. Zeros past the tile add nothing.
+  auto phase_a = [&](int i, float (&words)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int j = i * R + r;
+      words[r] = 0.0f;
+      if (j >= rows_here) continue;  // the group's last step: fewer rows (uniform over the CTA)
+      const int s = ring.wait_next();
+      const int64_t row = ring.row(j);
+      V yv[KV], dv[KV];
+      if (full) {
+        ring.template load_tile<0>(true, s, row, yv);
+        ring.template load_tile<1>(true, s, row, dv);
+      } else {
+        ring.template load_tile<0>(false, s, row, yv);
+        ring.template load_tile<1>(false, s, row, dv);
+      }
+      // VEC independent chains, then a fixed tree: the same bits every run.
+      float acc[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
+      auto dots = [&](auto log_c) {
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+          float y[VEC], d[VEC];
+          yv[k].widen(y);
+          dv[k].widen(d);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[e] = decltype(log_c)::value ? acc[e] + d[e] : fmaf(d[e], y[e], acc[e]);
+        }
+      };
+      if (p.log) dots(std::true_type{});
+      else dots(std::false_type{});
+      words[r] = grid_tree(acc);
+    }
+    Words::put(block_reduce<XOp>(Words::get(words), scratch + 32 * (i & 1)), words);
+  };
+
+  // B: step q's dots from every rank's words (in rank order: the same bits
+  // in every CTA), then dx from the stages.
+  auto phase_b = [&](int q) {
+    float dots[R];
+    Words::put(ex.combine(vals), dots);
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+      const int j = q * R + r;
+      if (j >= rows_here) continue;
+      const float dot = R == 1 ? dots[0] : (r == 0 ? dots[0] : dots[R - 1]);
+      const int s = ring.next_written();
+      const int64_t row = ring.row(j);
+      T* orow = out + row * p.out_stride + (ring.vb + ring.tid) * VEC;
+      // One instantiation per form and per tile (whole or partial): no
+      // run-time choice inside the loop.
+      auto write = [&](auto whole_c, auto&& f) {
+        ring.write_tile(decltype(whole_c)::value, s, row, orow, [&](int, float (&y)[VEC], const float (&d)[VEC]) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) y[e] = f(y[e], d[e]);
+        });
+      };
+      auto forms = [&](auto whole_c) {
+        if (p.log) write(whole_c, [&](float y, float d) { return d - __expf(y) * dot; });
+        else write(whole_c, [&](float y, float d) { return y * (d - dot); });
+      };
+      if (full) forms(std::true_type{});
+      else forms(std::false_type{});
+    }
+  };
+
+  grid_fwd_steps<R>(ring, ex, vals, gp.grid_lag, gp.grid_prefetch != 0, phase_a, phase_b);
+}
+
 // The grid kernel (cfg from choose_softmax_fwd_grid_config), a cooperative
 // launch after the exchange logs at p.exchange (cfg.exchange_bytes) are
 // zeroed. *not_resident: set when the grid cannot be resident at once
@@ -250,8 +358,28 @@ Status launch_softmax_fwd_grid(const SoftmaxGridParams& p, const NormGridConfig&
   return core::launch_cached<softmax_fwd_grid_kernel<T, 1>>(device, shape, stream, p);
 }
 
+// The backward's (cfg from choose_softmax_bwd_grid_config), likewise.
+template <DType kX>
+Status launch_softmax_bwd_grid(const SoftmaxGridParams& p, const NormGridConfig& cfg, int device, cudaStream_t stream,
+                               bool* not_resident) {
+  using T = typename core::TypeOf<kX>::type;
+  core::LaunchShape shape{cfg.grid, kSoftmaxGridThreads, cfg.smem_bytes, 1, false, nullptr};
+  shape.cooperative = true;
+  shape.not_resident = not_resident;
+  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
+                                "softmax backward exchange reset");
+  if (!st.ok()) return st;
+  if constexpr (sizeof(T) == 2) {
+    if (cfg.rows == 2) return core::launch_cached<softmax_bwd_grid_kernel<T, 2>>(device, shape, stream, p);
+  }
+  if (cfg.rows != 1) return {Code::kUnsupported, "softmax backward: grid rows a step outside the built kernels"};
+  return core::launch_cached<softmax_bwd_grid_kernel<T, 1>>(device, shape, stream, p);
+}
+
 #define QUACK_SOFTMAX_GRID_INSTANTIATION(EXTERN, DT)                                                         \
   EXTERN template Status launch_softmax_fwd_grid<DT>(const SoftmaxGridParams&, const NormGridConfig&, int, \
+                                                     cudaStream_t, bool*);                                   \
+  EXTERN template Status launch_softmax_bwd_grid<DT>(const SoftmaxGridParams&, const NormGridConfig&, int, \
                                                      cudaStream_t, bool*);
 #ifndef QUACK_SOFTMAX_TU
 QUACK_SOFTMAX_GRID_INSTANTIATION(extern, DType::kFloat32)

@@ -423,6 +423,107 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
   EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "defaults restored";
 }
 
+// The grid backward (softmax_bwd_grid: bits as softmax_fwd_grid; off by
+// default until measured): y's and dy's tiles a stage, a word a row (the
+// dot) in the exchange, the norm grid backward's stages and lag (fp32: 3
+// stages of 64 KB; 16-bit: 6 of 32 KB, two rows a step), where the call
+// has a workspace.
+TEST(SoftmaxPlan, TuningSelectsTheGridBackward) {
+  struct Cell {
+    DType dt;
+    int64_t cols;
+    int ranks, groups, rows, stages, lag;  // ranks 0: not the grid
+  };
+  for (const DType dt : {kF32, kBF16, kF16})
+    for (const int64_t cols : {int64_t(1048576), int64_t(524289), int64_t(65536)})
+      EXPECT_FALSE(grid_plan(256, cols, dt, true).on) << dtype_name(dt) << " " << cols << ": off by default";
+  struct RestoreTuning {
+    ~RestoreTuning() { set_row_tuning(nullptr); }
+  } restore;
+  RowTuning t = default_row_tuning();
+  t.softmax_bwd_grid = 3;
+  t.softmax_bwd_grid_min_cols16 = t.softmax_bwd_grid_min_cols32 = 262144;
+  set_row_tuning(&t);
+  for (const Cell& c : {Cell{kF32, 1048576, 128, 1, 1, 3, 1}, Cell{kBF16, 1048576, 128, 1, 2, 6, 1},
+                        Cell{kF16, 1048576, 128, 1, 2, 6, 1}, Cell{kF32, 262144, 32, 4, 1, 3, 1},
+                        Cell{kBF16, 262144, 32, 4, 2, 6, 1}, Cell{kF32, 300001, 37, 3, 1, 3, 1},
+                        Cell{kF32, 262140, 0, 0, 0, 0, 0}, Cell{kF32, 132 * 8192, 132, 1, 1, 3, 1},
+                        Cell{kF32, 132 * 8192 + 4, 0, 0, 0, 0, 0}, Cell{kBF16, 2097152, 0, 0, 0, 0, 0}}) {
+    const Grid g = grid_plan(256, c.cols, c.dt, true);
+    const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols);
+    const std::string fwd = softmax_plan_description(256, c.cols, c.dt, false, DeviceLimits{});
+    set_row_tuning(nullptr);
+    EXPECT_EQ(fwd, softmax_plan_description(256, c.cols, c.dt, false, DeviceLimits{}))
+        << what << ": the forward keeps its own knobs";
+    set_row_tuning(&t);
+    if (c.ranks == 0) {
+      EXPECT_FALSE(g.on) << what << ": not the grid (below its threshold, or more ranks than SMs)";
+      continue;
+    }
+    EXPECT_TRUE(g.on && g.ranks == c.ranks && g.groups == c.groups && g.rows == c.rows && g.stages == c.stages &&
+                g.lag == c.lag)
+        << what << ": got ranks " << g.ranks << " groups " << g.groups << " rows " << g.rows << " stages "
+        << g.stages << " lag " << g.lag;
+    EXPECT_FALSE(grid_plan(256, c.cols, c.dt, true, false).on) << what << ": no workspace, no grid";
+  }
+  // The exchange: a word (8 bytes) a rank a row of every step.
+  NormGridConfig g;
+  ASSERT_TRUE(choose_softmax_bwd_grid_config(256, 1048576, 4, DeviceLimits{}, t, &g));
+  EXPECT_EQ(g.exchange_bytes, size_t(256) * 128 * 8);
+  EXPECT_EQ(check_softmax_bwd_grid_config(g, 256, 1048576, 4, DeviceLimits{}), nullptr);
+  g.exchange_bytes -= 8;
+  EXPECT_NE(check_softmax_bwd_grid_config(g, 256, 1048576, 4, DeviceLimits{}), nullptr) << "a word short";
+  ASSERT_TRUE(choose_softmax_bwd_grid_config(3, 1048576, 2, DeviceLimits{}, t, &g));
+  EXPECT_EQ(g.steps, 2) << "3 rows at two a step: the last step holds one";
+  EXPECT_EQ(g.exchange_bytes, size_t(2) * 2 * 128 * 8);
+  EXPECT_EQ(check_softmax_fwd_grid_config(g, 3, 1048576, 2, DeviceLimits{}), std::string("smem != header + stages"))
+      << "the forward's layout (one tile a stage) is not the backward's";
+  t.softmax_bwd_grid = 2;  // fp32 rows only
+  t.softmax_bwd_grid_min_cols32 = 1;
+  set_row_tuning(&t);
+  EXPECT_FALSE(grid_plan(256, 1048576, kBF16, true).on) << "16-bit rows without bit 0";
+  EXPECT_FALSE(grid_plan(4096, 65535, kF32, true).on) << "below kSoftmaxBwdWorkspaceMinCols, whatever the tuning";
+  const Grid f64k = grid_plan(4096, 65536, kF32, true);
+  EXPECT_TRUE(f64k.on && f64k.ranks == 8 && f64k.groups == 16) << "fp32 N = 64K: 8 x 16";
+}
+
+// Every grid layout the chooser returns for softmax's backward keeps the
+// kernel's invariants (check_softmax_bwd_grid_config).
+TEST(SoftmaxBwdGridConfig, Invariants) {
+  const DeviceLimits lim;
+  int served = 0;
+  for (const int eb : {2, 4})
+    for (const int stages : {2, 3, 6, 13})
+      for (const int lag : {1, 2, 7})
+        for (const int rows16 : {1, 2, 4})
+          for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(131), int64_t(100000)})
+            for (int64_t cols = kSoftmaxBwdWorkspaceMinCols - 1; cols <= (int64_t(1) << 21); cols = cols * 5 / 3 + 7) {
+              RowTuning t = default_row_tuning();
+              t.softmax_bwd_grid = 3;
+              t.softmax_bwd_grid_min_cols16 = t.softmax_bwd_grid_min_cols32 = 1;
+              t.bwd_grid_stages16 = t.bwd_grid_stages32 = stages;
+              t.bwd_grid_lag = lag;
+              t.bwd_grid_rows16 = rows16;
+              NormGridConfig c;
+              if (!choose_softmax_bwd_grid_config(rows, cols, eb, lim, t, &c)) {
+                EXPECT_TRUE(cols < kSoftmaxBwdWorkspaceMinCols || (cols + 8191) / 8192 > lim.num_sms) << cols;
+                continue;
+              }
+              ++served;
+              SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(eb) + "-byte x");
+              EXPECT_EQ(check_softmax_bwd_grid_config(c, rows, cols, eb, lim), nullptr);
+              EXPECT_LE(c.grid, lim.num_sms);
+              EXPECT_LE(c.smem_bytes + 1024, lim.smem_per_sm);  // (1 KB reserved a CTA)
+              EXPECT_LE((c.lag + 1) * c.rows, c.stages);
+              // fp32 rows one a step; 16-bit rows two where the knob asks and
+              // two steps and a row fit the stages (the kernels built: 1, 2).
+              EXPECT_EQ(c.rows, eb == 2 && rows16 >= 2 && c.stages >= 5 ? 2 : 1);
+              EXPECT_GE(int64_t(c.ranks) * c.tile_vecs * (16 / eb), cols) << "the tiles cover the row";
+              EXPECT_GE(c.exchange_bytes, size_t(c.groups) * size_t(c.steps) * size_t(c.ranks) * size_t(c.rows) * 8);
+            }
+  EXPECT_GT(served, 100);
+}
+
 // Every grid layout the chooser returns for softmax keeps the kernel's
 // invariants (check_softmax_fwd_grid_config), over lengths, dtypes, row
 // counts and the tuning's stages, lag and rows a step.

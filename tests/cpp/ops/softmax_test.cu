@@ -303,6 +303,7 @@ struct RunOpts {
   bool workspace = false;
   bool forward_only = false;
   bool in_place = false;
+  bool bwd_workspace = false;  // the backward gets softmax_bwd_workspace_bytes' workspace likewise
 };
 
 // A workspace of `bytes` (a multiple of 4) in a guarded buffer of its own,
@@ -415,6 +416,19 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
   ba.dy = {tdy.ptr(), c.dtype, layout.stride};
   ba.dx = {tdx.ptr(), c.dtype, layout.stride};
   ba.log = c.log;
+  std::unique_ptr<GuardedTensor> bws;
+  if (opts.bwd_workspace) {
+    size_t bytes = 0;
+    const Status st = softmax_bwd_workspace_bytes(ba, &bytes);
+    ASSERT_TRUE(st.ok()) << st.message;
+    if (bytes > 0) {
+      ASSERT_EQ(bytes % 16, 0u);
+      bws = guarded_workspace(bytes);
+      ASSERT_TRUE(bws && bws->ok()) << "cudaMalloc or poisoning failed";
+      ba.workspace = bws->ptr();
+      ba.workspace_bytes = bytes;
+    }
+  }
   std::vector<double> dx;
   if (opts.in_place) {
     ba.dx = {tdy.ptr(), c.dtype, layout.stride};  // over dy, then over y (its second call)
@@ -432,6 +446,12 @@ void run_case(const SmCase& c, const RunOpts& opts = RunOpts{}) {
     run_twice({&ty, &tdy}, {yin, dy}, tdx, [&] { return softmax_bwd(ba, nullptr); }, &dx);
   }
   if (testing::Test::HasFatalFailure()) return;
+  if (bws) {
+    std::vector<double> w;
+    int64_t dirty = 0;
+    QUACK_ASSERT_CUDA(bws->download(&w, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes around the backward's workspace were written";
+  }
   // fp32 arithmetic cannot do better than its rounding of the terms: dot
   // is a sum of N terms (sequential per thread, then a tree) whose error is
   // up to (64 + log2 N) fp32 ulps of sum |terms|, and dy - dot cancels. The
@@ -921,6 +941,55 @@ TEST_P(SoftmaxGpuGrid, ForwardMatchesFloat64) {
 INSTANTIATE_TEST_SUITE_P(GridCases, SoftmaxGpuGrid, testing::ValuesIn(grid_cases()),
                          [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
 
+// The grid backward (RowTuning::softmax_bwd_grid; off by default until
+// measured) on the same cases, both dtypes from 64K, with the workspace it
+// asks for: ranks of 8192 columns, 8 to 128 of them, a partial last rank
+// and vector, groups of rows, large shifts, softmax and log-softmax; 16-bit
+// rows two a step and one, the collect's loads early and late, lag 2 and 1
+// (the plan says grid, or the test fails). The forward keeps its defaults.
+class SoftmaxGpuGridBwd : public TunedSoftmaxGpu {};
+
+TEST_P(SoftmaxGpuGridBwd, BackwardMatchesFloat64) {
+  const SmCase c = as_run(GetParam());
+  struct Knobs {
+    int rows16, prefetch, lag;
+  };
+  for (const Knobs k : {Knobs{2, 1, 2}, Knobs{1, 0, 1}, Knobs{2, 0, 1}}) {
+    SCOPED_TRACE("rows16 " + std::to_string(k.rows16) + " prefetch " + std::to_string(k.prefetch) + " lag " +
+                 std::to_string(k.lag));
+    RowTuning t = default_row_tuning();
+    t.softmax_bwd_grid = 3;
+    t.softmax_bwd_grid_min_cols16 = t.softmax_bwd_grid_min_cols32 = 65536;
+    t.bwd_grid_rows16 = k.rows16;
+    t.fwd_grid_prefetch = k.prefetch;
+    t.bwd_grid_lag = k.lag;
+    set_row_tuning(&t);
+    const std::string plan = softmax_plan_description(c.rows, c.cols, c.dtype, true, DeviceLimits{});
+    EXPECT_EQ(plan.rfind("grid", 0), 0u) << "not the grid under this tuning: " << plan;
+    const int rows = c.dtype == kF32 ? 1 : k.rows16;
+    EXPECT_NE(plan.find(" rows " + std::to_string(rows) + " "), std::string::npos) << plan;
+    if (test::sm90_device()) {
+      RunOpts o;
+      o.workspace = true;
+      o.bwd_workspace = true;
+      run_case(c, o);
+    }
+    if (HasFatalFailure()) return;
+  }
+  QUACK_REQUIRE_SM90();
+}
+
+// (Not the special and huge rows: run_case checks no backward of them.)
+std::vector<SmCase> grid_bwd_cases() {
+  std::vector<SmCase> v;
+  for (const SmCase& c : grid_cases())
+    if (!c.special && !c.huge) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(GridCases, SoftmaxGpuGridBwd, testing::ValuesIn(grid_bwd_cases()),
+                         [](const testing::TestParamInfo<SmCase>& i) { return i.param.name; });
+
 // The grid's workspace on the device: the query's size is what the call
 // needs (a byte less is rejected, naming workspace_bytes, before anything
 // is written), and without a workspace the same call takes the other
@@ -983,6 +1052,82 @@ TEST_F(SoftmaxGpuGridWorkspace, TooSmallIsRejectedAndNoneFallsBack) {
     for (size_t i = 0; i < y.size(); ++i) bad += !close(y[i], want[i], 1.0 / double(cols), kBF16);
     EXPECT_EQ(bad, 0) << "elements wrong";
   }
+}
+
+// The backward's workspace likewise: the query's size (a word a rank a row
+// of every step) is what the call needs, a byte less is rejected naming
+// workspace_bytes before anything is written, and without one the same
+// call takes the other kernels; both against float64.
+TEST_F(SoftmaxGpuGridWorkspace, BackwardTooSmallIsRejectedAndNoneFallsBack) {
+  QUACK_REQUIRE_SM90();
+  RowTuning t = default_row_tuning();
+  t.softmax_bwd_grid = 3;
+  set_row_tuning(&t);
+  const int64_t rows = 3, cols = 1 << 20;
+  const Layout layout{kF32, rows, cols, cols, 0};
+  GuardedTensor ty(layout), tdy(layout), tdx(layout);
+  ASSERT_TRUE(ty.ok() && tdy.ok() && tdx.ok()) << "cudaMalloc failed";
+  std::vector<float> y(size_t(rows * cols)), dy(y.size());
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t i = 0; i < y.size(); ++i) {
+    y[i] = (1.0f + u(gen)) / float(cols);  // probabilities-like: positive, summing to about 1
+    dy[i] = u(gen);
+  }
+  QUACK_ASSERT_CUDA(ty.upload(y));
+  QUACK_ASSERT_CUDA(tdy.upload(dy));
+  SoftmaxBwdArgs ba;
+  ba.rows = rows;
+  ba.cols = cols;
+  ba.y = {ty.ptr(), kF32, cols};
+  ba.dy = {tdy.ptr(), kF32, cols};
+  ba.dx = {tdx.ptr(), kF32, cols};
+  size_t bytes = 0;
+  ASSERT_TRUE(softmax_bwd_workspace_bytes(ba, &bytes).ok());
+  EXPECT_EQ(bytes, size_t(3) * 128 * 8) << "three steps of one row, 128 ranks, a word each";
+  const std::unique_ptr<GuardedTensor> ws = guarded_workspace(bytes);
+  ASSERT_TRUE(ws && ws->ok()) << "cudaMalloc or poisoning failed";
+  ba.workspace = ws->ptr();
+  ba.workspace_bytes = bytes - 1;
+  QUACK_ASSERT_CUDA(tdx.poison());
+  const Status st = softmax_bwd(ba, nullptr);
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  int64_t written = 0, dirty = 0;
+  QUACK_ASSERT_CUDA(tdx.count_written(&written, &dirty));
+  EXPECT_EQ(dirty, 0);
+  EXPECT_EQ(written, 0) << "a rejected call wrote the output";
+  std::vector<double> want(y.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0.0;
+    for (int64_t j = 0; j < cols; ++j) dot += double(dy[size_t(r * cols + j)]) * double(y[size_t(r * cols + j)]);
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t i = size_t(r * cols + j);
+      want[i] = double(y[i]) * (double(dy[i]) - dot);
+    }
+  }
+  std::vector<double> dx;
+  for (const bool with_ws : {true, false}) {
+    SCOPED_TRACE(with_ws ? "the grid, with its workspace" : "no workspace: the other kernels");
+    ba.workspace = with_ws ? ws->ptr() : nullptr;
+    ba.workspace_bytes = with_ws ? bytes : 0;
+    QUACK_ASSERT_CUDA(tdx.poison());
+    const Status ok = softmax_bwd(ba, nullptr);
+    ASSERT_TRUE(ok.ok()) << ok.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    QUACK_ASSERT_CUDA(tdx.download(&dx, &dirty));
+    EXPECT_EQ(dirty, 0);
+    int64_t bad = 0;
+    // |dx| ~ 2 / cols: an absolute bound of fp32's rounding of the terms.
+    for (size_t i = 0; i < dx.size(); ++i)
+      bad += !(std::fabs(dx[i] - want[i]) <= 1e-5 * (std::fabs(want[i]) + 1.0 / double(cols)));
+    EXPECT_EQ(bad, 0) << "elements wrong";
+  }
+  int64_t ws_dirty = 0;
+  std::vector<double> w;
+  QUACK_ASSERT_CUDA(ws->download(&w, &ws_dirty));
+  EXPECT_EQ(ws_dirty, 0) << "bytes around the workspace were written";
 }
 
 }  // namespace

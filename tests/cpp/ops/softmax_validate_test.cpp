@@ -138,6 +138,49 @@ TEST(SoftmaxValidate, WorkspaceErrorsNameTheWorkspace) {
   EXPECT_EQ(bytes, 0u);
 }
 
+// The backward's workspace likewise (softmax_bwd_workspace_bytes).
+TEST(SoftmaxValidate, BackwardWorkspaceErrorsNameTheWorkspace) {
+  SoftmaxBwdArgs b = bwd_args();
+  b.workspace = addr(3, 8);
+  b.workspace_bytes = 1 << 20;
+  expect_invalid(b, "workspace", bwd);
+  b.workspace = addr(3);
+  EXPECT_TRUE(can_implement(b).ok()) << can_implement(b).message;
+  size_t bytes = 123;
+  EXPECT_EQ(softmax_bwd_workspace_bytes(b, nullptr).message.rfind("bytes:", 0), 0u);
+  b.workspace = addr(3, 4);
+  Status st = softmax_bwd_workspace_bytes(b, &bytes);
+  EXPECT_EQ(st.message.rfind("workspace:", 0), 0u) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  b = bwd_args();
+  b.dy.dtype = DType::kFloat32;
+  bytes = 123;
+  st = softmax_bwd_workspace_bytes(b, &bytes);
+  EXPECT_EQ(st.message.rfind("dy:", 0), 0u) << st.message;
+  EXPECT_EQ(bytes, 0u);
+  b = bwd_args();  // 1000 columns: below the grid's floor, no device asked
+  bytes = 123;
+  EXPECT_TRUE(softmax_bwd_workspace_bytes(b, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  b.rows = 0;
+  b.cols = kSoftmaxBwdWorkspaceMinCols;
+  b.y.row_stride = b.dy.row_stride = b.dx.row_stride = b.cols;
+  bytes = 123;
+  EXPECT_TRUE(softmax_bwd_workspace_bytes(b, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  // Over y, dy or dx: refused naming the workspace.
+  for (int i = 0; i < 3; ++i) {
+    b = bwd_args();
+    b.workspace = static_cast<char*>(addr(i)) + 512;
+    b.workspace_bytes = 64;
+    expect_invalid(b, "workspace", bwd);
+  }
+  b = bwd_args();
+  b.workspace = addr(5);
+  b.workspace_bytes = SIZE_MAX;  // from far past the tensors: disjoint however long
+  EXPECT_TRUE(can_implement(b).ok()) << can_implement(b).message;
+}
+
 // An output may be an input's very matrix (in place: the same pointer,
 // dtype and row stride); any other overlap -- their byte ranges, first
 // element to last -- is refused naming the output, and so is a workspace
