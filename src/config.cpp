@@ -520,8 +520,10 @@ RowTuning default_row_tuning() {
   // fp32 1M at 67.6% of copy (bench_all at 52f77fe, H100), the chunked
   // kernel re-reading ~1.6 of its 2 input tensors. Predicted ~88-92% (the
   // norm grid backward's fp32 RMSNorm 1M runs 93.0% on the same layout).
-  // Off until measured: every row keeps the kernels measured so far.
-  t.softmax_bwd_grid = 0;
+  // On for the rows the chunked kernel takes, fp32 past 512K (the staged
+  // wide geometry keeps 512K and below: 101.9% at 256K), where the call
+  // passes a workspace; 16-bit rows keep their staged CTAs (96.8% at 1M).
+  t.softmax_bwd_grid = 2;
   t.softmax_bwd_grid_min_cols16 = (int64_t(512) << 10) + 1;
   t.softmax_bwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
   t.chunk_cta_bytes = 128 << 10;

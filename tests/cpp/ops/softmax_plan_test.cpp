@@ -29,6 +29,7 @@ struct Kernel {
   int regs = 0;         // ... vectors a thread in registers too (the wide geometry)
   int threads = 0, cluster = 0, vpt = 0;
   int base = 0;  // the CTA the rules chose: threads, or (staged) the power of two above them
+  bool grid = false;  // a grid kernel (the call has the workspace it asks for)
 };
 
 // A staged plan's CTA as the defaults make it: `base` threads as the rules
@@ -41,9 +42,9 @@ bool fitted_cta(const Kernel& k, int base, int64_t cols, DType dt) {
 }
 
 // Parses "reg   team T thr H cl C vpt V", "stage team T thr H cl C vpt V" or
-// "chunk thr H cl C vecs .. staged ..". workspace: the call passes the one
-// the forward asks for (fp32 rows past 512K then take the grid, which
-// this does not parse: grid_plan below).
+// "chunk thr H cl C vecs .. staged .."; a "grid ..." plan is only marked
+// (grid_plan below parses it). workspace: the call passes the one the
+// direction asks for (fp32 rows past 512K then take the grid kernels).
 Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward, bool workspace = true) {
   const std::string s = softmax_plan_description(rows, cols, dt, backward, DeviceLimits{}, workspace);
   Kernel k;
@@ -54,6 +55,8 @@ Kernel plan(int64_t rows, int64_t cols, DType dt, bool backward, bool workspace 
     k.reg = k.staged = true;
     const size_t at = s.find(" regs ");
     if (at != std::string::npos) k.regs = std::atoi(s.c_str() + at + 6);
+  } else if (s.rfind("grid ", 0) == 0) {
+    k.grid = true;
   } else if (std::sscanf(s.c_str(), "chunk thr %d cl %d", &k.threads, &k.cluster) != 2) {
     ADD_FAILURE() << "unparsed plan: " << s;
   }
@@ -243,6 +246,7 @@ TEST(SoftmaxPlan, BackwardRowsAreOneCtaStagedOrChunked) {
     const std::string what = std::string(dtype_name(c.dt)) + " N = " + std::to_string(c.cols) + " backward";
     if (c.cluster == 0) {
       EXPECT_FALSE(k.staged) << what << ": past 16 staged CTAs (a register cluster or chunked, as before)";
+      EXPECT_EQ(k.grid, c.dt == kF32 && c.cols > 524288) << what << ": fp32 rows past 512K, the grid by default";
     } else if (c.vpt == 0) {
       EXPECT_TRUE(k.reg && !k.staged && k.cluster == 1) << what << ": one register CTA";
     } else {
@@ -372,6 +376,7 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
   t.softmax_fwd_grid = 3;
   t.softmax_fwd_grid_min_cols32 = 262144;
   t.softmax_fwd_grid_rows32 = 1;
+  t.softmax_bwd_grid = 0;  // (the backward's own knob: the forward's does not reach it)
   set_row_tuning(&t);
   // 16-bit: 1024 vectors a rank (16 KB stages: 8 of them, the tuning's), two
   // rows a step; fp32: 2048 (32 KB stages: 6 fit beside the header; 7 of
@@ -423,20 +428,28 @@ TEST(SoftmaxPlan, TuningSelectsTheGridForward) {
   EXPECT_FALSE(grid_plan(256, 1048576, kBF16).on) << "defaults restored";
 }
 
-// The grid backward (softmax_bwd_grid: bits as softmax_fwd_grid; off by
-// default until measured): y's and dy's tiles a stage, a word a row (the
-// dot) in the exchange, the norm grid backward's stages and lag (fp32: 3
-// stages of 64 KB; 16-bit: 6 of 32 KB, two rows a step), where the call
-// has a workspace.
+// The grid backward (softmax_bwd_grid: bits as softmax_fwd_grid; by
+// default fp32 rows past 512K, the chunked kernel's): y's and dy's tiles a
+// stage, a word a row (the dot) in the exchange, the norm grid backward's
+// stages and lag (fp32: 3 stages of 64 KB; 16-bit: 6 of 32 KB, two rows a
+// step), where the call has a workspace.
 TEST(SoftmaxPlan, TuningSelectsTheGridBackward) {
   struct Cell {
     DType dt;
     int64_t cols;
     int ranks, groups, rows, stages, lag;  // ranks 0: not the grid
   };
-  for (const DType dt : {kF32, kBF16, kF16})
+  for (const DType dt : {kBF16, kF16})
     for (const int64_t cols : {int64_t(1048576), int64_t(524289), int64_t(65536)})
       EXPECT_FALSE(grid_plan(256, cols, dt, true).on) << dtype_name(dt) << " " << cols << ": off by default";
+  const Grid d1m = grid_plan(256, 1048576, kF32, true), d512k = grid_plan(512, 524292, kF32, true);
+  EXPECT_TRUE(d1m.on && d1m.ranks == 128 && d1m.groups == 1 && d1m.rows == 1 && d1m.stages == 3 && d1m.lag == 1)
+      << "fp32 N = 1M by default: 128 ranks; got ranks " << d1m.ranks << " stages " << d1m.stages;
+  EXPECT_TRUE(d512k.on && d512k.ranks == 65 && d512k.groups == 2) << "fp32 N = 512K + 4: 65 ranks x 2";
+  EXPECT_FALSE(grid_plan(512, 524288, kF32, true).on) << "fp32 N = 512K: the staged wide geometry";
+  EXPECT_FALSE(grid_plan(256, 1048576, kF32, true, false).on) << "no workspace, no grid";
+  EXPECT_EQ(softmax_plan_description(256, 1048576, kF32, true, DeviceLimits{}, false).rfind("chunk", 0), 0u)
+      << "without a workspace: the chunked kernel";
   struct RestoreTuning {
     ~RestoreTuning() { set_row_tuning(nullptr); }
   } restore;
