@@ -520,9 +520,16 @@ RowTuning default_row_tuning() {
   // fp32 1M at 67.6% of copy (bench_all at 52f77fe, H100), the chunked
   // kernel re-reading ~1.6 of its 2 input tensors. Predicted ~88-92% (the
   // norm grid backward's fp32 RMSNorm 1M runs 93.0% on the same layout).
-  // On for the rows the chunked kernel takes, fp32 past 512K (the staged
-  // wide geometry keeps 512K and below: 101.9% at 256K), where the call
-  // passes a workspace; 16-bit rows keep their staged CTAs (96.8% at 1M).
+  // Measured (softmax_sweep, H100, fb2b81c, M*N = 2^28, against
+  // softmax_bwd_grid=0; bench/results/logs/2026-12-07-softmax-bwd-grid-
+  // fb2b81c-h100.log): fp32 1M 1220.6 us (87.8% of copy) against the
+  // chunked kernel's 1582.5 (67.4%), scrubbed 88.8 against 67.1%;
+  // 524292 86.9 against 78.0%; log-softmax 1M 87.7 against 84.6% (its
+  // dy-alone chunked pass). Hit, at the prediction's low edge. So on for
+  // the rows the chunked kernel takes, fp32 past 512K (the staged wide
+  // geometry keeps 512K and below: 101.9% at 256K), where the call passes
+  // a workspace. 16-bit rows keep their staged CTAs: bf16 1M 96.5% against
+  // the grid's 97.3 at two rows a step, one round, within noise.
   t.softmax_bwd_grid = 2;
   t.softmax_bwd_grid_min_cols16 = (int64_t(512) << 10) + 1;
   t.softmax_bwd_grid_min_cols32 = (int64_t(512) << 10) + 1;
