@@ -946,7 +946,8 @@ INSTANTIATE_TEST_SUITE_P(GridCases, SoftmaxGpuGrid, testing::ValuesIn(grid_cases
 // asks for: ranks of 8192 columns, 8 to 128 of them, a partial last rank
 // and vector, groups of rows, large shifts, softmax and log-softmax; 16-bit
 // rows two a step and one, the collect's loads early and late, lag 2 and 1
-// (the plan says grid, or the test fails). The forward keeps its defaults.
+// (the plan says grid, or the test fails), and in place under the first.
+// The forward keeps its defaults.
 class SoftmaxGpuGridBwd : public TunedSoftmaxGpu {};
 
 TEST_P(SoftmaxGpuGridBwd, BackwardMatchesFloat64) {
@@ -973,6 +974,13 @@ TEST_P(SoftmaxGpuGridBwd, BackwardMatchesFloat64) {
       o.workspace = true;
       o.bwd_workspace = true;
       run_case(c, o);
+      // In place (dx over dy, then over y): each row's tiles are staged
+      // before its dx is written, and no later stage reads that row.
+      if (k.lag == 2 && !HasFatalFailure()) {
+        SCOPED_TRACE("in place");
+        o.in_place = true;
+        run_case(c, o);
+      }
     }
     if (HasFatalFailure()) return;
   }
