@@ -59,18 +59,17 @@ def _launch_fwd(x: Tensor, log: bool) -> Tensor:
     dev = x.get_device()
     args = (rows, n, x.data_ptr(), _DTYPE_CODE[x.dtype], xs, out.data_ptr(), n, log, _raw_stream(dev))
     if n >= _FWD_WS_MIN_COLS:
-        _on_device(dev, _launch_long, x, args)
+        _on_device(dev, _launch_long, x, args, _C.softmax_fwd_ws)
     else:
         _on_device(dev, _C.softmax_fwd, *args)
     return out
 
 
-def _launch_long(x: Tensor, args: tuple, launch=None) -> None:
-    """Long rows: the launch (the extension's softmax_fwd_ws, or
+def _launch_long(x: Tensor, args: tuple, launch) -> None:
+    """Long rows: launch (the extension's softmax_fwd_ws or
     softmax_bwd_ws) with the workspace it asks for (the grid kernel's
     exchange logs, from torch's caching allocator on x's stream; none where
     the grid does not serve the row)."""
-    launch = launch or _C.softmax_fwd_ws
     nbytes = launch(*args, 0, 0, 2)
     ws = x.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
     launch(*args, 0 if ws is None else ws.data_ptr(), nbytes, 0)

@@ -150,8 +150,8 @@ struct GridRowRing {
     const uint32_t bar = bar0 + 8 * uint32_t(s);
     mbar_arrive_expect_tx(bar, kTiles * bulk_bytes);
     if (bulk_bytes > 0) {
-      bulk_g2s(tile_at(s, 0), x + row(j) * x_stride + vb * VEC, bulk_bytes, bar);
-      if constexpr (kTiles == 2) bulk_g2s(tile_at(s, 1), x2 + row(j) * x2_stride + vb * VEC, bulk_bytes, bar);
+      bulk_g2s(tile_at(s, 0), row_ptr<0>(row(j)) + vb * VEC, bulk_bytes, bar);
+      if constexpr (kTiles == 2) bulk_g2s(tile_at(s, 1), row_ptr<1>(row(j)) + vb * VEC, bulk_bytes, bar);
     }
   }
 

@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_bwd_grid_kerne
     for (int r = 0; r < R; ++r) {
       const int j = q * R + r;
       if (j >= rows_here) continue;
-      const float dot = R == 1 ? dots[0] : (r == 0 ? dots[0] : dots[R - 1]);
+      const float dot = grid_pick(dots, r);
       const int s = ring.next_written();
       const int64_t row = ring.row(j);
       T* orow = out + row * p.out_stride + (ring.vb + ring.tid) * VEC;
