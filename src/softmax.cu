@@ -208,8 +208,7 @@ Status launch(const ops::SoftmaxParams& base, DType dtype, bool backward, cudaSt
       core::set_grid_params(gp, g, workspace, plan.grid_prefetch);
       bool not_resident = false;
       Status gst = detail::by_dtype(dtype, backward ? "y" : "x", [&](auto dt) {
-        return backward ? ops::launch_softmax_bwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident)
-                        : ops::launch_softmax_fwd_grid<decltype(dt)::value>(gp, g, device, stream, &not_resident);
+        return ops::launch_softmax_grid<decltype(dt)::value>(gp, g, backward, device, stream, &not_resident);
       });
       if (!not_resident) return gst;  // else the plan without the grid kernel
     }

@@ -135,6 +135,19 @@ struct LaunchShape {
   int64_t cluster_multiple = 1;
 };
 inline LaunchShape launch_shape(const RowConfig& c) { return {c.grid, c.threads, c.smem_bytes, c.cluster, true}; }
+// The grid kernels (ops/norm_fwd_grid.cuh, ops/softmax_grid.cuh, the norm
+// backward's 2''): cfg.grid CTAs of `threads`, one an SM, launched
+// cooperatively (when they cannot all be resident, nothing is launched and
+// *not_resident is set: the caller takes another kernel). Their exchange
+// logs (cfg.exchange_bytes at `exchange`) start zeroed: the reset is
+// queued on `stream` here, ahead of the launch (`what` names it in an error).
+inline Status grid_launch_prologue(const NormGridConfig& cfg, int threads, void* exchange, cudaStream_t stream,
+                                   bool* not_resident, const char* what, LaunchShape* shape) {
+  *shape = LaunchShape{cfg.grid, threads, cfg.smem_bytes, 1, false, nullptr};
+  shape->cooperative = true;
+  shape->not_resident = not_resident;
+  return cuda_status(cudaMemsetAsync(exchange, 0, cfg.exchange_bytes, stream), what);
+}
 // Register-resident kernels: one CTA per row block, persistent when clustered
 // (unless staged).
 inline LaunchShape launch_shape(const RegRowConfig& c) {

@@ -302,11 +302,10 @@ template <DType kX, bool kCentre>
 Status launch_rmsnorm_fwd_grid(const RMSNormFwdParams& p, const NormGridConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, bool* not_resident) {
   using T = typename core::TypeOf<kX>::type;
-  core::LaunchShape shape{cfg.grid, kNormFwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
-  shape.cooperative = true;
-  shape.not_resident = not_resident;
-  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
-                                kCentre ? "layernorm forward exchange reset" : "rmsnorm forward exchange reset");
+  core::LaunchShape shape;
+  Status st = core::grid_launch_prologue(
+      cfg, kNormFwdGridThreads, p.exchange, stream, not_resident,
+      kCentre ? "layernorm forward exchange reset" : "rmsnorm forward exchange reset", &shape);
   if (!st.ok()) return st;
   // Rows a step built: 1 and 2 (every layout), 4 (16-bit rows).
   auto run = [&](auto tw) -> Status {

@@ -1568,15 +1568,13 @@ template <DType kX, bool kCentre>
 Status launch_rmsnorm_bwd_grid(const RMSNormBwdParams& p, const NormGridConfig& cfg, bool w_f32, int device,
                                cudaStream_t stream, bool* not_resident) {
   using T = typename core::TypeOf<kX>::type;
-  core::LaunchShape shape{cfg.grid, kNormBwdGridThreads, cfg.smem_bytes, 1, false, nullptr};
-  shape.cooperative = true;
-  shape.not_resident = not_resident;
-  shape.grid_y = cfg.groups;
   if (norm_grid_step_words(cfg.ranks, cfg.rows, kCentre) > kNormBwdGridMaxStepWords)
     return {Code::kUnsupported, "rmsnorm backward: grid config with more exchange words a step than kNormBwdGridMaxStepWords"};
-  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
-                                "rmsnorm backward exchange reset");
+  core::LaunchShape shape;
+  Status st = core::grid_launch_prologue(cfg, kNormBwdGridThreads, p.exchange, stream, not_resident,
+                                         "rmsnorm backward exchange reset", &shape);
   if (!st.ok()) return st;
+  shape.grid_y = cfg.groups;
   auto run = [&](auto tw) -> Status {
     using Tw = typename decltype(tw)::type;
     if constexpr (sizeof(T) == 2) {

@@ -337,50 +337,35 @@ __global__ void __launch_bounds__(kSoftmaxGridThreads, 1) softmax_bwd_grid_kerne
   grid_fwd_steps<R>(ring, ex, vals, gp.grid_lag, gp.grid_prefetch != 0, phase_a, phase_b);
 }
 
-// The grid kernel (cfg from choose_softmax_fwd_grid_config), a cooperative
-// launch after the exchange logs at p.exchange (cfg.exchange_bytes) are
-// zeroed. *not_resident: set when the grid cannot be resident at once
-// (nothing launched; the caller takes the other kernels).
+// The grid kernel of either direction (cfg from choose_softmax_fwd_grid_config
+// or choose_softmax_bwd_grid_config), a cooperative launch after the
+// exchange logs at p.exchange (cfg.exchange_bytes) are zeroed.
+// *not_resident: set when the grid cannot be resident at once (nothing
+// launched; the caller takes the other kernels). Rows a step built: 1, and
+// 2 (the forward's every dtype, the backward's 16-bit rows).
 template <DType kX>
-Status launch_softmax_fwd_grid(const SoftmaxGridParams& p, const NormGridConfig& cfg, int device, cudaStream_t stream,
-                               bool* not_resident) {
+Status launch_softmax_grid(const SoftmaxGridParams& p, const NormGridConfig& cfg, bool backward, int device,
+                           cudaStream_t stream, bool* not_resident) {
   using T = typename core::TypeOf<kX>::type;
-  core::LaunchShape shape{cfg.grid, kSoftmaxGridThreads, cfg.smem_bytes, 1, false, nullptr};
-  shape.cooperative = true;
-  shape.not_resident = not_resident;
-  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
-                                "softmax forward exchange reset");
+  core::LaunchShape shape;
+  Status st = core::grid_launch_prologue(cfg, kSoftmaxGridThreads, p.exchange, stream, not_resident,
+                                         backward ? "softmax backward exchange reset" : "softmax forward exchange reset",
+                                         &shape);
   if (!st.ok()) return st;
   if (cfg.rows == 2) {
-    return core::launch_cached<softmax_fwd_grid_kernel<T, 2>>(device, shape, stream, p);
+    if (!backward) return core::launch_cached<softmax_fwd_grid_kernel<T, 2>>(device, shape, stream, p);
+    if constexpr (sizeof(T) == 2) return core::launch_cached<softmax_bwd_grid_kernel<T, 2>>(device, shape, stream, p);
   }
-  if (cfg.rows != 1) return {Code::kUnsupported, "softmax forward: grid rows a step outside the built kernels"};
-  return core::launch_cached<softmax_fwd_grid_kernel<T, 1>>(device, shape, stream, p);
+  if (cfg.rows != 1)
+    return {Code::kUnsupported, backward ? "softmax backward: grid rows a step outside the built kernels"
+                                         : "softmax forward: grid rows a step outside the built kernels"};
+  return backward ? core::launch_cached<softmax_bwd_grid_kernel<T, 1>>(device, shape, stream, p)
+                  : core::launch_cached<softmax_fwd_grid_kernel<T, 1>>(device, shape, stream, p);
 }
 
-// The backward's (cfg from choose_softmax_bwd_grid_config), likewise.
-template <DType kX>
-Status launch_softmax_bwd_grid(const SoftmaxGridParams& p, const NormGridConfig& cfg, int device, cudaStream_t stream,
-                               bool* not_resident) {
-  using T = typename core::TypeOf<kX>::type;
-  core::LaunchShape shape{cfg.grid, kSoftmaxGridThreads, cfg.smem_bytes, 1, false, nullptr};
-  shape.cooperative = true;
-  shape.not_resident = not_resident;
-  Status st = core::cuda_status(cudaMemsetAsync(p.exchange, 0, cfg.exchange_bytes, stream),
-                                "softmax backward exchange reset");
-  if (!st.ok()) return st;
-  if constexpr (sizeof(T) == 2) {
-    if (cfg.rows == 2) return core::launch_cached<softmax_bwd_grid_kernel<T, 2>>(device, shape, stream, p);
-  }
-  if (cfg.rows != 1) return {Code::kUnsupported, "softmax backward: grid rows a step outside the built kernels"};
-  return core::launch_cached<softmax_bwd_grid_kernel<T, 1>>(device, shape, stream, p);
-}
-
-#define QUACK_SOFTMAX_GRID_INSTANTIATION(EXTERN, DT)                                                         \
-  EXTERN template Status launch_softmax_fwd_grid<DT>(const SoftmaxGridParams&, const NormGridConfig&, int, \
-                                                     cudaStream_t, bool*);                                   \
-  EXTERN template Status launch_softmax_bwd_grid<DT>(const SoftmaxGridParams&, const NormGridConfig&, int, \
-                                                     cudaStream_t, bool*);
+#define QUACK_SOFTMAX_GRID_INSTANTIATION(EXTERN, DT)                                                          \
+  EXTERN template Status launch_softmax_grid<DT>(const SoftmaxGridParams&, const NormGridConfig&, bool, int, \
+                                                 cudaStream_t, bool*);
 #ifndef QUACK_SOFTMAX_TU
 QUACK_SOFTMAX_GRID_INSTANTIATION(extern, DType::kFloat32)
 QUACK_SOFTMAX_GRID_INSTANTIATION(extern, DType::kFloat16)
