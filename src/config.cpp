@@ -654,6 +654,12 @@ RowTuning default_row_tuning() {
   t.ce_fwd_bulk_min_bytes2 = 8 << 10;
   t.ce_fwd_bulk_min_bytes4 = 4 << 10;
   t.ce_fwd_bulk_max_bytes = 128 << 10;
+  // The whole-batch loops (seventy-second session, built without a device:
+  // off until measured). The checked loops spend ~60 of a batch's ~192
+  // instructions on 32 bf16 logits on the tests, the padding and a branch a
+  // vector (SASS of ce_fwd_bulk_kernel, sm_90a, CUDA 13.0); bf16 is the
+  // dtype whose forward is bound by its instructions (docs/KERNELS.md).
+  t.ce_fwd_whole = 0;
   // Pipelined norm backward against the register kernel (rmsnorm_bwd_sweep,
   // H200, M*N = 2^28, weight in x's dtype, % of copy with dweight, A then B
   // in one call at 29c1365; bench/results/2026-11-30-rmsnorm-bwd-sweep.md

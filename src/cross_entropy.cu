@@ -380,17 +380,20 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
                   c.threads, c.cluster, c.vpt, c.lean ? " lean" : "");
     return buf;
   };
+  // (" whole": the kernel's whole-batch loop, RowTuning::ce_fwd_whole.)
+  const std::string bulk_whole = (tune.ce_fwd_whole & 1) ? " whole" : "";
+  const std::string stream_whole = (tune.ce_fwd_whole & 2) ? " whole" : "";
   if (shifted) {
-    if (shifted_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk shifted";
-    if (shifted_fwd_stream(cols, es, wide, tune)) return "fwd-stream";
+    if (shifted_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk shifted" + bulk_whole;
+    if (shifted_fwd_stream(cols, es, wide, tune)) return "fwd-stream";  // (no whole loop: kShift)
     return describe(shifted_plan(rows, cols, es, lim, wide, grad));
   }
   const Plan fused = grad ? plan_rows(rows, cols, es, lim, false, true) : Plan{};
   const bool staged = fused.reg && fused.cfg.staged;
   if (grad && !general && !staged && cols >= tune.ce_grad_split_min_cols)
     return "2-pass: " + cross_entropy_plan_description(rows, cols, dtype, lim, true);
-  if (ce_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk";
-  if (wide && cols * es >= tune.ce_fwd_stream_min_bytes) return "fwd-stream";
+  if (ce_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk" + bulk_whole;
+  if (wide && cols * es >= tune.ce_fwd_stream_min_bytes) return "fwd-stream" + stream_whole;
   return describe(grad ? fused : plan_rows(rows, cols, es, lim, wide));
 }
 
@@ -599,6 +602,7 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   p.dloss_per_row = a.reduction == Reduction::kNone;
   const bool grad = a.dlogits.ptr != nullptr;
   const RowTuning tune = current_row_tuning();
+  p.fwd_whole = tune.ce_fwd_whole;
   // The reduced loss: the sums of the rows' terms in a fixed order (by the
   // rows' own cluster where p.rows_cluster, ce_cluster_finish).
   auto finish = [&]() -> Status {

@@ -310,6 +310,12 @@ struct RowTuning {
   int64_t ce_fwd_bulk_min_bytes2;
   int64_t ce_fwd_bulk_min_bytes4;
   int64_t ce_fwd_bulk_max_bytes;
+  // The plain forward kernels' whole-batch loops: bit 0 ce_fwd_bulk_kernel,
+  // bit 1 ce_fwd_stream_kernel (aligned rows: not its kShift). Where set, a thread's batches whose vectors
+  // all lie in the chunk (the row) run first with no test, padding or
+  // branch a vector; the rest in the checked loop. The same fold in the same
+  // order: the same bits either way.
+  int ce_fwd_whole;
   // RMSNorm / LayerNorm backward rows that one CTA holds take the pipelined
   // kernel (rmsnorm_bwd_pipe_kernel: weight gradients in registers, the next
   // rows' h and dy copied into shared memory while this row is reduced):

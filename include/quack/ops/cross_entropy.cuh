@@ -98,6 +98,9 @@ struct CEParams {
   bool dloss_per_row;
   int team, cluster;
   int64_t row_blocks;
+  // The plain forward's whole-batch loops (RowTuning::ce_fwd_whole): bit 0
+  // ce_fwd_bulk_kernel's, bit 1 ce_fwd_stream_kernel's.
+  int fwd_whole;
 };
 
 // Shared memory of the row kernels: the MaxSumDot reduction's scratch,
@@ -1027,8 +1030,24 @@ __global__ void __launch_bounds__(kCEFwdStreamThreads, 4) ce_fwd_stream_kernel(c
     CERow r{};
     if (writer) r = CERow::make(p, row);
     float m = -INFINITY, b = kLog2BaseFloor, s = 0.0f, d = 0.0f;
+    int64_t k0 = tid;
+    // p.fwd_whole bit 1 (RowTuning::ce_fwd_whole): first the batches whose
+    // U vectors all lie in the row, their loads unpredicated and with no
+    // padding or test a vector (the same fold, the same bits), then the
+    // checked loop for the row's last batch. Aligned rows only: in the
+    // kShift instances (16-bit) the second loop spilled 70 bytes at 64
+    // registers (ptxas -v, sm_90a, CUDA 13.0).
+    if (!kShift && (p.fwd_whole & 2)) {
 #pragma unroll 1
-    for (int64_t k0 = tid; k0 < nfull; k0 += int64_t(U) * nthr) {
+      for (; k0 + int64_t(U - 1) * nthr < nfull; k0 += int64_t(U) * nthr) {
+        V v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u].load(xrow + (k0 + int64_t(u) * nthr) * VEC);
+        ce_fold_batch<kSum>(v, [](int) { return true; }, m, b, s, d);
+      }
+    }
+#pragma unroll 1
+    for (; k0 < nfull; k0 += int64_t(U) * nthr) {
       V v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -1231,7 +1250,29 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     // (kShift: the row's first vector, its head before the row, is lane 0's
     // at the end of the row)
     const int k_first = c == 0 ? k_first_of(sh) : 0;
-    for (int k0 = lane; k0 < nv; k0 += B * 32) {
+    int k0 = lane;
+    // p.fwd_whole bit 0 (RowTuning::ce_fwd_whole): first the lane's batches
+    // whose B vectors all lie in the chunk -- every batch of a whole 4 KB
+    // chunk -- as straight-line loads at fixed offsets with no padding and
+    // no test a vector (the same fold, the same bits), then the checked
+    // loop for the rest. The checked loop alone spends ~60 of its ~192
+    // instructions a batch of 32 bf16 logits on the tests, the -inf
+    // padding and a branch a vector (SASS, sm_90a, CUDA 13.0).
+    if (p.fwd_whole & 1) {
+      for (; k0 + (B - 1) * 32 < nv && (!kShift || k0 >= k_first); k0 += B * 32) {
+        V v[B];
+#pragma unroll
+        for (int u = 0; u < B; ++u) {
+          const uint4 w = lds128(slot + uint32_t(k0 + u * 32) * 16);
+          v[u].w[0] = w.x;
+          v[u].w[1] = w.y;
+          v[u].w[2] = w.z;
+          v[u].w[3] = w.w;
+        }
+        ce_fold_batch<kSum>(v, [](int) { return true; }, m, b, s, d);
+      }
+    }
+    for (; k0 < nv; k0 += B * 32) {
       V v[B];
 #pragma unroll
       for (int u = 0; u < B; ++u) {

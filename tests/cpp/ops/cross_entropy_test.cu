@@ -36,6 +36,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -1195,6 +1196,95 @@ TEST(CrossEntropyBulkShiftedPlan, OnByDefaultOffWithoutBit3) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BulkShiftedCases, CrossEntropyGpuBulkShifted, testing::ValuesIn(bulk_shifted_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+
+// The plain forward kernels' whole-batch loops (RowTuning::ce_fwd_whole,
+// seventy-second session: off by default until measured). A thread's
+// batches whose vectors all lie in the chunk (bulk) or the row (stream) run
+// unchecked first, the rest in the checked loop: rows of whole chunks and
+// whole batches only (bf16 16384 in the bulk kernel, 131072 streamed), of a
+// partial last chunk or batch (4099, 32003, 50304, 128256), shifted rows
+// in the bulk kernel (the head vector's lane 0 takes the checked loop; the
+// stream kernel's kShift has no whole loop), bad targets, sums for
+// smoothing, the two-pass gradient's forward.
+void bulk_whole(RowTuning& t) {
+  t = bulk_for_every_row();
+  t.shifted_rows |= 8;
+  t.ce_fwd_whole = 1;
+}
+void stream_whole(RowTuning& t) { t.ce_fwd_whole = 2; }
+
+// The cases whose plan (under `tune`) names `kernel` with its whole loop.
+std::vector<CeCase> whole_cases(void (*tune)(RowTuning&), const std::string& kernel) {
+  std::vector<CeCase> all = bulk_cases();
+  for (const CeCase& c : bulk_shifted_cases()) all.push_back(c);
+  all.push_back(C(kBF16, 1024, 16384, kMean).nograd());
+  all.push_back(C(kBF16, 1030, 50304, kSum).nograd());
+  all.push_back(C(kBF16, 5, 131072, kSum).smooth(0.1f).nograd());
+  all.push_back(C(kF16, 7, 131072, kMean).badt().nograd());
+  all.push_back(C(kBF16, 7, 196608, kNone).nograd());
+  RowTuning t = default_row_tuning();
+  tune(t);
+  set_row_tuning(&t);
+  std::vector<CeCase> v;
+  std::set<std::string> names;  // (bulk_cases and bulk_shifted_cases share some)
+  for (const CeCase& c : all) {
+    const std::string plan = case_plan(c);
+    const bool elementwise = case_misaligned(c) && !case_shifted(c);
+    if (!elementwise && plan.find(kernel) != std::string::npos && plan.find(" whole") != std::string::npos &&
+        names.insert(c.name()).second)
+      v.push_back(c);
+  }
+  set_row_tuning(nullptr);
+  return v;
+}
+std::vector<CeCase> bulk_whole_cases() { return whole_cases(bulk_whole, "fwd-bulk"); }
+std::vector<CeCase> stream_whole_cases() { return whole_cases(stream_whole, "fwd-stream"); }
+
+// Off by default; where set, the plans say so, and each suite holds the
+// kinds of rows above.
+TEST(CrossEntropyWholePlan, OffByDefaultNamedWhereSet) {
+  EXPECT_EQ(default_row_tuning().ce_fwd_whole, 0);
+  const std::vector<CeCase> bulk = bulk_whole_cases(), stream = stream_whole_cases();
+  auto has = [](const std::vector<CeCase>& v, DType t, int64_t cols) {
+    for (const CeCase& c : v)
+      if (c.dtype == t && c.cols == cols) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(bulk, kBF16, 16384) && has(bulk, kBF16, 32003) && has(bulk, kF32, 4099) && has(bulk, kBF16, 50304) &&
+              has(bulk, kBF16, 4100))
+      << bulk.size() << " bulk cases";
+  EXPECT_TRUE(has(stream, kBF16, 131072) && has(stream, kBF16, 196608) && has(stream, kF32, 262144) &&
+              has(stream, kF16, 128259))
+      << stream.size() << " stream cases";
+  for (const CeCase& c : bulk) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
+  for (const CeCase& c : stream) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
+  RowTuning t = default_row_tuning();
+  bulk_whole(t);
+  set_row_tuning(&t);
+  for (const CeCase& c : bulk) {
+    const std::string plan = case_plan(c);
+    EXPECT_TRUE(plan == "fwd-bulk whole" || plan == "fwd-bulk shifted whole" || plan == "2-pass: fwd-bulk whole")
+        << c.name() << ": " << plan;
+  }
+  set_row_tuning(nullptr);
+}
+
+class CrossEntropyGpuBulkWhole : public test::TunedSuite<CeCase, bulk_whole> {};
+class CrossEntropyGpuStreamWhole : public test::TunedSuite<CeCase, stream_whole> {};
+
+TEST_P(CrossEntropyGpuBulkWhole, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+TEST_P(CrossEntropyGpuStreamWhole, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(BulkWholeCases, CrossEntropyGpuBulkWhole, testing::ValuesIn(bulk_whole_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+INSTANTIATE_TEST_SUITE_P(StreamWholeCases, CrossEntropyGpuStreamWhole, testing::ValuesIn(stream_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The staged fused gradient (ce_staged_kernel) from short rows:
