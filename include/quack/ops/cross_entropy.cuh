@@ -1250,6 +1250,16 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
     // (kShift: the row's first vector, its head before the row, is lane 0's
     // at the end of the row)
     const int k_first = c == 0 ? k_first_of(sh) : 0;
+    // Vector k of the chunk: one the lane folds (in the chunk, not the
+    // shifted head), and its 16 bytes from the slot.
+    auto folded = [&](int k) { return k < nv && (!kShift || k >= k_first); };
+    auto slot_vec = [&](int k, V& v) {
+      const uint4 w = lds128(slot + uint32_t(k) * 16);
+      v.w[0] = w.x;
+      v.w[1] = w.y;
+      v.w[2] = w.z;
+      v.w[3] = w.w;
+    };
     int k0 = lane;
     // p.fwd_whole bit 0 (RowTuning::ce_fwd_whole): first the lane's batches
     // whose B vectors all lie in the chunk -- every batch of a whole 4 KB
@@ -1262,13 +1272,7 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
       for (; k0 + (B - 1) * 32 < nv && (!kShift || k0 >= k_first); k0 += B * 32) {
         V v[B];
 #pragma unroll
-        for (int u = 0; u < B; ++u) {
-          const uint4 w = lds128(slot + uint32_t(k0 + u * 32) * 16);
-          v[u].w[0] = w.x;
-          v[u].w[1] = w.y;
-          v[u].w[2] = w.z;
-          v[u].w[3] = w.w;
-        }
+        for (int u = 0; u < B; ++u) slot_vec(k0 + u * 32, v[u]);
         ce_fold_batch<kSum>(v, [](int) { return true; }, m, b, s, d);
       }
     }
@@ -1276,19 +1280,10 @@ __global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
       V v[B];
 #pragma unroll
       for (int u = 0; u < B; ++u) {
-        const int k = k0 + u * 32;
-        if (k < nv && (!kShift || k >= k_first)) {
-          const uint4 w = lds128(slot + uint32_t(k) * 16);
-          v[u].w[0] = w.x;
-          v[u].w[1] = w.y;
-          v[u].w[2] = w.z;
-          v[u].w[3] = w.w;
-        } else {
-          v[u].fill_tail(0, neg_inf_bits<T>());
-        }
+        if (folded(k0 + u * 32)) slot_vec(k0 + u * 32, v[u]);
+        else v[u].fill_tail(0, neg_inf_bits<T>());
       }
-      ce_fold_batch<kSum>(v, [&](int u) { return k0 + u * 32 < nv && (!kShift || k0 + u * 32 >= k_first); }, m, b, s,
-                          d);
+      ce_fold_batch<kSum>(v, [&](int u) { return folded(k0 + u * 32); }, m, b, s, d);
     }
     __syncwarp();  // every lane has read the slot: it may be refilled
     if (lane == 0 && pq < total) {  // the next chunk into the slot just read
