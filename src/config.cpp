@@ -654,12 +654,19 @@ RowTuning default_row_tuning() {
   t.ce_fwd_bulk_min_bytes2 = 8 << 10;
   t.ce_fwd_bulk_min_bytes4 = 4 << 10;
   t.ce_fwd_bulk_max_bytes = 128 << 10;
-  // The whole-batch loops (seventy-second session, built without a device:
-  // off until measured). The checked loops spend ~60 of a batch's ~192
-  // instructions on 32 bf16 logits on the tests, the padding and a branch a
-  // vector (SASS of ce_fwd_bulk_kernel, sm_90a, CUDA 13.0); bf16 is the
-  // dtype whose forward is bound by its instructions (docs/KERNELS.md).
-  t.ce_fwd_whole = 0;
+  // The whole-batch loops, both kernels (bit 0 bulk, bit 1 stream). The
+  // checked loops spend ~60 of a batch's ~192 instructions on 32 bf16
+  // logits on the tests, the padding and a branch a vector (SASS of
+  // ce_fwd_bulk_kernel, sm_90a, CUDA 13.0). cross_entropy_sweep, H100,
+  // 4ad49f3, M*V = 2^28, against ce_fwd_whole=0 in the same call (bench/
+  // results/logs/2026-12-07-ce-fwd-whole-4ad49f3-h100-tables.md), forward
+  // % of copy: bf16 4096 / 32000 / 50304 91.6 / 90.9 / 88.7 -> 92.6 / 93.4
+  // / 91.1, 128256-262144 (stream) 95.5-96.9 -> 96.3-97.7, the rest within
+  // +-0.3%; fp32 0.1-0.7% faster at every V; the fused forward+backward,
+  // which runs neither loop, within 0.3%. Predicted 91-96 (bulk) and 96-98
+  // (stream): the bulk kernel's low end, so its instructions were part of
+  // the bound, not all of it. Bit-identical results either way.
+  t.ce_fwd_whole = 3;
   // Pipelined norm backward against the register kernel (rmsnorm_bwd_sweep,
   // H200, M*N = 2^28, weight in x's dtype, % of copy with dweight, A then B
   // in one call at 29c1365; bench/results/2026-11-30-rmsnorm-bwd-sweep.md
@@ -1505,8 +1512,19 @@ bool choose_norm_bwd_pipe_at(const NormBwdPipeProblem& prob, const DeviceLimits&
     // small CTAs stop at 256 threads. And only where the shared CTAs still
     // fill every SM: a few hundred rows keep a CTA a team, spread over as
     // many SMs as there are rows.)
+    // Shifted rows share only RMSNorm's tiles at least 7/8 full
+    // (rmsnorm_bwd_sweep bf16, H100, 4ad49f3, M*N = 2^28, against
+    // bwd_pipe_min_threads=0 in the same call; bench/results/logs/
+    // 2026-12-07-norm-bwd-shifted-share-4ad49f3-h100-tables.md), dx / +dw /
+    // +dw,db % of copy, shared against a CTA a team: RMSNorm 1017 (its tile
+    // full) 91.4 / 90.0 / 85.5 against 82.3 / 78.6 / 78.6, 2001 (98%) 91.8 /
+    // 90.3 / 86.3 against 85.9 / 83.2 / 83.6, but 1500 and 3001 (73%) 69.6-
+    // 80.5 against 81.6-89.5; LayerNorm dx / +dw 1017 even (88.6 / 86.5),
+    // 2001 80.5 / 79.5 against 85.4 / 81.4, 1500 and 3001 64.4-68.9 against
+    // 78.6-86.1.
+    const bool shift_shares = !prob.shifted || (!prob.centre && 8 * nvec >= 7 * team * c.vpt);
     if (shares_ctas(prob, tune) && vpt < kNormBwdPipeWideVpt && team > 32 && c.team == team &&
-        tune.bwd_pipe_min_threads > c.threads) {
+        tune.bwd_pipe_min_threads > c.threads && shift_shares) {
       const int shared = int(std::min<int64_t>(pow2_ceil(tune.bwd_pipe_min_threads), kRegRowMaxThreads));
       if (ceil_div(prob.rows, int64_t(shared / c.team)) >= lim.num_sms) c.threads = shared;
     }

@@ -1199,20 +1199,26 @@ INSTANTIATE_TEST_SUITE_P(BulkShiftedCases, CrossEntropyGpuBulkShifted, testing::
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The plain forward kernels' whole-batch loops (RowTuning::ce_fwd_whole,
-// seventy-second session: off by default until measured). A thread's
+// on by default since the seventy-third session's measurement). A thread's
 // batches whose vectors all lie in the chunk (bulk) or the row (stream) run
 // unchecked first, the rest in the checked loop: rows of whole chunks and
 // whole batches only (bf16 16384 in the bulk kernel, 131072 streamed), of a
 // partial last chunk or batch (4099, 32003, 50304, 128256), shifted rows
 // in the bulk kernel (the head vector's lane 0 takes the checked loop; the
 // stream kernel's kShift has no whole loop), bad targets, sums for
-// smoothing, the two-pass gradient's forward.
+// smoothing, the two-pass gradient's forward. The same cases also run
+// with the bits off (the checked loops alone: a QUACK_TUNE variant).
 void bulk_whole(RowTuning& t) {
   t = bulk_for_every_row();
   t.shifted_rows |= 8;
   t.ce_fwd_whole = 1;
 }
 void stream_whole(RowTuning& t) { t.ce_fwd_whole = 2; }
+void bulk_checked(RowTuning& t) {
+  bulk_whole(t);
+  t.ce_fwd_whole = 0;
+}
+void stream_checked(RowTuning& t) { t.ce_fwd_whole = 0; }
 
 // The cases whose plan (under `tune`) names `kernel` with its whole loop.
 std::vector<CeCase> whole_cases(void (*tune)(RowTuning&), const std::string& kernel) {
@@ -1241,10 +1247,10 @@ std::vector<CeCase> whole_cases(void (*tune)(RowTuning&), const std::string& ker
 std::vector<CeCase> bulk_whole_cases() { return whole_cases(bulk_whole, "fwd-bulk"); }
 std::vector<CeCase> stream_whole_cases() { return whole_cases(stream_whole, "fwd-stream"); }
 
-// Off by default; where set, the plans say so, and each suite holds the
-// kinds of rows above.
-TEST(CrossEntropyWholePlan, OffByDefaultNamedWhereSet) {
-  EXPECT_EQ(default_row_tuning().ce_fwd_whole, 0);
+// On by default (both bits); the plans say where they apply, each suite
+// holds the kinds of rows above, and with the bits off no plan names them.
+TEST(CrossEntropyWholePlan, OnByDefaultNamedWhereSet) {
+  EXPECT_EQ(default_row_tuning().ce_fwd_whole, 3);
   const std::vector<CeCase> bulk = bulk_whole_cases(), stream = stream_whole_cases();
   auto has = [](const std::vector<CeCase>& v, DType t, int64_t cols) {
     for (const CeCase& c : v)
@@ -1257,8 +1263,8 @@ TEST(CrossEntropyWholePlan, OffByDefaultNamedWhereSet) {
   EXPECT_TRUE(has(stream, kBF16, 131072) && has(stream, kBF16, 196608) && has(stream, kF32, 262144) &&
               has(stream, kF16, 128259))
       << stream.size() << " stream cases";
-  for (const CeCase& c : bulk) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
-  for (const CeCase& c : stream) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
+  // (the stream's rows under the defaults)
+  for (const CeCase& c : stream) EXPECT_NE(case_plan(c).find("fwd-stream whole"), std::string::npos) << c.name();
   RowTuning t = default_row_tuning();
   bulk_whole(t);
   set_row_tuning(&t);
@@ -1267,11 +1273,20 @@ TEST(CrossEntropyWholePlan, OffByDefaultNamedWhereSet) {
     EXPECT_TRUE(plan == "fwd-bulk whole" || plan == "fwd-bulk shifted whole" || plan == "2-pass: fwd-bulk whole")
         << c.name() << ": " << plan;
   }
+  for (void (*checked)(RowTuning&) : {bulk_checked, stream_checked}) {
+    t = default_row_tuning();
+    checked(t);
+    set_row_tuning(&t);
+    for (const std::vector<CeCase>* v : {&bulk, &stream})
+      for (const CeCase& c : *v) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
+  }
   set_row_tuning(nullptr);
 }
 
 class CrossEntropyGpuBulkWhole : public test::TunedSuite<CeCase, bulk_whole> {};
 class CrossEntropyGpuStreamWhole : public test::TunedSuite<CeCase, stream_whole> {};
+class CrossEntropyGpuBulkChecked : public test::TunedSuite<CeCase, bulk_checked> {};
+class CrossEntropyGpuStreamChecked : public test::TunedSuite<CeCase, stream_checked> {};
 
 TEST_P(CrossEntropyGpuBulkWhole, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
@@ -1281,10 +1296,22 @@ TEST_P(CrossEntropyGpuStreamWhole, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
   run_case(GetParam());
 }
+TEST_P(CrossEntropyGpuBulkChecked, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
+TEST_P(CrossEntropyGpuStreamChecked, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  run_case(GetParam());
+}
 
 INSTANTIATE_TEST_SUITE_P(BulkWholeCases, CrossEntropyGpuBulkWhole, testing::ValuesIn(bulk_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 INSTANTIATE_TEST_SUITE_P(StreamWholeCases, CrossEntropyGpuStreamWhole, testing::ValuesIn(stream_whole_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+INSTANTIATE_TEST_SUITE_P(BulkCheckedCases, CrossEntropyGpuBulkChecked, testing::ValuesIn(bulk_whole_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+INSTANTIATE_TEST_SUITE_P(StreamCheckedCases, CrossEntropyGpuStreamChecked, testing::ValuesIn(stream_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The staged fused gradient (ce_staged_kernel) from short rows:

@@ -646,8 +646,8 @@ TEST(CrossEntropyWorkspace, TwoPassGradientHoldsLse) {
 TEST(CrossEntropyPlan, PlainForwardStreamsLongRows) {
   const DeviceLimits lim;
   const int64_t rows = default_row_tuning().ce_fwd_bulk_min_rows - 1;
-  EXPECT_EQ(cross_entropy_plan_description(rows, 24576, DType::kBFloat16, lim, true), "fwd-stream");
-  EXPECT_EQ(cross_entropy_plan_description(rows, 12288, DType::kFloat32, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(rows, 24576, DType::kBFloat16, lim, true), "fwd-stream whole");
+  EXPECT_EQ(cross_entropy_plan_description(rows, 12288, DType::kFloat32, lim, true), "fwd-stream whole");
   EXPECT_EQ(cross_entropy_plan_description(rows, 24575, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(rows, 12287, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
   // A general option's gradient keeps the fused row kernels (staged, for
@@ -735,16 +735,16 @@ TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   const int64_t lo2 = t.ce_fwd_bulk_min_bytes2 / 2, lo4 = t.ce_fwd_bulk_min_bytes4 / 4;
   const int64_t hi2 = t.ce_fwd_bulk_max_bytes / 2, hi4 = t.ce_fwd_bulk_max_bytes / 4;
   for (const DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    EXPECT_EQ(cross_entropy_plan_description(many, lo2, dt, lim, true), "fwd-bulk");
-    EXPECT_EQ(cross_entropy_plan_description(many, hi2, dt, lim, true), "fwd-bulk");
+    EXPECT_EQ(cross_entropy_plan_description(many, lo2, dt, lim, true), "fwd-bulk whole");
+    EXPECT_EQ(cross_entropy_plan_description(many, hi2, dt, lim, true), "fwd-bulk whole");
     EXPECT_EQ(cross_entropy_plan_description(many, lo2 - 8, dt, lim, true).rfind("reg", 0), 0u);
-    EXPECT_EQ(cross_entropy_plan_description(many, hi2 + 8, dt, lim, true), "fwd-stream");
+    EXPECT_EQ(cross_entropy_plan_description(many, hi2 + 8, dt, lim, true), "fwd-stream whole");
   }
-  EXPECT_EQ(cross_entropy_plan_description(many, lo4, DType::kFloat32, lim, true), "fwd-bulk");
-  EXPECT_EQ(cross_entropy_plan_description(many, hi4, DType::kFloat32, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, lo4, DType::kFloat32, lim, true), "fwd-bulk whole");
+  EXPECT_EQ(cross_entropy_plan_description(many, hi4, DType::kFloat32, lim, true), "fwd-bulk whole");
   EXPECT_EQ(cross_entropy_plan_description(many, lo4 - 4, DType::kFloat32, lim, true).rfind("reg", 0), 0u);
-  EXPECT_EQ(cross_entropy_plan_description(many, hi4 + 4, DType::kFloat32, lim, true), "fwd-stream");
-  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(many, hi4 + 4, DType::kFloat32, lim, true), "fwd-stream whole");
+  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, true), "fwd-stream whole");
   EXPECT_EQ(cross_entropy_plan_description(many - 1, 16384, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, true, true).rfind("reg", 0), 0u);
   EXPECT_EQ(cross_entropy_plan_description(many, 16384, DType::kBFloat16, lim, false).rfind("reg", 0), 0u);
@@ -752,8 +752,8 @@ TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   RowTuning unstaged = t;
   unstaged.ce_staged_grad = 0;
   set_row_tuning(&unstaged);
-  EXPECT_EQ(cross_entropy_plan_description(many, 50304, DType::kBFloat16, lim, false), "2-pass: fwd-bulk");
-  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, false), "2-pass: fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(many, 50304, DType::kBFloat16, lim, false), "2-pass: fwd-bulk whole");
+  EXPECT_EQ(cross_entropy_plan_description(many, 262144, DType::kBFloat16, lim, false), "2-pass: fwd-stream whole");
   set_row_tuning(nullptr);
   // Off, and the kernel's 1 KB floor whatever the tuning.
   RowTuning off = t;
@@ -763,7 +763,7 @@ TEST(CrossEntropyPlan, ManyPlainRowsInTheWindowTakeTheBulkKernel) {
   RowTuning wide = t;
   wide.ce_fwd_bulk_min_bytes2 = 0;
   set_row_tuning(&wide);
-  EXPECT_EQ(cross_entropy_plan_description(many, 512, DType::kBFloat16, lim, true), "fwd-bulk");
+  EXPECT_EQ(cross_entropy_plan_description(many, 512, DType::kBFloat16, lim, true), "fwd-bulk whole");
   EXPECT_EQ(cross_entropy_plan_description(many, 504, DType::kBFloat16, lim, true).rfind("reg", 0), 0u);
   set_row_tuning(nullptr);
 }
@@ -785,8 +785,8 @@ TEST(CrossEntropyPlan, LongPlainGradientsTakeTwoPasses) {
   // 16 CTAs of 256 threads at 16 vectors hold 524288 16-bit logits.
   EXPECT_EQ(cross_entropy_plan_description(8192, 524288, DType::kBFloat16, lim, false),
             "stage team  256 thr  256 cl 16 vpt 16");
-  EXPECT_EQ(cross_entropy_plan_description(8192, 524289, DType::kBFloat16, lim, false), "2-pass: fwd-stream");
-  EXPECT_EQ(cross_entropy_plan_description(8192, 262145, DType::kFloat32, lim, false), "2-pass: fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(8192, 524289, DType::kBFloat16, lim, false), "2-pass: fwd-stream whole");
+  EXPECT_EQ(cross_entropy_plan_description(8192, 262145, DType::kFloat32, lim, false), "2-pass: fwd-stream whole");
 }
 
 // The default tuning stages every fused gradient of aligned rows from
@@ -823,27 +823,27 @@ TEST(CrossEntropyPlan, FusedGradientsOfLongRowsAreStaged) {
   // Below the window, rows one register CTA holds, and the forward.
   EXPECT_EQ(plan(lo - 1, DType::kFloat32).rfind("reg", 0), 0u) << plan(lo - 1, DType::kFloat32);
   EXPECT_EQ(plan(16384, DType::kBFloat16).rfind("reg", 0), 0u) << plan(16384, DType::kBFloat16);
-  EXPECT_EQ(cross_entropy_plan_description(8192, 128256, DType::kBFloat16, lim, true), "fwd-stream");
+  EXPECT_EQ(cross_entropy_plan_description(8192, 128256, DType::kBFloat16, lim, true), "fwd-stream whole");
   // The dtype bits, CTAs wider than the staged kernels are built for, and
   // the tuned tile.
   RowTuning t = d;
   t.ce_staged_grad = 2;  // fp32 only
   set_row_tuning(&t);
-  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream whole");
   EXPECT_EQ(plan(128256, DType::kBFloat16, true).rfind("reg", 0), 0u);
   EXPECT_EQ(plan(32000, DType::kFloat32), "stage team  256 thr  256 cl  2 vpt 16");
   t.ce_staged_grad = 1;  // 16-bit only
   set_row_tuning(&t);
-  EXPECT_EQ(plan(32000, DType::kFloat32), "2-pass: fwd-bulk");
+  EXPECT_EQ(plan(32000, DType::kFloat32), "2-pass: fwd-bulk whole");
   EXPECT_EQ(plan(50304, DType::kFloat16), "stage team  224 thr  224 cl  2 vpt 16");
   t = d;
   t.reg_staged_team = 512;
   set_row_tuning(&t);
-  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream whole");
   t = d;
   t.ce_staged_vpt = 12;  // not a tile the kernel is built with
   set_row_tuning(&t);
-  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream");
+  EXPECT_EQ(plan(128256, DType::kBFloat16), "2-pass: fwd-stream whole");
   t = d;
   t.ce_staged_vpt = 8;
   set_row_tuning(&t);

@@ -510,6 +510,31 @@ TEST_F(NormBwdPlan, SharedCtasAtOneAnSm) {
 // 32 elements a thread, two 256-thread CTAs an SM (128 registers); clusters
 // of 256-thread CTAs past one; fp32 rows and fp16 LayerNorm (no small-CTA
 // kernel) keep 2 vectors, and so do rows whose small CTA is turned off.
+// Shifted rows (odd N) share the 512-thread CTAs only in RMSNorm and only
+// where the team's 2-vector tile is at least 7/8 full (src/config.cpp cites
+// the sweep): 1017 (its tile full) and 2001 (98%) share; 1500 and 3001
+// (73%) keep a CTA a team, as does every LayerNorm row of them.
+TEST_F(NormBwdPlan, ShiftedRowsShareOnlyFullRmsNormTiles) {
+  const auto rows = [](int64_t n) { return (int64_t(1) << 28) / n; };
+  for (const bool ln : {false, true})
+    for (const int64_t n : {1017, 1500, 2001, 3001}) {
+      const Kernel k = plan({rows(n), n, kBF16, kBF16, true, false, 0, 0}, ln);
+      SCOPED_TRACE(std::to_string(n) + (ln ? " LayerNorm: " : " RMSNorm: ") + k.text);
+      ASSERT_EQ(k.kind, "pipe");
+      EXPECT_NE(k.text.find("shifted"), std::string::npos);
+      if (ln && n == 1017) continue;  // (its 4-vector tile of a warp: DefaultsTakeFourVectorsByRowLength)
+      EXPECT_EQ(k.vpt, 2);
+      const bool full = n == 1017 || n == 2001;
+      EXPECT_EQ(k.threads, !ln && full ? 512 : k.team);
+      EXPECT_EQ(k.text.find("small_cta") == std::string::npos, !ln && full);
+    }
+  // Aligned rows' teams of the same widths share in both norms.
+  for (const bool ln : {false, true}) {
+    const Kernel k = plan({rows(2048), 2048, kBF16, kBF16, true, false, 0, 0}, ln);
+    EXPECT_EQ(k.threads, 512) << k.text;
+  }
+}
+
 TEST_F(NormBwdPlan, FourVectorTileInSmallCtas) {
   RowTuning t = ctas_of_their_own();
   t.bwd_pipe_vpt16 = 4;
