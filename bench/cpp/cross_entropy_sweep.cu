@@ -82,9 +82,19 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&target, sizeof(int64_t) * size_t(rows_cap)));
   CK(cudaMalloc(&loss, sizeof(float)));
   CK(cudaMalloc(&rows_loss, sizeof(float) * size_t(rows_cap)));
-  // Room for every layout cross_entropy_workspace_bytes asks for below: the
-  // totals, the scalar kernels' parts, the shares and a two-pass lse.
-  const size_t ws_cap = 16 + 16 * 1024 + 2 * sizeof(float) * size_t(rows_cap) + 64;
+  // Room for the largest workspace the library asks for over the sizes, the
+  // forward and the fused calls. (A fixed guess from the smallest V's rows
+  // fell short for a lone V = 32000: the bulk forward's 100704 bytes against
+  // 83576, and the call was refused.)
+  size_t ws_cap = 64;
+  for (const int64_t V : Vs) {
+    quack::CrossEntropyArgs t = sweep::mean_loss_args(std::max<int64_t>(1, total / V), V, x, dt, target, loss);
+    for (const bool grad : {false, true}) {
+      if (grad) t.dlogits = {dx, dt, V};
+      size_t need = 0;
+      if (quack::cross_entropy_workspace_bytes(t, &need).ok()) ws_cap = std::max(ws_cap, need);
+    }
+  }
   CK(cudaMalloc(&ws, ws_cap));
   sweep::Timer timer;
   const double copy_gbs = timer.copy_gbs(dx, x, bytes);
