@@ -465,7 +465,9 @@ std::string norm_fwd_plan_description(const RMSNormFwdArgs& a, bool layernorm, c
     if (c.rows_per_cluster > 1)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " %d rows", c.rows_per_cluster);
     if (plan.staged_early_w) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " early w");
-    else if (c.staged && plan.w_batch) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " w batch");
+    else if (c.staged && plan.w_batch)
+      std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), "%s",
+                    plan.w_batch == 2 && ops::staged_w_ahead(c.vpt, c.rows_per_cluster) ? " w batch ahead" : " w batch");
     if (plan.small_cta) std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " small cta");
     if (c.cluster > 1 && !plan.end_sync)
       std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " no end sync");

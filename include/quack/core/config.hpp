@@ -135,7 +135,9 @@ struct RowTuning {
   int reg_staged_above_team_f32;  // the same for RMSNorm / LayerNorm forward rows of fp32 x
   // RMSNorm / LayerNorm forward, staged rows whose weight is loaded after the
   // reduction: 1 issues a thread's weight (and bias) vectors together, 0 one
-  // before each use.
+  // before each use; 2 as 1, with the next batch issued before the current
+  // batch's outputs are written, in the instances with the registers for it
+  // (ops::staged_w_ahead: two rows a cluster, tiles past 8 vectors).
   int reg_w_batch;
   // Staged 16-bit rows at the family's staged tile whose weight comes after
   // the reduction: a cluster takes two rows at once and reads each weight

@@ -449,6 +449,15 @@ constexpr int rmsnorm_reg_cluster_vpt(int x_bytes, int res_bytes, int w_bytes) {
 constexpr int kStagedThreads = 256;
 // Two rows a cluster (kRows = 2) stage twice the bytes a CTA: three an SM.
 constexpr int staged_min_blocks(bool early_w, int vpt, int rows = 1) { return early_w || vpt > 8 || rows > 1 ? 3 : 6; }
+// The staged output loop's next weight (and bias) batch issued before the
+// current batch's writes (p.w_batch == 2, RowTuning::reg_w_batch): a batch's
+// registers more (16 for an fp32 weight and bias beside 16-bit x), which
+// only the three-CTAs-an-SM instances have: the six-CTA ones (40 registers)
+// spilled 276-304 bytes with it (ptxas -v, CUDA 13.0). Why: ncu of the
+// LayerNorm bf16 256K pair kernel (H100, 4ad49f3; bench/results/logs/
+// 2026-12-07-ncu-ln-fwd-256k-4ad49f3-h100.txt) spent 8.2 of a warp's 14.8
+// cycles an instruction waiting on global loads, one L2 round trip a batch.
+constexpr bool staged_w_ahead(int vpt, int rows) { return staged_min_blocks(false, vpt, rows) <= 3; }
 // Every staged CTA's warp partials fit a 128-byte half of the reducer
 // scratch as pairs (two rows a cluster).
 static_assert(kStagedThreads / 32 * sizeof(float2) <= 128, "staged reduction scratch");
@@ -964,21 +973,35 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
       // bias vectors a batch at a time (16 registers: 4 vectors in x's dtype,
       // 2 in fp32 for 16-bit x; half as many with a bias), one L2 round trip
       // a batch instead of one a vector. (Register-held rows spill with it.)
+      // With kAhead (staged_w_ahead), the next batch is in flight while
+      // this one's outputs are written.
       if (whole && p.w_batch) {
         constexpr int kVecRegs = int(sizeof(Tw) * VEC) / 4;
         constexpr int kBatchW = VPT < 16 / kVecRegs ? VPT : 16 / kVecRegs;
-        auto batched = [&](auto batch, auto with_b) {
+        auto batched = [&](auto batch, auto with_b, auto ahead) {
           constexpr int kB = decltype(batch)::value;
-          constexpr bool kWithB = decltype(with_b)::value;
+          constexpr bool kWithB = decltype(with_b)::value, kAhead = decltype(ahead)::value;
           constexpr int kUnrollB = kUnrollVec / kB > 0 ? kUnrollVec / kB : 1;
-#pragma unroll kUnrollB
-          for (int i0 = 0; i0 < VPT; i0 += kB) {
-            RawVec<Tw, VEC> wv[kB], bv[kWithB ? kB : 1];
+          RawVec<Tw, VEC> wn[kB], bn[kWithB ? kB : 1];
+          auto load_batch = [&](int i0) {
 #pragma unroll
             for (int g = 0; g < kB; ++g) {
               const int c = col0 + (i0 + g) * col_step;
-              if (w != nullptr) wv[g].load(w + c);
-              if constexpr (kWithB) bv[g].load(b + c);
+              if (w != nullptr) wn[g].load(w + c);
+              if constexpr (kWithB) bn[g].load(b + c);
+            }
+          };
+          if constexpr (kAhead) load_batch(0);
+#pragma unroll kUnrollB
+          for (int i0 = 0; i0 < VPT; i0 += kB) {
+            if constexpr (!kAhead) load_batch(i0);
+            RawVec<Tw, VEC> wv[kB], bv[kWithB ? kB : 1];
+#pragma unroll
+            for (int g = 0; g < kB; ++g) wv[g] = wn[g];
+#pragma unroll
+            for (int g = 0; g < (kWithB ? kB : 1); ++g) bv[g] = bn[g];
+            if constexpr (kAhead) {
+              if (i0 + kB < VPT) load_batch(i0 + kB);
             }
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
@@ -988,8 +1011,16 @@ __global__ void __launch_bounds__(kStaged ? kStagedThreads : kSmallCta ? kRegSma
             }
           }
         };
-        if (b == nullptr) batched(std::integral_constant<int, kBatchW>{}, std::false_type{});
-        else batched(std::integral_constant<int, (kBatchW > 1 ? kBatchW / 2 : 1)>{}, std::true_type{});
+        auto run = [&](auto ahead) {
+          if (b == nullptr) batched(std::integral_constant<int, kBatchW>{}, std::false_type{}, ahead);
+          else batched(std::integral_constant<int, (kBatchW > 1 ? kBatchW / 2 : 1)>{}, std::true_type{}, ahead);
+        };
+        if constexpr (staged_w_ahead(VPT, kRows)) {
+          if (p.w_batch == 2) run(std::true_type{});
+          else run(std::false_type{});
+        } else {
+          run(std::false_type{});
+        }
         return;
       }
     }

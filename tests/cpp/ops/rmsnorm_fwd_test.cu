@@ -782,22 +782,23 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
     const bool tile8 = (c.cols + vec - 1) / vec <= 16 * 256 * 8;  // the 8-vector tile holds it
     const char* mode_name[] = {"weight after the reduction, a vector at a time",
                                "weight after the reduction, in batches", "weight loaded early",
-                               "two rows a cluster, weight in batches", "two rows a cluster, a vector at a time"};
+                               "two rows a cluster, weight in batches", "two rows a cluster, a vector at a time",
+                               "two rows a cluster, the next batch ahead", "one row a cluster, the next batch ahead"};
     // Two rows a cluster: 16-bit x at the 8-vector tile with a weight or a
     // bias to share, whatever the rows (an odd last pair has one row).
     const bool pairable = dtype_size(c.op[kX].dtype) == 2 && tile8 && (c.op[kW].present || c.op[kB].present) &&
                           test::case_rows(c.rows, c.cols) > 1;
-    for (const int mode : {0, 1, 2, 3, 4}) {
-      if (balance && mode != 2 && mode != 3) continue;
+    for (const int mode : {0, 1, 2, 3, 4, 5, 6}) {
+      if (balance && mode != 2 && mode != 3 && mode != 5) continue;
       SCOPED_TRACE(mode_name[mode]);
       RowTuning t = default_row_tuning();
       t.norm_staged_balance = balance ? 3 : 0;
       t.reg_staged = 3;
       t.ln_staged = 3;
       t.reg_staged_vpt_max = 32;  // every row up to 16 x 256 x 32 vectors staged
-      t.reg_w_batch = mode == 1 || mode == 2 || mode == 3;
+      t.reg_w_batch = mode >= 5 ? 2 : mode == 1 || mode == 2 || mode == 3;
       t.reg_staged_early_w = mode == 2 ? 3 : 0;
-      t.reg_staged_pair = mode >= 3 ? 15 : 0;
+      t.reg_staged_pair = mode >= 3 && mode <= 5 ? 15 : 0;
       t.reg_staged_pair_full_wave = 0;
       t.reg_staged_pair_min_cluster = 2;
       t.fwd_grid = 0;  // (it would take the 1M rows with fp32 weights)
@@ -808,7 +809,10 @@ class RMSNormFwdGpuSmemStaged : public testing::TestWithParam<FwdCase> {
       PlanCheck check{"stage", {}, {}};
       (early ? check.with : check.without).push_back("early w");
       (t.reg_w_batch && !early ? check.with : check.without).push_back("w batch");
-      (mode >= 3 && pairable ? check.with : check.without).push_back("2 rows");
+      (mode >= 3 && mode <= 5 && pairable ? check.with : check.without).push_back("2 rows");
+      // The batch ahead where the kernel has the registers for it: two rows
+      // a cluster, or tiles past 8 vectors (ops::staged_w_ahead).
+      (mode >= 5 && ((mode == 5 && pairable) || !tile8) ? check.with : check.without).push_back("ahead");
       if (balance) {
         const StagedShape sh = staged_shape(c);
         char thr[32];
