@@ -1005,6 +1005,40 @@ INSTANTIATE_TEST_SUITE_P(GridCases, SoftmaxGpuGridBwd, testing::ValuesIn(grid_bw
 class SoftmaxGpuGridWorkspace : public testing::Test {
  protected:
   void TearDown() override { set_row_tuning(nullptr); }
+  // One call's workspace contract: set(ptr, n) points the call's arguments
+  // at a workspace of n bytes (nullptr, 0: none), call() makes it, and
+  // bad(got) counts the downloaded output's elements that miss the float64
+  // reference. A byte short is rejected, naming workspace_bytes, before
+  // `out` is written; the exact size and none both pass; nothing is written
+  // around the workspace (`ws`, of `bytes`).
+  template <class Set, class Call, class Bad>
+  void check_contract(GuardedTensor& out, GuardedTensor& ws, size_t bytes, Set set, Call call, Bad bad) {
+    set(ws.ptr(), bytes - 1);
+    QUACK_ASSERT_CUDA(out.poison());
+    const Status st = call();
+    EXPECT_EQ(st.code, Code::kInvalidArgument);
+    EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
+    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+    // (A rejected call writes nothing: the output is still poison.)
+    int64_t written = 0, dirty = 0;
+    QUACK_ASSERT_CUDA(out.count_written(&written, &dirty));
+    EXPECT_EQ(dirty, 0);
+    EXPECT_EQ(written, 0) << "a rejected call wrote the output";
+    std::vector<double> got;
+    for (const bool with_ws : {true, false}) {
+      SCOPED_TRACE(with_ws ? "the grid, with its workspace" : "no workspace: the other kernels");
+      set(with_ws ? ws.ptr() : nullptr, with_ws ? bytes : 0);
+      QUACK_ASSERT_CUDA(out.poison());
+      const Status ok = call();
+      ASSERT_TRUE(ok.ok()) << ok.message;
+      QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+      QUACK_ASSERT_CUDA(out.download(&got, &dirty));
+      EXPECT_EQ(dirty, 0);
+      EXPECT_EQ(bad(got), 0) << "elements wrong";
+    }
+    QUACK_ASSERT_CUDA(ws.download(&got, &dirty));
+    EXPECT_EQ(dirty, 0) << "bytes around the workspace were written";
+  }
 };
 
 TEST_F(SoftmaxGpuGridWorkspace, TooSmallIsRejectedAndNoneFallsBack) {
@@ -1031,35 +1065,20 @@ TEST_F(SoftmaxGpuGridWorkspace, TooSmallIsRejectedAndNoneFallsBack) {
   EXPECT_EQ(bytes, size_t(2) * 2 * 128 * 16) << "two steps of two rows, 128 ranks, a pair each";
   const std::unique_ptr<GuardedTensor> ws = guarded_workspace(bytes);
   ASSERT_TRUE(ws && ws->ok()) << "cudaMalloc or poisoning failed";
-  fa.workspace = ws->ptr();
-  fa.workspace_bytes = bytes - 1;
-  QUACK_ASSERT_CUDA(ty.poison());
-  const Status st = softmax_fwd(fa, nullptr);
-  EXPECT_EQ(st.code, Code::kInvalidArgument);
-  EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
-  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
-  // (A rejected call writes nothing: the output is still poison.)
-  int64_t written = 0, dirty = 0;
-  QUACK_ASSERT_CUDA(ty.count_written(&written, &dirty));
-  EXPECT_EQ(dirty, 0);
-  EXPECT_EQ(written, 0) << "a rejected call wrote the output";
-  std::vector<double> y;
   // The exact size, and none: the same answer within rounding.
   const std::vector<double> want = reference_fwd(x, rows, cols, false);
-  for (const bool with_ws : {true, false}) {
-    SCOPED_TRACE(with_ws ? "the grid, with its workspace" : "no workspace: the other kernels");
-    fa.workspace = with_ws ? ws->ptr() : nullptr;
-    fa.workspace_bytes = with_ws ? bytes : 0;
-    QUACK_ASSERT_CUDA(ty.poison());
-    const Status ok = softmax_fwd(fa, nullptr);
-    ASSERT_TRUE(ok.ok()) << ok.message;
-    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
-    QUACK_ASSERT_CUDA(ty.download(&y, &dirty));
-    EXPECT_EQ(dirty, 0);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i) bad += !close(y[i], want[i], 1.0 / double(cols), kBF16);
-    EXPECT_EQ(bad, 0) << "elements wrong";
-  }
+  check_contract(
+      ty, *ws, bytes,
+      [&](void* p, size_t n) {
+        fa.workspace = p;
+        fa.workspace_bytes = n;
+      },
+      [&] { return softmax_fwd(fa, nullptr); },
+      [&](const std::vector<double>& y) {
+        int64_t bad = 0;
+        for (size_t i = 0; i < y.size(); ++i) bad += !close(y[i], want[i], 1.0 / double(cols), kBF16);
+        return bad;
+      });
 }
 
 // The backward's workspace likewise: the query's size (a word a rank a row
@@ -1095,17 +1114,6 @@ TEST_F(SoftmaxGpuGridWorkspace, BackwardTooSmallIsRejectedAndNoneFallsBack) {
   EXPECT_EQ(bytes, size_t(3) * 128 * 8) << "three steps of one row, 128 ranks, a word each";
   const std::unique_ptr<GuardedTensor> ws = guarded_workspace(bytes);
   ASSERT_TRUE(ws && ws->ok()) << "cudaMalloc or poisoning failed";
-  ba.workspace = ws->ptr();
-  ba.workspace_bytes = bytes - 1;
-  QUACK_ASSERT_CUDA(tdx.poison());
-  const Status st = softmax_bwd(ba, nullptr);
-  EXPECT_EQ(st.code, Code::kInvalidArgument);
-  EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
-  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
-  int64_t written = 0, dirty = 0;
-  QUACK_ASSERT_CUDA(tdx.count_written(&written, &dirty));
-  EXPECT_EQ(dirty, 0);
-  EXPECT_EQ(written, 0) << "a rejected call wrote the output";
   std::vector<double> want(y.size());
   for (int64_t r = 0; r < rows; ++r) {
     double dot = 0.0;
@@ -1115,27 +1123,20 @@ TEST_F(SoftmaxGpuGridWorkspace, BackwardTooSmallIsRejectedAndNoneFallsBack) {
       want[i] = double(y[i]) * (double(dy[i]) - dot);
     }
   }
-  std::vector<double> dx;
-  for (const bool with_ws : {true, false}) {
-    SCOPED_TRACE(with_ws ? "the grid, with its workspace" : "no workspace: the other kernels");
-    ba.workspace = with_ws ? ws->ptr() : nullptr;
-    ba.workspace_bytes = with_ws ? bytes : 0;
-    QUACK_ASSERT_CUDA(tdx.poison());
-    const Status ok = softmax_bwd(ba, nullptr);
-    ASSERT_TRUE(ok.ok()) << ok.message;
-    QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
-    QUACK_ASSERT_CUDA(tdx.download(&dx, &dirty));
-    EXPECT_EQ(dirty, 0);
-    int64_t bad = 0;
-    // |dx| ~ 2 / cols: an absolute bound of fp32's rounding of the terms.
-    for (size_t i = 0; i < dx.size(); ++i)
-      bad += !(std::fabs(dx[i] - want[i]) <= 1e-5 * (std::fabs(want[i]) + 1.0 / double(cols)));
-    EXPECT_EQ(bad, 0) << "elements wrong";
-  }
-  int64_t ws_dirty = 0;
-  std::vector<double> w;
-  QUACK_ASSERT_CUDA(ws->download(&w, &ws_dirty));
-  EXPECT_EQ(ws_dirty, 0) << "bytes around the workspace were written";
+  check_contract(
+      tdx, *ws, bytes,
+      [&](void* p, size_t n) {
+        ba.workspace = p;
+        ba.workspace_bytes = n;
+      },
+      [&] { return softmax_bwd(ba, nullptr); },
+      [&](const std::vector<double>& dx) {
+        int64_t bad = 0;
+        // |dx| ~ 2 / cols: an absolute bound of fp32's rounding of the terms.
+        for (size_t i = 0; i < dx.size(); ++i)
+          bad += !(std::fabs(dx[i] - want[i]) <= 1e-5 * (std::fabs(want[i]) + 1.0 / double(cols)));
+        return bad;
+      });
 }
 
 }  // namespace
