@@ -264,7 +264,20 @@ RowTuning default_row_tuning() {
   // (fp32 weight and bias) 371.3 / 343.9 / 352.3 / 358.6 / 408.4 against
   // 395.2 / 348.8 / 354.3 / 363.3 / 405.0. Without any weight the same rows
   // take 270-272 us: the batched weight costs 1.5-5%, the serial one 7-11%.
-  t.reg_w_batch = 1;
+  // 2: the next batch issued before the current batch's writes, in the
+  // instances with the registers for it (ops::staged_w_ahead: pairs, or
+  // tiles past 8 vectors; 1 elsewhere). rmsnorm_sweep, H100, 6fa1d7b, M*N =
+  // 2^28, against 1 in the same call (bench/results/logs/
+  // 2026-12-08-norm-fwd-w-ahead-6fa1d7b-h100-tables.md): LayerNorm bf16
+  // 131072 / 196608 / 262144 413.2 / 445.0 / 474.2 us -> 396.8 / 410.7 /
+  // 414.0 (87.7 / 81.5 / 76.4 -> 91.1 / 87.7 / 87.3% of copy; a second
+  // run 405.7 -> 396.0 at 131072), f16 the same (77.0 -> 88.3% at 262144);
+  // every other cell (RMSNorm, fp32, N <= 98304) takes the same plan and
+  // is within noise. Predicted 447 -> ~380 us at 262144 (ncu, logs/
+  // 2026-12-08-ncu-ln-fwd-256k-w-ahead-6fa1d7b-h100.txt: 447.4 -> 418.9 us,
+  // DRAM 71.7 -> 75.7%, long-scoreboard stalls 8.2 -> 5.9 cycles an
+  // instruction; the SMs are busy 83% of the elapsed cycles, 87% before).
+  t.reg_w_batch = 2;
   // Two staged rows a cluster (the kernel's kRows = 2). Why: LayerNorm
   // bf16 rows (rmsnorm_sweep, QUACK_SWEEP_LAYERNORM=1, 6ae04cb, H200, % of
   // copy at N = 32K / 64K / 128K / 256K; logs/2026-12-03-norm-fwd-params.log)

@@ -358,6 +358,36 @@ TEST_F(NormFwdPlan, TwoStagedRowsAClusterShareTheirParameters) {
   EXPECT_TRUE(pair(plan({2048, 131072, kBF16, kF32})));
 }
 
+// reg_w_batch = 2 by default (src/config.cpp cites the sweep): the batch
+// ahead where the kernel has the registers for it (ops::staged_w_ahead: two
+// rows a cluster, or tiles past 8 vectors), the batched loop elsewhere; 1
+// never says "ahead", and the early weight takes neither.
+TEST_F(NormFwdPlan, WeightBatchAheadWhereTheRegistersAllow) {
+  auto ahead = [](const Kernel& k) { return k.text.find(" w batch ahead") != std::string::npos; };
+  auto batched = [](const Kernel& k) { return k.text.find(" w batch") != std::string::npos; };
+  for (DType x : {kBF16, kF16}) {
+    // LayerNorm's pairs (fp32 parameters): the cells the sweep measured.
+    for (int64_t n : {131072, 196608, 262144}) {
+      const Kernel k = plan({(int64_t(1) << 28) / n, n, x, kF32}, true);
+      EXPECT_TRUE(k.kind == "stage" && k.text.find(" 2 rows") != std::string::npos && ahead(k)) << k.text;
+    }
+    // One row a cluster at 8 vectors: batched, not ahead.
+    const Kernel one = plan({4096, 65536, x, x});
+    EXPECT_TRUE(one.kind == "stage" && one.vpt == 8 && batched(one) && !ahead(one)) << one.text;
+    // 16 vectors a thread: ahead.
+    const Kernel wide = plan({512, 524288, x, x});
+    EXPECT_TRUE(wide.kind == "stage" && wide.vpt == 16 && ahead(wide)) << wide.text;
+  }
+  // fp32 rows load the weight early: neither loop.
+  const Kernel early = plan({4096, 65536, kF32, kF32});
+  EXPECT_TRUE(early.early_w && !batched(early)) << early.text;
+  RowTuning t = default_row_tuning();
+  t.reg_w_batch = 1;
+  set_row_tuning(&t);
+  const Kernel one = plan({1024, 262144, kBF16, kF32}, true);
+  EXPECT_TRUE(batched(one) && !ahead(one)) << one.text;
+}
+
 // norm_staged_balance fits a staged row's CTAs to it (whole warps, the
 // fewest that cover the row at the same cluster and tile; by default for
 // fp32 x only, bit 1, as the forty-second session's sweep found; bit 0
