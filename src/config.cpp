@@ -680,6 +680,20 @@ RowTuning default_row_tuning() {
   // (stream): the bulk kernel's low end, so its instructions were part of
   // the bound, not all of it. Bit-identical results either way.
   t.ce_fwd_whole = 3;
+  // Two bulk CTAs an SM, not three (unmeasured; the variant is built). ncu
+  // of bf16 V = 32000 (H100, 6fa1d7b; bench/results/logs/
+  // 2026-12-08-ncu-ce-fwd-bulk-32000-6fa1d7b-h100.txt): alone, the kernel
+  // reads at 2.94 TB/s, the copy's rate, but with 3.9 warps a scheduler
+  // (0.57 eligible) it issues 0.41 instructions a cycle a scheduler where
+  // the logits need ~0.4: no headroom when the sustained clock drops,
+  // which is where the timed sweeps lose 7-9 points (91-93% of copy).
+  // Three CTAs (8 KB rings: the same 192 KB an SM in flight; 80 registers,
+  // no spill) give 6 warps a scheduler. Predicted: bf16 32000 / 50304
+  // 93.4 / 91.1 -> 95-97%, fp32 unchanged (within 0.5). The risk: whole
+  // rows a warp. At M*V = 2^28, 50304 has 5336 rows: 2.53 a warp over 2112
+  // warps (a third of the warps idle for the last round, which may be
+  // part of why it trails 32000's 3.97), 1.68 over 3168.
+  t.ce_fwd_bulk_ctas = 2;
   // Pipelined norm backward against the register kernel (rmsnorm_bwd_sweep,
   // H200, M*N = 2^28, weight in x's dtype, % of copy with dweight, A then B
   // in one call at 29c1365; bench/results/2026-11-30-rmsnorm-bwd-sweep.md

@@ -381,7 +381,9 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
     return buf;
   };
   // (" whole": the kernel's whole-batch loop, RowTuning::ce_fwd_whole.)
-  const std::string bulk_whole = (tune.ce_fwd_whole & 1) ? " whole" : "";
+  // (" 3 ctas": RowTuning::ce_fwd_bulk_ctas.)
+  const std::string bulk_whole =
+      std::string((tune.ce_fwd_whole & 1) ? " whole" : "") + (ops::ce_bulk_ctas(tune.ce_fwd_bulk_ctas) == 3 ? " 3 ctas" : "");
   const std::string stream_whole = (tune.ce_fwd_whole & 2) ? " whole" : "";
   if (shifted) {
     if (shifted_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk shifted" + bulk_whole;
@@ -672,10 +674,11 @@ Status cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   auto launch_rows = [&]() -> Status {
     const bool bulk_shifted = shifted && shifted_fwd_bulk(a.rows, a.cols, es, wide, tune);
     if (ce_fwd_bulk(a.rows, a.cols, es, wide && vec_io, tune) || bulk_shifted) {
-      const int64_t grid = std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps,
-                                             int64_t(lim.num_sms) * ops::kCEBulkCtasPerSm);
+      const int ctas = ops::ce_bulk_ctas(tune.ce_fwd_bulk_ctas);
+      const int64_t grid =
+          std::min<int64_t>((a.rows + ops::kCEBulkWarps - 1) / ops::kCEBulkWarps, int64_t(lim.num_sms) * ctas);
       return detail::by_dtype(a.logits.dtype, "logits", [&](auto dt) {
-        return ops::launch_ce_fwd_bulk<decltype(dt)::value>(p, grid, bulk_shifted, device, stream);
+        return ops::launch_ce_fwd_bulk<decltype(dt)::value>(p, grid, bulk_shifted, ctas, device, stream);
       });
     }
     if (wide && vec_io && a.cols * es >= tune.ce_fwd_stream_min_bytes) {

@@ -151,7 +151,7 @@ inline bool env_flag(const char* name) {
 //               reg_staged=3,reg_staged_early_w=2,reg_small_cta=1,ln_staged=1,reg_staged_team=256,reg_staged_above_team=512,reg_staged_above_team_f32=256,reg_w_batch=1,reg_staged_pair=8,reg_staged_pair_full_wave=1,reg_staged_pair_min_cluster=8,cluster_end_sync=1,reg_staged_vpt_max=16,reg_staged_vpt_max_beyond=32,reg_staged_balance=1,norm_staged_balance=2,shifted_rows=1,chunk_min_kb=..,chunk_min_bwd_kb=..,chunk_min_cols=65536,
 //               chunk_clustered_fwd=1,softmax_staged_fwd=2,softmax_staged_vpt=16,softmax_staged_bwd=3,softmax_staged_bwd_vpt=8,softmax_staged_fwd_wide=0,softmax_staged_bwd_wide=0,softmax_staged_wide_first=0,
 //               softmax_fwd_grid=2,softmax_fwd_grid_min_cols16=524288,softmax_fwd_grid_min_cols32=524289,softmax_fwd_grid_rows32=2,softmax_bwd_grid=2,softmax_bwd_grid_min_cols16=524289,softmax_bwd_grid_min_cols32=524289,softmax_fwd_vpt16=8,chunk_cta_kb=128,chunk_stage_kb=96,chunk_threads=512,softmax_chunk_log_dy=1,ce_fwd_stream_min_bytes=49152,ce_grad_split_min_cols=32000,ce_one_row_loss=1,ce_finish_pdl=1,ce_cluster_rows=16,ce_cluster_oneway=1,
-//               ce_fwd_whole=3,ce_staged_grad=3,ce_staged_vpt=16,ce_staged_min_cols=16384,ce_staged_clusters=-1,
+//               ce_fwd_whole=3,ce_fwd_bulk_ctas=2,ce_staged_grad=3,ce_staged_vpt=16,ce_staged_min_cols=16384,ce_staged_clusters=-1,
 //               bwd_pipe=3,bwd_pipe_fit_team=0,bwd_pipe_vpt16=4,bwd_pipe_wide_min_cols=16384,bwd_pipe_wide_min_cols_ln=1024,bwd_pipe_wide_idle_db=1,bwd_pipe_wide_idle32=15,bwd_pipe_ctas_per_sm=1,bwd_pipe_min_threads=512,bwd_pipe_share_db=0,bwd_pipe_big_cta=1,bwd_pipe_big_stages=3,bwd_pipe_lead_threads=0,bwd_pipe_vpt32=2,bwd_pipe_stages=4,bwd_pipe_threads=256,bwd_pipe_cluster=16,bwd_pipe_cluster_threads=1024,bwd_pipe_db_regs=1,bwd_pipe_small_cta=1,
 //               bwd_grid=3,bwd_grid_min_cols16=131073,bwd_grid_min_cols32=131073,bwd_grid_stages16=6,bwd_grid_stages32=3,bwd_grid_lag=2,bwd_grid_rows16=2,
 //               bwd_grid_keep_cluster16=0,
@@ -240,6 +240,7 @@ inline bool install_tuning_from_env() {
     else if (k == "ce_fwd_bulk_min_bytes4") tune.ce_fwd_bulk_min_bytes4 = v;
     else if (k == "ce_fwd_bulk_max_bytes") tune.ce_fwd_bulk_max_bytes = v;
     else if (k == "ce_fwd_whole") tune.ce_fwd_whole = int(v);
+    else if (k == "ce_fwd_bulk_ctas") tune.ce_fwd_bulk_ctas = int(v);
     else if (k == "bwd_pipe") tune.bwd_pipe = int(v);
     else if (k == "bwd_pipe_vpt16") tune.bwd_pipe_vpt16 = int(v);
     else if (k == "reg_fill_threads_per_sm") tune.reg_fill_threads_per_sm = int(v);

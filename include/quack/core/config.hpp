@@ -318,6 +318,10 @@ struct RowTuning {
   // branch a vector; the rest in the checked loop. The same fold in the same
   // order: the same bits either way.
   int ce_fwd_whole;
+  // ce_fwd_bulk_kernel's CTAs an SM: 2 (a warp's ring 12 KB, 92 registers)
+  // or 3 (8 KB rings, 80 registers: half again the warps to issue from);
+  // any other value is read as 2.
+  int ce_fwd_bulk_ctas;
   // RMSNorm / LayerNorm backward rows that one CTA holds take the pipelined
   // kernel (rmsnorm_bwd_pipe_kernel: weight gradients in registers, the next
   // rows' h and dy copied into shared memory while this row is reduced):

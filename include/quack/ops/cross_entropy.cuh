@@ -1127,27 +1127,31 @@ constexpr int kCEBulkWarps = 8;
 constexpr int kCEBulkThreads = 32 * kCEBulkWarps;
 constexpr int kCEBulkMaxStages = 16;
 constexpr int kCEBulkBatch = 4;
-constexpr int kCEBulkRingBytes = 12 << 10;  // a warp's ring
-constexpr int kCEBulkSlotBytes = 4 << 10;   // a chunk at most
+constexpr int kCEBulkSlotBytes = 4 << 10;  // a chunk at most
 constexpr int kCEBulkBarBytes = kCEBulkWarps * kCEBulkMaxStages * 8;
-// Two CTAs an SM: 2 x (1 KB + 8 x 12 KB) of shared memory.
-constexpr int kCEBulkCtasPerSm = 2;
+// A warp's ring at `ctas` CTAs an SM (RowTuning::ce_fwd_bulk_ctas): two
+// CTAs of 1 KB + 8 x 12 KB, or three of 1 KB + 8 x 8 KB -- the same 192 KB
+// of logits in flight an SM either way.
+constexpr int ce_bulk_ring_bytes(int ctas) { return ctas == 3 ? 8 << 10 : 12 << 10; }
+constexpr int ce_bulk_ctas(int tuned) { return tuned == 3 ? 3 : 2; }
+static_assert(3 * (kCEBulkBarBytes + kCEBulkWarps * ce_bulk_ring_bytes(3) + 1024) <= 228 << 10,
+              "three bulk CTAs (and the 1 KB the driver keeps a CTA) fit an SM's shared memory");
 
 // The ring of rows of `row_bytes` (whole vectors): chunks of at most
-// kCEBulkSlotBytes, as many slots as fit kCEBulkRingBytes (<= 16).
+// kCEBulkSlotBytes, as many slots as fit ce_bulk_ring_bytes(ctas) (<= 16).
 struct CEBulkRing {
   int slot_bytes = 0, stages = 0;
-  static CEBulkRing of(int64_t row_bytes) {
+  static CEBulkRing of(int64_t row_bytes, int ctas) {
     CEBulkRing r;
     r.slot_bytes = int(std::min<int64_t>(row_bytes, kCEBulkSlotBytes));
-    r.stages = std::min(kCEBulkMaxStages, kCEBulkRingBytes / std::max(r.slot_bytes, 16));
+    r.stages = std::min(kCEBulkMaxStages, ce_bulk_ring_bytes(ctas) / std::max(r.slot_bytes, 16));
     return r;
   }
   size_t smem_bytes() const { return size_t(kCEBulkBarBytes) + size_t(kCEBulkWarps) * stages * slot_bytes; }
 };
 
-template <typename T, bool kSum, bool kShift = false>
-__global__ void __launch_bounds__(kCEBulkThreads, kCEBulkCtasPerSm)
+template <typename T, bool kSum, bool kShift = false, int kCtas = 2>
+__global__ void __launch_bounds__(kCEBulkThreads, kCtas)
     ce_fwd_bulk_kernel(const CEParams p, const int stages, const int slot_bytes) {
   core::pdl_launch_dependents();  // (the finish kernel: ops::ce_finish_kernel)
   using namespace core;
@@ -1729,23 +1733,26 @@ Status launch_ce_fwd_stream_shifted(const CEParams& p, int64_t grid, int device,
   return launch_ce_kernel<ce_fwd_stream_kernel<T, false, true>>(shape, device, stream, p);
 }
 
-// The plain forward's bulk-copy kernel: `grid` CTAs (persistent, two an SM
-// at most), the ring for rows of `row_bytes` whole vectors.
+// The plain forward's bulk-copy kernel: `grid` CTAs (persistent, `ctas` an
+// SM at most: ce_bulk_ctas), the ring for rows of `row_bytes` whole vectors.
 // shift: shifted rows (kShift).
 template <DType kX>
-Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, bool shift, int device, cudaStream_t stream) {
+Status launch_ce_fwd_bulk(const CEParams& p, int64_t grid, bool shift, int ctas, int device, cudaStream_t stream) {
   using T = typename core::TypeOf<kX>::type;
-  const CEBulkRing ring = CEBulkRing::of((p.cols / (16 / int64_t(sizeof(T)))) * 16);
+  const CEBulkRing ring = CEBulkRing::of((p.cols / (16 / int64_t(sizeof(T)))) * 16, ctas);
   const core::LaunchShape shape{grid, kCEBulkThreads, ring.smem_bytes(), 1, false};
-  const bool sum = ce_sums_logits(p);
-  if (shift) {
-    if (sum)
-      return launch_ce_kernel<ce_fwd_bulk_kernel<T, true, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
-    return launch_ce_kernel<ce_fwd_bulk_kernel<T, false, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
-  }
-  if (sum)
-    return launch_ce_kernel<ce_fwd_bulk_kernel<T, true>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
-  return launch_ce_kernel<ce_fwd_bulk_kernel<T, false>>(shape, device, stream, p, ring.stages, ring.slot_bytes);
+  auto go = [&](auto sum, auto shifted, auto three) {
+    constexpr int kCtas = decltype(three)::value ? 3 : 2;
+    return launch_ce_kernel<ce_fwd_bulk_kernel<T, decltype(sum)::value, decltype(shifted)::value, kCtas>>(
+        shape, device, stream, p, ring.stages, ring.slot_bytes);
+  };
+  auto by_ctas = [&](auto sum, auto shifted) {
+    return ctas == 3 ? go(sum, shifted, std::true_type{}) : go(sum, shifted, std::false_type{});
+  };
+  auto by_shift = [&](auto sum) {
+    return shift ? by_ctas(sum, std::true_type{}) : by_ctas(sum, std::false_type{});
+  };
+  return ce_sums_logits(p) ? by_shift(std::true_type{}) : by_shift(std::false_type{});
 }
 
 // vec_io: aligned rows; shift: rows in shifted vectors (kShift).
@@ -1766,7 +1773,7 @@ Status launch_ce_scale(int64_t rows, int64_t cols, void* dx, int64_t stride, con
                                               cudaStream_t);                                                    \
   EXTERN template Status launch_ce_fwd_stream<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);           \
   EXTERN template Status launch_ce_fwd_stream_shifted<DT>(const CEParams&, int64_t, int, cudaStream_t);         \
-  EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, bool, int, cudaStream_t);             \
+  EXTERN template Status launch_ce_fwd_bulk<DT>(const CEParams&, int64_t, bool, int, int, cudaStream_t);        \
   EXTERN template Status launch_ce_scale<DT>(int64_t, int64_t, void*, int64_t, const float*, bool, bool, bool,  \
                                              int64_t, int, cudaStream_t);
 #ifndef QUACK_CE_TU

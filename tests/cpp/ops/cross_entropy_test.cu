@@ -1219,6 +1219,16 @@ void bulk_checked(RowTuning& t) {
   t.ce_fwd_whole = 0;
 }
 void stream_checked(RowTuning& t) { t.ce_fwd_whole = 0; }
+// The bulk kernel at three CTAs an SM (RowTuning::ce_fwd_bulk_ctas: 8 KB
+// rings, the kCtas = 3 instances), whole and checked loops.
+void bulk_three_ctas(RowTuning& t) {
+  bulk_whole(t);
+  t.ce_fwd_bulk_ctas = 3;
+}
+void bulk_three_ctas_checked(RowTuning& t) {
+  bulk_checked(t);
+  t.ce_fwd_bulk_ctas = 3;
+}
 
 // The cases whose plan (under `tune`) names `kernel` with its whole loop.
 std::vector<CeCase> whole_cases(void (*tune)(RowTuning&), const std::string& kernel) {
@@ -1280,6 +1290,24 @@ TEST(CrossEntropyWholePlan, OnByDefaultNamedWhereSet) {
     for (const std::vector<CeCase>* v : {&bulk, &stream})
       for (const CeCase& c : *v) EXPECT_EQ(case_plan(c).find(" whole"), std::string::npos) << c.name();
   }
+  // Two bulk CTAs an SM by default; three where asked, named by the plan
+  // (any value but 3 reads as 2).
+  EXPECT_EQ(default_row_tuning().ce_fwd_bulk_ctas, 2);
+  for (int ctas : {0, 2, 3, 4}) {
+    t = default_row_tuning();
+    bulk_whole(t);
+    t.ce_fwd_bulk_ctas = ctas;
+    set_row_tuning(&t);
+    for (const CeCase& c : bulk) {
+      const std::string plan = case_plan(c);
+      EXPECT_EQ(plan.find(" 3 ctas") != std::string::npos, ctas == 3) << c.name() << ": " << plan;
+    }
+    // (the stream's rows under the default bulk rules: never the bulk kernel)
+    t = default_row_tuning();
+    t.ce_fwd_bulk_ctas = ctas;
+    set_row_tuning(&t);
+    for (const CeCase& c : stream) EXPECT_EQ(case_plan(c).find(" ctas"), std::string::npos) << c.name();
+  }
   set_row_tuning(nullptr);
 }
 
@@ -1287,6 +1315,8 @@ class CrossEntropyGpuBulkWhole : public test::TunedSuite<CeCase, bulk_whole> {};
 class CrossEntropyGpuStreamWhole : public test::TunedSuite<CeCase, stream_whole> {};
 class CrossEntropyGpuBulkChecked : public test::TunedSuite<CeCase, bulk_checked> {};
 class CrossEntropyGpuStreamChecked : public test::TunedSuite<CeCase, stream_checked> {};
+class CrossEntropyGpuBulkThreeCtas : public test::TunedSuite<CeCase, bulk_three_ctas> {};
+class CrossEntropyGpuBulkThreeCtasChecked : public test::TunedSuite<CeCase, bulk_three_ctas_checked> {};
 
 TEST_P(CrossEntropyGpuBulkWhole, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
@@ -1304,6 +1334,16 @@ TEST_P(CrossEntropyGpuStreamChecked, MatchesFloat64Reference) {
   QUACK_REQUIRE_SM90();
   run_case(GetParam());
 }
+TEST_P(CrossEntropyGpuBulkThreeCtas, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  EXPECT_NE(case_plan(GetParam()).find(" 3 ctas"), std::string::npos) << case_plan(GetParam());
+  run_case(GetParam());
+}
+TEST_P(CrossEntropyGpuBulkThreeCtasChecked, MatchesFloat64Reference) {
+  QUACK_REQUIRE_SM90();
+  EXPECT_NE(case_plan(GetParam()).find(" 3 ctas"), std::string::npos) << case_plan(GetParam());
+  run_case(GetParam());
+}
 
 INSTANTIATE_TEST_SUITE_P(BulkWholeCases, CrossEntropyGpuBulkWhole, testing::ValuesIn(bulk_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
@@ -1312,6 +1352,11 @@ INSTANTIATE_TEST_SUITE_P(StreamWholeCases, CrossEntropyGpuStreamWhole, testing::
 INSTANTIATE_TEST_SUITE_P(BulkCheckedCases, CrossEntropyGpuBulkChecked, testing::ValuesIn(bulk_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 INSTANTIATE_TEST_SUITE_P(StreamCheckedCases, CrossEntropyGpuStreamChecked, testing::ValuesIn(stream_whole_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+INSTANTIATE_TEST_SUITE_P(BulkThreeCtasCases, CrossEntropyGpuBulkThreeCtas, testing::ValuesIn(bulk_whole_cases()),
+                         [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
+INSTANTIATE_TEST_SUITE_P(BulkThreeCtasCheckedCases, CrossEntropyGpuBulkThreeCtasChecked,
+                         testing::ValuesIn(bulk_whole_cases()),
                          [](const testing::TestParamInfo<CeCase>& i) { return i.param.name(); });
 
 // The staged fused gradient (ce_staged_kernel) from short rows:
