@@ -691,8 +691,8 @@ RowTuning default_row_tuning() {
   // no spill) give 6 warps a scheduler. Predicted: bf16 32000 / 50304
   // 93.4 / 91.1 -> 95-97%, fp32 unchanged (within 0.5). The risk: whole
   // rows a warp. At M*V = 2^28, 50304 has 5336 rows: 2.53 a warp over 2112
-  // warps (a third of the warps idle for the last round, which may be
-  // part of why it trails 32000's 3.97), 1.68 over 3168.
+  // warps (47% of the warps idle for the last round, which may be part of
+  // why it trails 32000, at 3.97 a warp), 1.68 over 3168.
   t.ce_fwd_bulk_ctas = 2;
   // Pipelined norm backward against the register kernel (rmsnorm_bwd_sweep,
   // H200, M*N = 2^28, weight in x's dtype, % of copy with dweight, A then B

@@ -382,8 +382,8 @@ std::string cross_entropy_plan_description(int64_t rows, int64_t cols, DType dty
   };
   // (" whole": the kernel's whole-batch loop, RowTuning::ce_fwd_whole.)
   // (" 3 ctas": RowTuning::ce_fwd_bulk_ctas.)
-  const std::string bulk_whole =
-      std::string((tune.ce_fwd_whole & 1) ? " whole" : "") + (ops::ce_bulk_ctas(tune.ce_fwd_bulk_ctas) == 3 ? " 3 ctas" : "");
+  const std::string bulk_whole = std::string((tune.ce_fwd_whole & 1) ? " whole" : "") +
+                                 (ops::ce_bulk_ctas(tune.ce_fwd_bulk_ctas) == 3 ? " 3 ctas" : "");
   const std::string stream_whole = (tune.ce_fwd_whole & 2) ? " whole" : "";
   if (shifted) {
     if (shifted_fwd_bulk(rows, cols, es, wide, tune)) return "fwd-bulk shifted" + bulk_whole;
