@@ -120,5 +120,18 @@ class GuardedTensor {
   DeviceBuffer buf_;
 };
 
+// A call refused for too small a workspace: kInvalidArgument with a message
+// that starts by naming workspace_bytes, and `out` (poisoned before the
+// call) neither written nor dirtied around. (ASSERT_NO_FATAL_FAILURE it.)
+inline void expect_workspace_refused(const Status& st, const GuardedTensor& out) {
+  EXPECT_EQ(st.code, Code::kInvalidArgument);
+  EXPECT_EQ(st.message.rfind("workspace_bytes:", 0), 0u) << st.message;
+  QUACK_ASSERT_CUDA(cudaDeviceSynchronize());
+  int64_t written = 0, dirty = 0;
+  QUACK_ASSERT_CUDA(out.count_written(&written, &dirty));
+  EXPECT_EQ(dirty, 0);
+  EXPECT_EQ(written, 0) << "a refused call wrote the output";
+}
+
 }  // namespace test
 }  // namespace quack
